@@ -163,8 +163,8 @@ class TraceMetrics:
 
     rounds: int
     tokens: int
-    wall_ms: float
-    tok_s: float
+    wall_ms: float  # sum of round times: decoding only, prefill and start-up excluded
+    tok_s: float  # decode throughput, all sequences: tokens / wall_ms
     mean_accept_len: float
     acceptance_rate: float  # accepted / drafted
     hit_rate: float | None  # SSD: cache hits / lookups (entries marked "first" excluded: they cannot hit)
@@ -182,13 +182,11 @@ class TraceMetrics:
 
 
 def summarize(trace: Trace) -> TraceMetrics:
-    """Compute TraceMetrics from the rounds of a trace (wall time = sum of round times)."""
+    """Compute TraceMetrics from the rounds of a trace (decode time = sum of round times, in ms)."""
     rounds = trace.rounds
     K = max((r["K"] for r in rounds), default=0)
     tokens = sum(s["committed"] for r in rounds for s in r["seqs"])
-    wall_ms = sum(r["timings_ms"].get("round", 0.0) for r in rounds)
-    if trace.summary and trace.summary.get("wall_s"):
-        wall_ms = float(trace.summary["wall_s"]) * 1e3
+    wall_ms = sum(r["timings_ms"].get("round", 0.0) for r in rounds)  # decode only: prefill excluded
     seqs = [(r, s) for r in rounds for s in r["seqs"]]
     drafted = sum(r["K"] for r, _ in seqs) if trace.mode != "ar" else 0
     accepted = sum(s["accepted"] for _, s in seqs)
