@@ -90,6 +90,7 @@ class LatencyModel:
     transfer_ms: float = 0.0  # SSD: one request + one reply between target and draft devices
     lookup_ms: float = 0.0  # SSD: speculation-cache lookup on the draft
     fast_backup_ms: float = 0.0  # SSD: producing random backup tokens
+    sd_transfer: bool = False  # SD drafts on another device/process and pays transfer_ms per round
 
     def __post_init__(self):
         if int(self.target_devices) != self.target_devices or self.target_devices < 1:
@@ -108,8 +109,8 @@ class LatencyModel:
         return self.target(b, np.asarray(K) + 1) + self.round_overhead_ms
 
     def sd_draft_ms(self, b: ArrayLike, K: ArrayLike):
-        """Synchronous SD drafting per round: K sequential draft steps over b rows (ms)."""
-        return np.asarray(K) * self.draft(b, 1)
+        """Synchronous SD drafting per round: K sequential draft steps over b rows (+ transfer if remote) (ms)."""
+        return np.asarray(K) * self.draft(b, 1) + (self.transfer_ms if self.sd_transfer else 0.0)
 
     def glue_ms(self, b: ArrayLike, K: ArrayLike):
         """SSD glue forward: the draft re-reads the K + 1 tokens it just proposed, b rows (ms)."""

@@ -8,9 +8,9 @@ how in Profile.provenance, so `ssd-plan --preset NAME --explain` can show the ch
 from __future__ import annotations
 
 import functools
+import tomllib
 from importlib import resources
 
-import tomllib
 from scipy.optimize import brentq
 
 from .acceptance import AcceptanceModel, AcceptancePoint, HitCurve

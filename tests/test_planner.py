@@ -4,14 +4,14 @@ import itertools
 import math
 
 import pytest
+from test_fanout import compositions
+from test_predict import flat_profile
 
 from ssd_sim.errors import ConfigError
 from ssd_sim.plan import Plan
 from ssd_sim.planner import Knobs, budget_fit, critical_batch, make_plan
 from ssd_sim.predict import predict_ssd
 from ssd_sim.presets import get_preset
-from test_fanout import compositions
-from test_predict import flat_profile
 
 
 def rowed_profile():
