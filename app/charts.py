@@ -1,0 +1,185 @@
+"""Plotly figure builders. Each takes plain data (lists, dicts) computed by ssd_sim and returns a Figure;
+nothing here imports streamlit or computes a model quantity, so the builders test without a browser.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import plotly.graph_objects as go
+
+MODE_COLORS = {"ar": "#7f7f7f", "sd": "#1f77b4", "ssd": "#d62728"}
+MODE_NAMES = {"ar": "autoregressive", "sd": "SD", "ssd": "SSD"}
+PHASE_COLORS = {
+    "verify": "#1f77b4", "step": "#1f77b4", "prefill": "#9467bd", "draft": "#17becf",
+    "wait": "#d3d3d3", "request": "#bcbd22", "reply": "#bcbd22", "lookup": "#8c564b",
+    "glue": "#2ca02c", "branch": "#98df8a", "backup": "#ff7f0e", "commit": "#e377c2",
+}
+_HEIGHT = 330
+
+
+def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = _HEIGHT) -> go.Figure:
+    fig.update_layout(title=title, xaxis_title=x, yaxis_title=y, height=height,
+                      margin={"l": 50, "r": 20, "t": 45, "b": 45}, legend={"orientation": "h", "y": -0.25})
+    return fig
+
+
+def tok_s_bars(analytic: dict[str, float], simulated: dict[str, float] | None = None) -> go.Figure:
+    """Tok/s per sequence of each mode (analytic), with simulated bars beside them when given."""
+    modes = [m for m in ("ar", "sd", "ssd") if m in analytic]
+    fig = go.Figure(go.Bar(name="analytic", x=[MODE_NAMES[m] for m in modes], y=[analytic[m] for m in modes],
+                           marker_color=[MODE_COLORS[m] for m in modes], text=[f"{analytic[m]:.1f}" for m in modes]))
+    if simulated:
+        sim = [m for m in modes if m in simulated]
+        fig.add_bar(name="simulated", x=[MODE_NAMES[m] for m in sim], y=[simulated[m] for m in sim],
+                    marker_pattern_shape="/", marker_color=[MODE_COLORS[m] for m in sim], opacity=0.6,
+                    text=[f"{simulated[m]:.1f}" for m in sim])
+    fig.update_layout(barmode="group")
+    return _layout(fig, "predicted decoding speed", "", "tok/s per sequence")
+
+
+def fanout_bars(k: Sequence[int], fan_out: Sequence[int], uniform: Sequence[int], p_hit: float,
+                p_hit_uniform: float) -> go.Figure:
+    """Cached guesses per stopping position k: the plan's fan-out beside the uniform one."""
+    fig = go.Figure()
+    fig.add_bar(name=f"plan (p_hit {p_hit:.3f})", x=list(k), y=list(fan_out), marker_color="#d62728")
+    fig.add_bar(name=f"uniform (p_hit {p_hit_uniform:.3f})", x=list(k), y=list(uniform), marker_color="#aaaaaa")
+    fig.update_layout(barmode="group", xaxis={"dtick": 1})
+    return _layout(fig, "fan-out F_k per stopping position", "k (draft tokens accepted)", "cached guesses")
+
+
+def hit_vs_budget(budgets: Sequence[int], optimal: Sequence[float], uniform_budgets: Sequence[int],
+                  uniform: Sequence[float], current: int | None = None, fits: int | None = None) -> go.Figure:
+    """Hit probability after a cache-served round vs cache budget (guesses per sequence)."""
+    fig = go.Figure()
+    fig.add_scatter(name="optimal fan-out", x=list(budgets), y=list(optimal), mode="lines", line_color="#d62728")
+    fig.add_scatter(name="uniform fan-out", x=list(uniform_budgets), y=list(uniform), mode="lines+markers",
+                    line_color="#7f7f7f")
+    if fits:
+        fig.add_vline(x=fits, line_dash="dot", line_color="#2ca02c",
+                      annotation_text=f"fits in one verify: {fits}", annotation_position="bottom right")
+    if current:
+        fig.add_vline(x=current, line_color="#d62728", annotation_text=f"plan: {current}")
+    fig.update_yaxes(range=[0, 1])
+    return _layout(fig, "cache hit rate vs budget", "cache budget (guesses per sequence)", "p_hit")
+
+
+def speedup_heatmap(acceptances: Sequence[float], ratios: Sequence[float], z, baseline: str = "AR",
+                    marker: tuple[float, float] | None = None) -> go.Figure:
+    """Speedup heatmap over acceptance rate (rows) x draft/target latency ratio (columns)."""
+    z = [[float(v) for v in row] for row in z]
+    fig = go.Figure(go.Heatmap(
+        x=[f"{r:.3g}" for r in ratios], y=[f"{a:.2f}" for a in acceptances], z=z, colorscale="RdBu",
+        zmid=1.0, text=[[f"{v:.2f}" for v in row] for row in z], texttemplate="%{text}",
+        colorbar={"title": f"x {baseline}"},
+        hovertemplate="acceptance %{y}<br>ratio %{x}<br>speedup %{z:.2f}x<extra></extra>"))
+    if marker:
+        fig.add_annotation(x=f"{_nearest(ratios, marker[1]):.3g}", y=f"{_nearest(acceptances, marker[0]):.2f}",
+                           text="you", showarrow=True, arrowcolor="black")
+    return _layout(fig, f"SSD speedup over {baseline} (this plan)", "draft / target latency ratio",
+                   "acceptance rate")
+
+
+def _nearest(values: Sequence[float], v: float) -> float:
+    return min(values, key=lambda x: abs(x - v))
+
+
+def backup_crossover(batch_sizes: Sequence[int], jit: Sequence[float], fast: Sequence[float], b_star: float,
+                     current: int | None = None) -> go.Figure:
+    """SSD tok/s per sequence with the neural (jit) and the fast backup over batch size, with b*."""
+    fig = go.Figure()
+    fig.add_scatter(name="jit (neural) backup", x=list(batch_sizes), y=list(jit), mode="lines+markers")
+    fig.add_scatter(name="fast (random) backup", x=list(batch_sizes), y=list(fast), mode="lines+markers")
+    if math.isfinite(b_star):
+        fig.add_vline(x=b_star, line_dash="dash", annotation_text=f"b* = {b_star:g}")
+    if current:
+        fig.add_vline(x=current, line_color="#d62728", line_dash="dot", annotation_text=f"b = {current}",
+                      annotation_position="bottom left")
+    fig.update_xaxes(type="log")
+    return _layout(fig, "backup crossover over batch size", "batch size (sequences)", "tok/s per sequence")
+
+
+def pareto(data: dict[str, dict[str, list]], x: str = "tok_s_per_device") -> go.Figure:
+    """Per-sequence speed vs throughput per device, one line per mode, points labelled by batch size."""
+    fig = go.Figure()
+    for mode, row in data.items():
+        fig.add_scatter(name=MODE_NAMES.get(mode, mode), x=row[x], y=row["per_seq_tok_s"], mode="lines+markers+text",
+                        text=[f"b={b}" for b in row["batch_sizes"]], textposition="top center",
+                        line_color=MODE_COLORS.get(mode), customdata=row["K"],
+                        hovertemplate="%{text}<br>K=%{customdata}<br>%{x:.1f} tok/s/device<br>"
+                                      "%{y:.1f} tok/s/seq<extra></extra>")
+    fig.update_xaxes(type="log")
+    return _layout(fig, "per-sequence speed vs throughput per device", "tok/s per device (all sequences)",
+                   "tok/s per sequence", height=480)
+
+
+def gantt(spans: Sequence[dict], devices: Sequence[str], title: str = "simulated pipeline") -> go.Figure:
+    """Gantt chart: one row per device, one bar per span {start_ms, dur_ms, device, name, round, rows},
+    coloured by phase; `backup` spans mark cache-miss rounds."""
+    fig = go.Figure()
+    by_phase: dict[str, list[dict]] = {}
+    for s in spans:
+        by_phase.setdefault(s["name"], []).append(s)
+    for phase, group in by_phase.items():
+        fig.add_bar(name=phase, orientation="h", y=[s["device"] for s in group], x=[s["dur_ms"] for s in group],
+                    base=[s["start_ms"] for s in group], marker_color=PHASE_COLORS.get(phase, "#444444"),
+                    customdata=[[s["round"], s["rows"]] for s in group],
+                    hovertemplate=phase + " %{base:.2f} ms + %{x:.2f} ms<br>round %{customdata[0]}, "
+                                          "rows %{customdata[1]}<extra></extra>")
+    fig.update_layout(barmode="overlay", bargap=0.25)
+    fig.update_yaxes(categoryorder="array", categoryarray=list(reversed(list(devices))))
+    return _layout(fig, title, "time (ms)", "", height=140 + 70 * len(devices))
+
+
+def round_markers(fig: go.Figure, rounds: Sequence[dict], device: str) -> go.Figure:
+    """Hit / miss markers {start_ms, hit} above the target row of a Gantt chart."""
+    for hit in (True, False):
+        pts = [r for r in rounds if r["hit"] is hit]
+        if pts:
+            fig.add_scatter(name="hit" if hit else "miss", x=[r["start_ms"] for r in pts], y=[device] * len(pts),
+                            mode="markers", marker_symbol="triangle-down" if hit else "x",
+                            marker_color="#2ca02c" if hit else "#d62728", marker_size=9,
+                            hovertemplate=("hit" if hit else "miss") + " %{x:.2f} ms<extra></extra>")
+    return fig
+
+
+def series(x: Sequence[float], ys: dict[str, Sequence[float]], title: str, xl: str, yl: str,
+           y_range: tuple[float, float] | None = None) -> go.Figure:
+    """Line chart of one or more named series over a shared x."""
+    fig = go.Figure()
+    for name, y in ys.items():
+        fig.add_scatter(name=name, x=list(x), y=[None if _nan(v) else v for v in y], mode="lines")
+    if y_range:
+        fig.update_yaxes(range=list(y_range))
+    return _layout(fig, title, xl, yl)
+
+
+def _nan(v) -> bool:
+    return v is None or (isinstance(v, float) and math.isnan(v))
+
+
+def stacked_phases(x: Sequence[int], phases: dict[str, Sequence[float]]) -> go.Figure:
+    """Per-round ms of each phase, stacked (phases that are always zero are left out)."""
+    fig = go.Figure()
+    for name, y in phases.items():
+        if any(v for v in y):
+            fig.add_bar(name=name, x=list(x), y=list(y), marker_color=PHASE_COLORS.get(name.removeprefix("draft_")))
+    fig.update_layout(barmode="stack", bargap=0)
+    return _layout(fig, "phase timings per round", "round", "ms")
+
+
+def predicted_vs_measured(rows: Sequence[tuple[str, float | None, float | None]]) -> go.Figure:
+    """Grouped bars, one group per metric, predicted beside measured, each metric relative to predicted."""
+    names = [r[0] for r in rows]
+    rel = [(m / p) if (p and m is not None) else None for _, p, m in rows]
+    fig = go.Figure()
+    fig.add_bar(name="predicted", x=names, y=[1.0] * len(rows), marker_color="#aaaaaa",
+                text=[_fmt(p) for _, p, _ in rows])
+    fig.add_bar(name="measured", x=names, y=rel, marker_color="#d62728", text=[_fmt(m) for _, _, m in rows])
+    fig.update_layout(barmode="group")
+    return _layout(fig, "predicted vs measured (bar height relative to predicted)", "", "measured / predicted")
+
+
+def _fmt(v: float | None) -> str:
+    return "-" if v is None else f"{v:.3g}"

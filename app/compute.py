@@ -1,0 +1,60 @@
+"""Cached calls into ssd_sim for the pages. The cache key is the JSON of the profile and the plan
+(`key` argument); the objects themselves are passed in underscore arguments, which Streamlit does
+not hash. Nothing here computes a model quantity itself.
+"""
+
+from __future__ import annotations
+
+import json
+
+import numpy as np
+import streamlit as st
+
+from ssd_sim import whatif
+from ssd_sim.plan import Plan
+from ssd_sim.planner import PlanResult
+from ssd_sim.profile import Profile
+
+HEATMAP_ACCEPTANCES = tuple(float(a) for a in np.round(np.linspace(0.5, 0.95, 10), 2))
+HEATMAP_RATIOS = tuple(float(r) for r in np.round(np.geomspace(0.02, 0.64, 6), 3))
+CROSSOVER_BATCHES = (1, 2, 3, 4, 6, 8, 12, 16, 24, 32, 48, 64)
+PARETO_BATCHES = (1, 2, 4, 8, 16, 32, 64)
+
+
+def key_of(profile: Profile, plan: Plan | None = None, **extra) -> str:
+    """A cache key: the profile's and the plan's JSON plus any extra arguments."""
+    return json.dumps([profile.to_dict(), plan.to_dict() if plan else None, extra], sort_keys=True, default=str)
+
+
+@st.cache_data(max_entries=128, show_spinner=False)
+def evaluate(key: str, _profile: Profile, _plan: Plan, objective: str) -> PlanResult:
+    """whatif.evaluate: the plan scored like `ssd-plan --plan` (PlanResult)."""
+    return whatif.evaluate(_profile, _plan, objective)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def heatmap(key: str, _profile: Profile, _plan: Plan, baseline: str) -> list[list[float]]:
+    """whatif.speedup_heatmap over HEATMAP_ACCEPTANCES x HEATMAP_RATIOS."""
+    z = whatif.speedup_heatmap(_profile, _plan, HEATMAP_ACCEPTANCES, HEATMAP_RATIOS, baseline)
+    return z.tolist()
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def crossover(key: str, _profile: Profile, _plan: Plan) -> dict:
+    """whatif.backup_crossover over CROSSOVER_BATCHES."""
+    return whatif.backup_crossover(_profile, _plan, CROSSOVER_BATCHES)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def hit_vs_budget(key: str, _profile: Profile, _plan: Plan, max_budget: int) -> dict:
+    """whatif.hit_rate_vs_budget for the plan's K, temperature, C, batch and draft devices."""
+    p = _plan
+    return whatif.hit_rate_vs_budget(_profile, p.K, p.temperature, p.saguaro_c, max_budget, p.batch_size,
+                                     p.draft_devices)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def pareto(key: str, _profile: Profile, batch_sizes: tuple[int, ...], temperature: float,
+           draft_devices: int) -> dict:
+    """whatif.pareto: best AR / SD / SSD per batch size."""
+    return whatif.pareto(_profile, batch_sizes, temperature, draft_devices)

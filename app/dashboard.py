@@ -1,0 +1,74 @@
+"""SSD what-if dashboard: `streamlit run app/dashboard.py` (or `ssd-dashboard`).
+
+Entry point and router: the shared sidebar (profile choice) and the current scenario, then the page.
+"""
+
+from __future__ import annotations
+
+import sys
+from pathlib import Path
+
+_ROOT = str(Path(__file__).resolve().parent.parent)
+if _ROOT not in sys.path:  # `streamlit run app/dashboard.py` works without installing the package
+    sys.path.insert(0, _ROOT)
+
+import streamlit as st  # noqa: E402
+
+from app import state  # noqa: E402
+from ssd_sim.errors import ConfigError  # noqa: E402
+from ssd_sim.profile import Profile  # noqa: E402
+
+PAGES = [
+    ("views/whatif.py", "What-if", ":material/tune:"),
+    ("views/timeline.py", "Timeline", ":material/view_timeline:"),
+    ("views/pareto.py", "Pareto", ":material/scatter_plot:"),
+    ("views/traces.py", "Traces", ":material/monitoring:"),
+    ("views/plan.py", "Plan", ":material/description:"),
+]
+
+
+def sidebar_profile() -> tuple[Profile, str] | None:
+    """Profile choice in the sidebar: a preset, a calibrated profile in traces/, or an uploaded JSON."""
+    side = st.sidebar
+    side.header("Profile")
+    choices = state.profile_choices()
+    label = side.selectbox("preset or calibrated profile", list(choices), key="profile_choice",
+                           help="built-in presets (ssd_sim/presets) and calibrated profiles found as "
+                                f"*.json in {state.traces_dir()} (`ssd-plan calibrate TRACES -o traces/NAME.json`)")
+    upload = side.file_uploader("or upload a profile JSON", type=["json"], key="profile_upload",
+                                help="a profile written by `ssd-plan calibrate` (schema ssd-profile/1)")
+    if upload is not None:
+        data = upload.getvalue()
+        try:
+            prof = state.profile_from_bytes(data, upload.name)
+            side.success(f"using uploaded profile {prof.name!r}")
+            return prof, f"upload:{upload.name}:{hash(data)}"
+        except ConfigError as e:
+            side.error(str(e))
+    try:
+        return state.load_choice(choices[label]), choices[label]
+    except (ConfigError, OSError) as e:
+        side.error(str(e))
+        return None
+
+
+def main() -> None:
+    st.set_page_config(page_title="SSD what-if", page_icon=":material/bolt:", layout="wide")
+    state.keep_widget_state()
+    chosen = sidebar_profile()
+    st.session_state["_scenario"] = None
+    if chosen is not None:
+        profile, key = chosen
+        try:
+            state.ensure_defaults(profile, key)
+            state.sync_profile_values(profile)
+            st.session_state["_scenario"] = state.scenario(profile)
+        except ConfigError as e:
+            st.sidebar.error(str(e))
+    here = Path(__file__).resolve().parent
+    pages = [st.Page(str(here / path), title=title, icon=icon, default=(i == 0))
+             for i, (path, title, icon) in enumerate(PAGES)]
+    st.navigation(pages).run()
+
+
+main()

@@ -1,0 +1,40 @@
+"""The current plan as `ssd-plan` writes it: the JSON report, the plan file and the engine commands."""
+
+from __future__ import annotations
+
+from ssd_sim.cli import build_report
+from ssd_sim.plan import Plan, PlanFile
+from ssd_sim.planner import PlanResult
+from ssd_sim.profile import Profile
+
+ENGINES = {"ssd-engine": "reference SSD engine (bench/bench.py)", "vllm": "vLLM (plain SD fallback)",
+           "sglang": "SGLang (plain SD fallback)"}
+
+
+def report(profile: Profile, result: PlanResult, profile_source: str, name: str, overrides: dict) -> dict:
+    """cli.build_report for an evaluated plan; profile_source is 'preset:NAME', 'file:PATH' or 'upload:...'.
+
+    What-if overrides (if any) are added under `whatif_overrides`, since the preset alone no longer
+    reproduces the predictions.
+    """
+    kind, _, ref = profile_source.partition(":")
+    source = {"profile": {"name": name, "preset": ref if kind == "preset" else None,
+                          "path": ref if kind == "file" else None}}
+    out = build_report(profile, result, source=source)
+    if overrides:
+        out["whatif_overrides"] = dict(overrides)
+    return out
+
+
+def plan_file_text(rep: dict) -> str:
+    """The plan file exactly as `ssd-plan -o` writes it (the plan plus the rest of the report)."""
+    text = PlanFile(Plan.from_dict(rep["plan"]), {k: v for k, v in rep.items() if k != "plan"}).to_json()
+    return text if text.endswith("\n") else text + "\n"
+
+
+def flags_text(rep: dict) -> str:
+    """The three engine commands as a shell script."""
+    lines = ["#!/bin/sh", "# engine flags for the plan (ssd-dashboard)"]
+    for eng, label in ENGINES.items():
+        lines += [f"# {label}", rep["engine_flags"][eng]["command"]]
+    return "\n".join(lines) + "\n"

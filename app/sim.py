@@ -1,0 +1,56 @@
+"""The discrete-event simulator (ssd_sim.des) as the pages use it, optional: without it the pages show
+a note and the analytic numbers only."""
+
+from __future__ import annotations
+
+import streamlit as st
+
+from ssd_sim.plan import Plan
+from ssd_sim.profile import Profile
+
+TOKENS = 4000  # output tokens per sequence for "simulate" (a few hundred to a thousand rounds)
+
+
+def _import():
+    try:
+        from ssd_sim.des import simulate
+        from ssd_sim.workload import fixed_batch
+    except ImportError as e:  # the simulator is optional for the dashboard
+        return None, str(e)
+    return (simulate, fixed_batch), ""
+
+
+def available() -> bool:
+    """Whether ssd_sim.des can be imported."""
+    return _import()[0] is not None
+
+
+def missing_reason() -> str:
+    return _import()[1] or "ok"
+
+
+def sd_plan(plan: Plan, K: int) -> Plan:
+    """The plan with another K and default fan-outs (SD ignores fan-out): for simulating best-K SD."""
+    return plan.replace(num_speculative_tokens=K, fan_out=(1,) * (K + 1), fan_out_miss=(1,) * (K + 1))
+
+
+def run(profile: Profile, plan: Plan, mode: str, tokens: int = TOKENS, seed: int = 0, timeline: bool = False):
+    """simulate() on a fixed batch of plan.batch_size sequences without prefill (steady-state decoding)."""
+    (simulate, fixed_batch), _ = _import()
+    wl = fixed_batch(plan.batch_size, tokens, prompt_tokens=0)
+    return simulate(profile, plan, mode=mode, seed=seed, workload=wl, timeline=timeline)
+
+
+@st.cache_data(max_entries=32, show_spinner=False)
+def _rates(key: str, _profile: Profile, _plan: Plan, sd_K: int, tokens: int) -> dict[str, float]:
+    out = {}
+    for mode, plan in (("ar", _plan), ("sd", sd_plan(_plan, sd_K)), ("ssd", _plan)):
+        out[mode] = run(_profile, plan, mode, tokens).metrics.per_seq_tok_s
+    return out
+
+
+def rates(profile: Profile, plan: Plan, sd_K: int, tokens: int = TOKENS) -> dict[str, float]:
+    """Simulated tok/s per sequence of AR, SD (at sd_K) and SSD (this plan), seed 0."""
+    from app.compute import key_of
+
+    return _rates(key_of(profile, plan, sd_K=sd_K, tokens=tokens), profile, plan, sd_K, tokens)

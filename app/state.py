@@ -1,0 +1,166 @@
+"""Session state shared by the pages: the chosen profile, the what-if knobs and the current plan.
+
+Widget values live in st.session_state under keys starting with `wi_`; `keep_widget_state` keeps
+them when another page is shown, so the "current plan" (built from them by `scenario`) is the same
+on every page. Profile loading and the slower sweeps are cached (st.cache_data / st.cache_resource).
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from dataclasses import dataclass
+from pathlib import Path
+
+import streamlit as st
+
+from ssd_sim.errors import ConfigError
+from ssd_sim.plan import Plan
+from ssd_sim.planner import make_plan
+from ssd_sim.presets import get_preset, list_presets
+from ssd_sim.profile import Profile
+from ssd_sim.whatif import build_plan, profile_values, with_overrides
+
+REPO = Path(__file__).resolve().parent.parent
+PREFIX = "wi_"
+OVERRIDABLE = ("acceptance", "r", "miss_at_one", "draft_latency_ratio")
+UPLOADED = "uploaded profile"
+
+
+def traces_dir() -> Path:
+    """Where calibrated profiles (*.json) and runtime traces (*.jsonl) are looked for ($SSD_TRACES_DIR)."""
+    return Path(os.environ.get("SSD_TRACES_DIR", REPO / "traces"))
+
+
+def keep_widget_state() -> None:
+    """Re-assign every what-if value so Streamlit keeps it while its widget is not on the page."""
+    for key in list(st.session_state.keys()):
+        if str(key).startswith(PREFIX):
+            st.session_state[key] = st.session_state[key]
+
+
+# --- profiles ---------------------------------------------------------------------------------------
+
+def profile_from_bytes(data: bytes, name: str = "upload") -> Profile:
+    """Parse a profile JSON upload; every problem is a ConfigError with a one-line message."""
+    if not data.strip():
+        raise ConfigError("profile", f"{name} is empty; upload a profile JSON from `ssd-plan calibrate`")
+    try:
+        obj = json.loads(data.decode("utf-8"))
+    except (UnicodeDecodeError, json.JSONDecodeError) as e:
+        raise ConfigError("profile", f"{name} is not valid JSON ({e})") from e
+    if not isinstance(obj, dict):
+        raise ConfigError("profile", f"{name} must hold a JSON object")
+    try:
+        return Profile.from_dict(obj)
+    except ConfigError:
+        raise
+    except (KeyError, TypeError, ValueError) as e:
+        raise ConfigError("profile", f"{name}: {e}") from e
+
+
+@st.cache_data(show_spinner=False)
+def _file_profile_json(path: str, mtime: float) -> str | None:
+    """A calibrated profile file as JSON text, or None if the file is not a valid profile."""
+    try:
+        return profile_from_bytes(Path(path).read_bytes(), Path(path).name).to_json()
+    except (ConfigError, OSError):
+        return None
+
+
+def profile_choices() -> dict[str, str]:
+    """Label -> source ('preset:NAME' or 'file:PATH') for presets and calibrated profiles in traces/."""
+    out = {name: f"preset:{name}" for name in list_presets()}
+    d = traces_dir()
+    for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+        if _file_profile_json(str(p), p.stat().st_mtime) is not None:
+            out[f"{p.name} (calibrated)"] = f"file:{p}"
+    return out
+
+
+def load_choice(source: str) -> Profile:
+    """The profile of a choice from `profile_choices` (presets are cached by ssd_sim)."""
+    kind, _, ref = source.partition(":")
+    if kind == "preset":
+        return get_preset(ref)
+    p = Path(ref)
+    text = _file_profile_json(str(p), p.stat().st_mtime)
+    if text is None:
+        raise ConfigError("profile", f"{p.name} is not a valid profile")
+    return Profile.from_dict(json.loads(text))
+
+
+# --- the what-if scenario -----------------------------------------------------------------------------
+
+@dataclass(frozen=True)
+class Scenario:
+    """The current what-if: the base profile, the profile with overrides applied and the current plan."""
+
+    base: Profile
+    profile: Profile
+    plan: Plan
+    overrides: dict
+    objective: str
+
+
+def defaults_for(profile: Profile, temperature: float, batch_size: int, draft_devices: int) -> dict:
+    """Knob values of the optimised plan (make_plan) for this workload: K, budget, C, backup."""
+    res = make_plan(profile, batch_size, temperature, "latency", draft_devices)
+    return {"K": res.plan.K, "B": res.plan.budget, "C": res.plan.saguaro_c, "backup": res.plan.backup,
+            "uniform": False}
+
+
+def ensure_defaults(profile: Profile, profile_key: str) -> None:
+    """Initialise the what-if values for a newly chosen profile (knobs from its optimised plan)."""
+    ss = st.session_state
+    for key, val in (("T", 0.0), ("b", 1), ("dd", 1), ("objective", "latency")):
+        ss.setdefault(PREFIX + key, val)
+    if ss.get(PREFIX + "profile") == profile_key:
+        return
+    ss[PREFIX + "profile"] = profile_key
+    ss[PREFIX + "overridden"] = []
+    for key, val in defaults_for(profile, ss[PREFIX + "T"], ss[PREFIX + "b"], ss[PREFIX + "dd"]).items():
+        ss[PREFIX + key] = val
+    sync_profile_values(profile)
+
+
+def sync_profile_values(profile: Profile) -> None:
+    """Show the profile's own values on the override sliders that the user has not moved."""
+    ss = st.session_state
+    vals = profile_values(profile, ss[PREFIX + "T"], ss[PREFIX + "K"])
+    for name in OVERRIDABLE:
+        if name not in ss.get(PREFIX + "overridden", []):
+            ss[PREFIX + name] = round(float(vals[name]), 4)
+
+
+def mark_overridden(name: str) -> None:
+    """Widget callback: the user moved this override slider."""
+    lst = list(st.session_state.get(PREFIX + "overridden", []))
+    if name not in lst:
+        st.session_state[PREFIX + "overridden"] = [*lst, name]
+
+
+def scenario(base: Profile) -> Scenario:
+    """The current profile (overrides applied) and plan from the what-if values in session state."""
+    ss = st.session_state
+    T = float(ss[PREFIX + "T"])
+    overrides = {n: float(ss[PREFIX + n]) for n in ss.get(PREFIX + "overridden", [])}
+    profile = with_overrides(base, T, **overrides) if overrides else base
+    plan = build_plan(profile, int(ss[PREFIX + "K"]), int(ss[PREFIX + "B"]), T, float(ss[PREFIX + "C"]),
+                      ss[PREFIX + "backup"], int(ss[PREFIX + "b"]), int(ss[PREFIX + "dd"]),
+                      bool(ss[PREFIX + "uniform"]))
+    return Scenario(base, profile, plan, overrides, ss[PREFIX + "objective"])
+
+
+def current() -> Scenario | None:
+    """The scenario of this run (set by dashboard.py before the page runs), or None without a profile."""
+    return st.session_state.get("_scenario")
+
+
+def describe(sc: Scenario) -> str:
+    """One line: profile, workload and plan knobs (for captions)."""
+    p = sc.plan
+    ov = ", ".join(f"{k}={v:g}" for k, v in sc.overrides.items())
+    return (f"**{sc.base.name}** · T={p.temperature:g}, b={p.batch_size}, draft devices={p.draft_devices} · "
+            f"K={p.K}, fan_out={list(p.fan_out)}, saguaro_c={p.saguaro_c:g}, backup={p.backup}"
+            + (f" · overrides: {ov}" if ov else ""))
