@@ -35,7 +35,7 @@ def sort_spans(spans: list[Span], devices: list[str]) -> list[Span]:
 
 def event_log(spans: list[Span], devices: list[str], ndigits: int = 6) -> list[tuple[float, str, str]]:
     """(time ms, device, phase) of every span start, in time order: the run as a readable event log."""
-    return [(round(s.start_ms, ndigits), s.device, s.name) for s in sort_spans(spans, devices)]
+    return [(round(float(s.start_ms), ndigits), s.device, s.name) for s in sort_spans(spans, devices)]
 
 
 def chrome_trace(spans: list[Span], devices: list[str], labels: dict[str, str] | None = None,

@@ -309,7 +309,8 @@ class Simulation:
     # ---- timeline recording (only when asked for) ---------------------------------------------------
     def span(self, start: float, dur: float, device: str, name: str, rows: int, round: int | None = None):
         if dur > 0:
-            self.spans.append(Span(start, dur, device, name, self.batch.round if round is None else round, rows))
+            self.spans.append(Span(float(start), float(dur), device, name,
+                                   self.batch.round if round is None else round, rows))
 
     def record_serve(self, free_at, now, ready, prefill, prefill_start, backup, backup_ms, b, n_miss):
         """Draft device 0 from the end of its last speculation to its reply: wait, prefill, serve phases."""

@@ -5,6 +5,7 @@ Two shapes (both served by the same continuous-batching scheduler, ssd_sim.batch
   the batch shrinks as sequences finish.
 - poisson: requests arrive as a Poisson stream at `rate` per second and join the running batch at
   round boundaries while fewer than `max_batch` sequences are active (continuous batching).
+- arrivals: the same, at given arrival times (e.g. replayed from a request log).
 Output lengths follow `output_dist` around `output_tokens`; prompts have `prompt_tokens` tokens.
 """
 
@@ -18,7 +19,7 @@ import numpy as np
 from .errors import ConfigError
 from .latency import LatencyModel
 
-WORKLOADS = ("fixed", "poisson")
+WORKLOADS = ("fixed", "poisson", "arrivals")
 OUTPUT_DISTS = ("fixed", "uniform", "geometric")
 
 
@@ -33,8 +34,10 @@ class Workload:
     output_tokens: int = 512  # mean output length per sequence (tokens, the first token included)
     output_dist: str = "fixed"  # fixed | uniform (on [ceil(mean/2), mean + that - 1]) | geometric (mean as given)
     prompt_tokens: int = 128  # prompt length (tokens); prefill = one target forward over all new prompts; 0 = none
+    arrival_ms: tuple[float, ...] = ()  # arrivals: the arrival time of every request (ms, sorted)
 
     def __post_init__(self):
+        object.__setattr__(self, "arrival_ms", tuple(float(t) for t in self.arrival_ms))
         if self.kind not in WORKLOADS:
             raise ConfigError("workload", f"must be one of {WORKLOADS}, got {self.kind!r}")
         for name in ("num_requests", "max_batch", "output_tokens"):
@@ -47,12 +50,18 @@ class Workload:
             raise ConfigError("output_dist", f"must be one of {OUTPUT_DISTS}, got {self.output_dist!r}")
         if self.kind == "poisson" and not (self.rate > 0 and math.isfinite(self.rate)):
             raise ConfigError("rate", f"a poisson workload needs an arrival rate > 0 (requests/s), got {self.rate!r}")
+        if self.kind == "arrivals":
+            a = np.asarray(self.arrival_ms, dtype=float)
+            if a.size != self.num_requests or (a.size and (a[0] < 0 or np.any(np.diff(a) < 0))):
+                raise ConfigError("arrival_ms", f"needs num_requests = {self.num_requests} sorted times >= 0 (ms)")
 
     def requests(self, rng: np.random.Generator) -> Requests:
         """Draw arrival times (ms, sorted), prompt and output lengths (tokens) of every request."""
         n = self.num_requests
         if self.kind == "fixed":
             arrival = np.zeros(n)
+        elif self.kind == "arrivals":
+            arrival = np.asarray(self.arrival_ms, dtype=float)
         else:
             arrival = np.cumsum(rng.exponential(1e3 / self.rate, size=n))
         return Requests(arrival, np.full(n, self.prompt_tokens, dtype=int), self._output_lengths(rng))
@@ -67,7 +76,9 @@ class Workload:
         return rng.geometric(1.0 / m, size=n)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        d = asdict(self)
+        d["arrival_ms"] = list(self.arrival_ms)
+        return d
 
 
 @dataclass(frozen=True)
@@ -92,6 +103,13 @@ def poisson(rate: float, num_requests: int, max_batch: int, output_tokens: int =
             output_dist: str = "fixed") -> Workload:
     """A Poisson stream of `num_requests` requests at `rate` req/s, batched continuously up to `max_batch`."""
     return Workload("poisson", num_requests, max_batch, rate, output_tokens, output_dist, prompt_tokens)
+
+
+def arrivals(arrival_ms, max_batch: int, output_tokens: int = 512, prompt_tokens: int = 128,
+             output_dist: str = "fixed") -> Workload:
+    """Requests at the given arrival times (ms), batched continuously up to `max_batch`."""
+    times = tuple(float(t) for t in arrival_ms)
+    return Workload("arrivals", len(times), max_batch, 0.0, output_tokens, output_dist, prompt_tokens, times)
 
 
 def prefill_ms(latency: LatencyModel, prompt_tokens: int) -> float:
