@@ -12,8 +12,9 @@ LatencyModel at that row count, precomputed per batch size in RoundLatency):
 The request is a rendezvous (a blocking send): the draft serves it once its previous speculation is
 done, so an SSD round lasts transfer + lookup + [backup] + max(T_v, T_p), the round model of predict.py.
 Backups: jit redrafts K tokens for the rows that missed (plan.jit_redraft = "rows") or for the whole
-batch ("batch"); fast returns random tokens after fast_backup_ms (they are never accepted); adaptive
-picks by the active batch size (plan.backup_for(b)). Several draft devices split the branch rows (each
+batch ("batch"; either way a row's next cache follows its own lookup, as in predict.py); fast returns
+random tokens after fast_backup_ms (never accepted); adaptive picks by the active batch size
+(plan.backup_for(b)). transfer_ms is split evenly between the request and the reply. Several draft devices split the branch rows (each
 runs the glue for the whole batch); device 0 also runs lookups and backups. Prefill of newly admitted
 requests (a target forward over their prompts) blocks the target; in SSD the draft prefills the same
 prompts on its own device, and a new sequence's first round always misses.
