@@ -136,13 +136,24 @@ def _override(fixed: Knobs, flags: Knobs, args) -> Knobs:
     return Knobs(**d)
 
 
-def _simulate(profile: Profile, result: PlanResult, args) -> dict | None:
-    try:
-        from .rerank import rerank
-    except ImportError:  # the simulator is optional for planning
-        print(f"{PROG}: warning: the simulator is not available; --simulate ignored", file=sys.stderr)
-        return None
-    return rerank(profile, result, tokens=args.simulate, seed=args.seed)
+def _simulate(profile: Profile, result: PlanResult, args) -> dict:
+    """Re-rank the analytic candidates with the simulator; the simulated winner becomes the plan."""
+    from .rerank import rerank
+
+    rr = rerank(profile, result, tokens=args.simulate, seed=args.seed)
+    if rr.changed:
+        result.plan, result.ssd = rr.plan, rr.ranked[0][1]
+        result.binding += " (for the analytic pick; the simulator preferred another candidate)"
+    m = rr.metrics
+    return {
+        "tokens_per_sequence": args.simulate, "seed": args.seed, "changed_plan": rr.changed,
+        "ssd_tok_s": m.per_seq_tok_s, "ssd_total_tok_s": m.total_tok_s, "ssd_tok_s_per_device": m.tok_s_per_device,
+        "p_hit": m.hit_rate, "mean_accept_len": m.mean_accept_len,
+        "ar_tok_s": rr.baselines["ar"].per_seq_tok_s, "sd_tok_s": rr.baselines["sd"].per_seq_tok_s,
+        "candidates": [{"num_speculative_tokens": p.K, "fan_out": list(p.fan_out), "saguaro_c": p.saguaro_c,
+                        "backup": p.backup_for(p.batch_size), "analytic_tok_s": pred.per_seq_tok_s,
+                        "simulated_tok_s": sm.per_seq_tok_s} for p, pred, sm in rr.ranked],
+    }
 
 
 def build_report(profile: Profile, result: PlanResult, simulated: dict | None = None, source: dict | None = None) -> dict:
@@ -229,7 +240,9 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
               f"per sequence, using {s.devices} devices vs {result.sd.devices})")
     if "simulated" in report:
         sim = report["simulated"]
-        con.print(f"simulated: {sim.get('summary', sim)}")
+        con.print(f"simulated ({sim['tokens_per_sequence']} tokens/sequence, seed {sim['seed']}): "
+                  f"AR {sim['ar_tok_s']:.2f}, SD {sim['sd_tok_s']:.2f}, SSD {sim['ssd_tok_s']:.2f} tok/s per sequence, "
+                  f"hit rate {sim['p_hit']:.3f}" + ("; re-ranking changed the plan" if sim["changed_plan"] else ""))
     con.print(f"ssd-engine: {report['engine_flags']['ssd-engine']['command']}")
     for note in report["engine_flags"]["ssd-engine"]["notes"]:
         con.print(f"  note: {note}")

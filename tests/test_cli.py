@@ -105,3 +105,12 @@ def test_console_script_runs_and_help_documents_units():
     assert "tokens" in res.stdout and "sequences" in res.stdout
     bad = subprocess.run([sys.executable, "-m", "ssd_sim.cli", "--preset", "x"], capture_output=True, text=True)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_simulate_reports_simulated_numbers_close_to_analytic(capsys):
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "-b", "4", "--simulate", "5000", "--json")
+    rep = json.loads(out)
+    sim = rep["simulated"]
+    assert sim["tokens_per_sequence"] == 5000 and len(sim["candidates"]) >= 2
+    assert sim["ar_tok_s"] == pytest.approx(rep["predicted"]["ar_tok_s"], rel=1e-6)
+    assert sim["ssd_tok_s"] == pytest.approx(rep["predicted"]["ssd_tok_s"], rel=0.05)
