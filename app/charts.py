@@ -67,16 +67,27 @@ def hit_vs_budget(budgets: Sequence[int], optimal: Sequence[float], uniform_budg
 
 def speedup_heatmap(acceptances: Sequence[float], ratios: Sequence[float], z, baseline: str = "AR",
                     marker: tuple[float, float] | None = None) -> go.Figure:
-    """Speedup heatmap over acceptance rate (rows) x draft/target latency ratio (columns)."""
+    """Speedup heatmap over acceptance rate (rows) x draft/target latency ratio (columns).
+
+    Colours: red below 1x (slower than the baseline), white at 1x, blue above.
+    """
     z = [[float(v) for v in row] for row in z]
+    top = max(max(max(row) for row in z), 1.01)
+    low = min(min(min(row) for row in z), 0.99)
+    mid = (1.0 - low) / (top - low)
+    scale = [[0.0, "#b2182b"], [mid, "#f7f7f7"], [1.0, "#2166ac"]]
+    xs, ys = [f"{r:.3g}" for r in ratios], [f"{a:.2f}" for a in acceptances]
     fig = go.Figure(go.Heatmap(
-        x=[f"{r:.3g}" for r in ratios], y=[f"{a:.2f}" for a in acceptances], z=z, colorscale="RdBu",
-        zmid=1.0, text=[[f"{v:.2f}" for v in row] for row in z], texttemplate="%{text}",
-        colorbar={"title": f"x {baseline}"},
+        x=xs, y=ys, z=z, colorscale=scale, zmin=low, zmax=top, text=[[f"{v:.2f}" for v in row] for row in z],
+        texttemplate="%{text}", textfont={"size": 11}, colorbar={"title": {"text": f"x {baseline}"}},
         hovertemplate="acceptance %{y}<br>ratio %{x}<br>speedup %{z:.2f}x<extra></extra>"))
     if marker:
-        fig.add_annotation(x=f"{_nearest(ratios, marker[1]):.3g}", y=f"{_nearest(acceptances, marker[0]):.2f}",
-                           text="you", showarrow=True, arrowcolor="black")
+        fig.add_scatter(x=[f"{_nearest(ratios, marker[1]):.3g}"], y=[f"{_nearest(acceptances, marker[0]):.2f}"],
+                        mode="markers", marker={"symbol": "circle-open", "size": 26, "color": "black",
+                                                "line": {"width": 2}}, name="this profile", showlegend=False,
+                        hoverinfo="skip")
+    fig.update_xaxes(type="category", categoryorder="array", categoryarray=xs)
+    fig.update_yaxes(type="category", categoryorder="array", categoryarray=ys)
     return _layout(fig, f"SSD speedup over {baseline} (this plan)", "draft / target latency ratio",
                    "acceptance rate")
 
@@ -87,15 +98,20 @@ def _nearest(values: Sequence[float], v: float) -> float:
 
 def backup_crossover(batch_sizes: Sequence[int], jit: Sequence[float], fast: Sequence[float], b_star: float,
                      current: int | None = None) -> go.Figure:
-    """SSD tok/s per sequence with the neural (jit) and the fast backup over batch size, with b*."""
+    """SSD tok/s per sequence with the neural (jit) and the fast backup over batch size, with b*.
+
+    The b* and current-batch markers are line traces (vline annotations misplace on log axes)."""
     fig = go.Figure()
     fig.add_scatter(name="jit (neural) backup", x=list(batch_sizes), y=list(jit), mode="lines+markers")
     fig.add_scatter(name="fast (random) backup", x=list(batch_sizes), y=list(fast), mode="lines+markers")
+    ys = [v for v in (*jit, *fast) if v is not None and math.isfinite(v)]
+    lo, hi = (min(ys), max(ys)) if ys else (0.0, 1.0)
     if math.isfinite(b_star):
-        fig.add_vline(x=b_star, line_dash="dash", annotation_text=f"b* = {b_star:g}")
+        fig.add_scatter(name=f"b* = {b_star:g}", x=[b_star, b_star], y=[lo, hi], mode="lines",
+                        line={"dash": "dash", "color": "black"})
     if current:
-        fig.add_vline(x=current, line_color="#d62728", line_dash="dot", annotation_text=f"b = {current}",
-                      annotation_position="bottom left")
+        fig.add_scatter(name=f"this batch: {current}", x=[current, current], y=[lo, hi], mode="lines",
+                        line={"dash": "dot", "color": "#d62728"})
     fig.update_xaxes(type="log")
     return _layout(fig, "backup crossover over batch size", "batch size (sequences)", "tok/s per sequence")
 

@@ -66,7 +66,8 @@ def main() -> None:
         except ConfigError as e:
             st.sidebar.error(str(e))
     here = Path(__file__).resolve().parent
-    pages = [st.Page(str(here / path), title=title, icon=icon, default=(i == 0))
+    pages = [st.Page(str(here / path), title=title, icon=icon, default=(i == 0),
+                     url_path=None if i == 0 else Path(path).stem)
              for i, (path, title, icon) in enumerate(PAGES)]
     st.navigation(pages).run()
 

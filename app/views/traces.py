@@ -33,6 +33,9 @@ def parse_upload(name: str, data: bytes) -> Trace:
 
 def choose_trace() -> Trace | None:
     files = trace_files()
+    linked = st.query_params.get("trace")  # deep link: ?trace=NAME.jsonl
+    if linked in files and "tr_file" not in st.session_state:
+        st.session_state["tr_file"] = linked
     c1, c2 = st.columns(2)
     picked = c1.selectbox("trace in traces/", [NONE, *files], key="tr_file",
                           help=f"JSONL traces found under {state.traces_dir()}")

@@ -102,7 +102,8 @@ def metrics_row(res, sim_rates: dict | None) -> None:
             row["simulated tok/s per seq"] = round(sim_rates[p.mode], 2) if p.mode in sim_rates else None
         rows.append(row)
     st.dataframe(rows, hide_index=True, width="stretch")
-    st.caption(f"binding: {res.binding}. SSD: E_hit {ssd.e_hit:.2f}, E_miss {ssd.e_miss:.2f} tokens; "
+    st.caption(f"cache budget {res.plan.budget} guesses per sequence; the draft finishes up to {res.budget_fit} "
+               f"inside one verify at b = {res.plan.batch_size}. SSD: E_hit {ssd.e_hit:.2f}, E_miss {ssd.e_miss:.2f} tokens; "
                f"T_v {ssd.verify_ms:.2f} ms, T_p {ssd.draft_ms:.2f} ms, backup ({ssd.backup}) {ssd.backup_ms:.2f} ms")
 
 
@@ -121,6 +122,8 @@ def simulate_button(sc, res) -> dict | None:
 
 
 def charts_grid(sc, res, sim_rates) -> None:
+    """The charts, cheapest first: Streamlit streams them in order, so the heatmap (the one view whose
+    first computation at T > 0 and C < 1 takes ~0.3 s: a Saguaro response per acceptance row) comes last."""
     key = compute.key_of(sc.profile, sc.plan)
     left, right = st.columns(2)
     left.plotly_chart(charts.tok_s_bars({"ar": res.ar.per_seq_tok_s, "sd": res.sd.per_seq_tok_s,
@@ -132,23 +135,24 @@ def charts_grid(sc, res, sim_rates) -> None:
     hv = compute.hit_vs_budget(key, sc.profile, sc.plan, 128)
     left.plotly_chart(charts.hit_vs_budget(hv["budgets"], hv["optimal"], hv["uniform_budgets"], hv["uniform"],
                                            sc.plan.budget, hv["fits"]), key="ch_budget")
-    base = right.radio("heatmap baseline", ["ar", "sd"], horizontal=True, key=P + "hm_base",
-                       format_func=lambda b: "autoregressive" if b == "ar" else "SD at the plan's K")
-    z = compute.heatmap(key, sc.profile, sc.plan, base)
-    vals = profile_values(sc.profile, sc.plan.temperature, sc.plan.K)
-    right.plotly_chart(charts.speedup_heatmap(compute.HEATMAP_ACCEPTANCES, compute.HEATMAP_RATIOS, z, base.upper(),
-                                              (vals["acceptance"], vals["draft_latency_ratio"])), key="ch_heat")
     cx = compute.crossover(key, sc.profile, sc.plan)
+    right.plotly_chart(charts.backup_crossover(cx["batch_sizes"], cx["jit"], cx["fast"], cx["b_star"],
+                                               sc.plan.batch_size), key="ch_backup")
     left, right = st.columns(2)
-    left.plotly_chart(charts.backup_crossover(cx["batch_sizes"], cx["jit"], cx["fast"], cx["b_star"],
-                                              sc.plan.batch_size), key="ch_backup")
     right.markdown(
         f"**Plan**: K={sc.plan.K}, fan_out={list(sc.plan.fan_out)}, fan_out_miss={list(sc.plan.fan_out_miss)}, "
         f"saguaro_c={sc.plan.saguaro_c:g}, backup={sc.plan.backup}"
         + (f" (b*={sc.plan.backup_threshold:g})" if sc.plan.backup == "adaptive" else "")
         + f"\n\n**b\\*** = {_fmt_b(cx['b_star'])} (closed form, latencies at b=1: {cx['b_star_closed_form']:.2f}). "
-        "The heatmap keeps this plan's K, fan-out, C and backup and varies the acceptance rate and the "
-        "draft/target latency ratio. Open **Plan** for the plan file and engine flags.")
+        "The heatmap keeps this plan's K, fan-out, C and backup and varies the acceptance rate α (plain "
+        "sampling; Saguaro C moves it as in the profile) and the draft/target latency ratio. "
+        "Open **Plan** for the plan file and engine flags.")
+    base = right.radio("heatmap baseline", ["ar", "sd"], horizontal=True, key=P + "hm_base",
+                       format_func=lambda b: "autoregressive" if b == "ar" else "SD at the plan's K")
+    z = compute.heatmap(key, sc.profile, sc.plan, base)
+    vals = profile_values(sc.profile, sc.plan.temperature, sc.plan.K)
+    left.plotly_chart(charts.speedup_heatmap(compute.HEATMAP_ACCEPTANCES, compute.HEATMAP_RATIOS, z, base.upper(),
+                                             (vals["acceptance"], vals["draft_latency_ratio"])), key="ch_heat")
 
 
 def _fmt_b(b: float) -> str:
