@@ -77,6 +77,7 @@ class Session:
                                  daemon=True, name="ssd-target")
         self.dproc = ctx.Process(target=draft_worker, args=(draft, port, backend, pin_d), daemon=True,
                                  name="ssd-draft") if draft else None
+        self.draft_failed = False  # a job saw the draft die or hang: close() kills it instead of waiting
         self.tproc.start()
         if self.dproc:
             self.dproc.start()
@@ -99,6 +100,7 @@ class Session:
                 if on_progress:
                     on_progress(payload)
             elif kind == "result":
+                self.draft_failed |= bool(payload.faults)
                 return payload
             else:
                 self._raise(kind, payload)
@@ -109,6 +111,8 @@ class Session:
                 self.conn.send(("stop", None))
             except (BrokenPipeError, OSError):
                 pass
+        if self.dproc is not None and self.draft_failed and self.dproc.is_alive():
+            self.dproc.kill()
         for proc in (self.tproc, self.dproc):
             if proc is None:
                 continue

@@ -1,0 +1,85 @@
+"""Shared pieces of the ssd_runtime tests: tiny model pairs, references computed without the runtime, the
+chi-square test of sampled continuations against the target's exact distribution."""
+
+from __future__ import annotations
+
+import itertools
+from collections import Counter
+
+import torch
+from scipy.stats import chisquare
+
+from ssd_runtime.models import ModelSpec, tiny_model
+
+ALPHA = 1e-3  # significance level of every goodness-of-fit test in the runtime suite
+
+# Greedy pair: vocab 96; the draft is the target plus N(0, 0.02^2) noise on every weight, so it agrees often but
+# not always (all of k = 0..K occur, and cache hits and misses both occur).
+TARGET = {"vocab": 96, "seed": 3, "hidden": 32, "init_std": 0.5}
+DRAFT = {**TARGET, "noise": 0.02}
+# Sampling pair: vocab 8 so the distribution of whole continuations can be enumerated exactly.
+SMALL_TARGET = {"vocab": 8, "seed": 11, "hidden": 32, "init_std": 0.3}
+SMALL_DRAFT = {**SMALL_TARGET, "noise": 0.05}
+
+
+def spec(kwargs: dict) -> ModelSpec:
+    return ModelSpec.tiny_spec(**kwargs)
+
+
+def make_prompts(lengths: list[int], vocab: int, seed: int = 0) -> list[list[int]]:
+    g = torch.Generator().manual_seed(seed)
+    return [torch.randint(0, vocab, (n,), generator=g).tolist() for n in lengths]
+
+
+@torch.no_grad()
+def reference_greedy(model, prompt: list[int], n: int) -> tuple[list[int], float]:
+    """Greedy continuation by full recomputation (no KV cache), and the smallest top-1 / top-2 logit gap on
+    the way (a large gap means float noise cannot flip any argmax, so token-exact comparisons are fair)."""
+    seq, gap = list(prompt), float("inf")
+    for _ in range(n):
+        logits = model(input_ids=torch.tensor([seq])).logits[0, -1]
+        top2 = torch.topk(logits, 2).values
+        gap = min(gap, float(top2[0] - top2[1]))
+        seq.append(int(logits.argmax()))
+    return seq[len(prompt):], gap
+
+
+@torch.no_grad()
+def exact_continuations(model, prompt: list[int], n: int, temperature: float) -> dict[tuple[int, ...], float]:
+    """P(x_1..x_n | prompt) under the model at this temperature, for every continuation (vocab^n of them)."""
+    V = model.config.vocab_size
+    prefixes = [tuple()] + [c for m in range(1, n) for c in itertools.product(range(V), repeat=m)]
+    cond = {}
+    for m in range(n):
+        batch = [c for c in prefixes if len(c) == m]
+        x = torch.tensor([prompt + list(c) for c in batch])
+        probs = torch.softmax(model(input_ids=x).logits[:, -1].double() / temperature, dim=-1)
+        cond.update({c: probs[i] for i, c in enumerate(batch)})
+    out = {}
+    for c in itertools.product(range(V), repeat=n):
+        p = 1.0
+        for m in range(n):
+            p *= float(cond[c[:m]][c[m]])
+        out[c] = p
+    return out
+
+
+def continuation_pvalue(samples: list[tuple[int, ...]], exact: dict[tuple[int, ...], float],
+                        min_expected: float = 5.0) -> float:
+    """Chi-square goodness of fit of sampled continuations to the exact distribution; cells expected fewer than
+    min_expected times are pooled into one cell."""
+    n = len(samples)
+    counts = Counter(samples)
+    big = [c for c, p in exact.items() if p * n >= min_expected]
+    obs = [counts.get(c, 0) for c in big]
+    exp = [exact[c] * n for c in big]
+    rest_obs, rest_exp = n - sum(obs), n - sum(exp)
+    if rest_exp > 0:
+        obs.append(rest_obs)
+        exp.append(rest_exp)
+    scale = sum(obs) / sum(exp)
+    return float(chisquare(obs, [e * scale for e in exp]).pvalue)
+
+
+def target_model(kwargs: dict):
+    return tiny_model(**kwargs)
