@@ -175,26 +175,44 @@ def _nan(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
+DRAFT_DEVICE_PHASES = ("draft_lookup", "draft_backup", "draft_glue", "draft_branch")
+
+
 def stacked_phases(x: Sequence[int], phases: dict[str, Sequence[float]]) -> go.Figure:
-    """Per-round ms of each phase, stacked (phases that are always zero are left out)."""
-    fig = go.Figure()
+    """Per-round ms of each phase, stacked: the target's phases on top, the draft device's below (they
+    overlap in time). Phases that are always zero are left out."""
+    from plotly.subplots import make_subplots
+
+    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("target device", "draft device"))
     for name, y in phases.items():
         if any(v for v in y):
-            fig.add_bar(name=name, x=list(x), y=list(y), marker_color=PHASE_COLORS.get(name.removeprefix("draft_")))
+            row = 2 if name in DRAFT_DEVICE_PHASES else 1
+            fig.add_bar(name=name, x=list(x), y=list(y), row=row, col=1,
+                        marker_color=PHASE_COLORS.get(name.removeprefix("draft_").removeprefix("target_")))
     fig.update_layout(barmode="stack", bargap=0)
-    return _layout(fig, "phase timings per round", "round", "ms")
+    fig.update_yaxes(title_text="ms")
+    fig.update_xaxes(title_text="round", row=2, col=1)
+    return _layout(fig, "phase timings per round", "", "ms", height=420)
 
 
-def predicted_vs_measured(rows: Sequence[tuple[str, float | None, float | None]]) -> go.Figure:
-    """Grouped bars, one group per metric, predicted beside measured, each metric relative to predicted."""
-    names = [r[0] for r in rows]
-    rel = [(m / p) if (p and m is not None) else None for _, p, m in rows]
+def predicted_vs_measured(rows: Sequence[tuple]) -> go.Figure:
+    """Grouped bars per metric: predicted (height 1), measured and, where given, simulated, each
+    relative to predicted. rows: (name, predicted, measured[, simulated])."""
+    names = [r[0].replace(" (", "<br>(") for r in rows]
+
+    def rel(i: int) -> list[float | None]:
+        return [(r[i] / r[1]) if (r[1] and len(r) > i and r[i] is not None) else None for r in rows]
+
     fig = go.Figure()
     fig.add_bar(name="predicted", x=names, y=[1.0] * len(rows), marker_color="#aaaaaa",
-                text=[_fmt(p) for _, p, _ in rows])
-    fig.add_bar(name="measured", x=names, y=rel, marker_color="#d62728", text=[_fmt(m) for _, _, m in rows])
+                text=[_fmt(r[1]) for r in rows])
+    fig.add_bar(name="measured", x=names, y=rel(2), marker_color="#d62728", text=[_fmt(r[2]) for r in rows])
+    if any(len(r) > 3 and r[3] is not None for r in rows):
+        fig.add_bar(name="simulated", x=names, y=rel(3), marker_color="#1f77b4",
+                    text=[_fmt(r[3] if len(r) > 3 else None) for r in rows])
     fig.update_layout(barmode="group")
-    return _layout(fig, "predicted vs measured (bar height relative to predicted)", "", "measured / predicted")
+    return _layout(fig, "relative to predicted", "", "x predicted")
 
 
 def _fmt(v: float | None) -> str:

@@ -6,7 +6,7 @@
 
 from __future__ import annotations
 
-import subprocess
+import os
 import sys
 from importlib.util import find_spec
 from pathlib import Path
@@ -27,10 +27,9 @@ def main(argv: list[str] | None = None) -> int:
     if find_spec("streamlit") is None:
         print("ssd-dashboard: error: streamlit is not installed; run `pip install -e '.[app]'`", file=sys.stderr)
         return 2
-    try:
-        return subprocess.call(command(args))
-    except KeyboardInterrupt:
-        return 130
+    cmd = command(args)
+    os.execv(cmd[0], cmd)  # become streamlit: signals (Ctrl-C, SIGTERM) reach it directly
+    return 0  # not reached
 
 
 if __name__ == "__main__":

@@ -54,3 +54,15 @@ def rates(profile: Profile, plan: Plan, sd_K: int, tokens: int = TOKENS) -> dict
     from app.compute import key_of
 
     return _rates(key_of(profile, plan, sd_K=sd_K, tokens=tokens), profile, plan, sd_K, tokens)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def _trace_run(key: str, _profile: Profile, _plan: Plan, tokens: int) -> dict:
+    return run(_profile, _plan, _plan.mode, tokens).metrics.to_dict()
+
+
+def trace_run(profile: Profile, plan: Plan, tokens: int) -> dict:
+    """SimMetrics (as a dict) of simulating a trace's plan (its mode and batch) for `tokens` per sequence."""
+    from app.compute import key_of
+
+    return _trace_run(key_of(profile, plan, tokens=tokens), profile, plan, tokens)

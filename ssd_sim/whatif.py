@@ -275,26 +275,33 @@ def trace_series(trace: Trace, window: int = 20) -> dict:
             "rolling_hit_rate": rolling.tolist(), "phase_ms": phases}
 
 
-def predicted_vs_measured(profile: Profile, trace: Trace) -> dict:
+def trace_plan(trace: Trace) -> Plan:
+    """The plan a trace ran: the header's plan with the trace's batch size and mode."""
+    plan = Plan.from_dict(trace.plan)
+    return plan.replace(batch_size=int(trace.header.get("batch_size", plan.batch_size)), mode=trace.mode)
+
+
+def predicted_vs_measured(profile: Profile, trace: Trace, simulated: dict | None = None) -> dict:
     """Measured metrics of a trace beside the analytic prediction for its plan on `profile`.
 
-    Returns {"metrics": TraceMetrics dict, "prediction": Prediction dict, "rows": [(name, predicted,
-    measured)]} with rows for decode tok/s (all sequences), mean acceptance length and SSD hit rate.
+    `simulated`: optional SimMetrics.to_dict() of a simulated run of the same plan. Returns
+    {"metrics": TraceMetrics dict, "prediction": Prediction dict, "rows": [(name, predicted, measured,
+    simulated or None)]} with rows for decode tok/s (all sequences), mean acceptance length (tokens,
+    bonus included) and, in SSD mode, the cache hit rate.
     """
-    plan = Plan.from_dict(trace.plan)
-    b = int(trace.header.get("batch_size", plan.batch_size))
-    mode = trace.mode
-    if mode == "ar":
-        pred = predict_ar(profile, b)
-    elif mode == "sd":
-        pred = predict_sd(profile, b, plan.K, plan.temperature)
+    plan = trace_plan(trace)
+    if trace.mode == "ar":
+        pred = predict_ar(profile, plan.batch_size)
+    elif trace.mode == "sd":
+        pred = predict_sd(profile, plan.batch_size, plan.K, plan.temperature)
     else:
-        pred = predict_ssd(profile, plan.replace(batch_size=b))
+        pred = predict_ssd(profile, plan)
     m = summarize(trace)
-    rows = [("tok/s (all sequences)", pred.total_tok_s, m.tok_s),
-            ("mean acceptance length (tokens)", pred.tokens_per_round, m.mean_accept_len)]
-    if mode == "ssd":
-        rows.append(("cache hit rate", pred.p_hit, m.hit_rate))
+    sim = simulated or {}
+    rows = [("tok/s (all sequences)", pred.total_tok_s, m.tok_s, sim.get("total_tok_s")),
+            ("mean acceptance length (tokens)", pred.tokens_per_round, m.mean_accept_len, sim.get("mean_accept_len"))]
+    if trace.mode == "ssd":
+        rows.append(("cache hit rate", pred.p_hit, m.hit_rate, sim.get("hit_rate")))
     return {"metrics": m.to_dict(), "prediction": pred.to_dict(), "rows": rows}
 
 

@@ -44,7 +44,9 @@ def test_series_and_phases_drop_nan_and_zero():
     fig = charts.series([0, 1], {"a": [float("nan"), 0.5]}, "t", "x", "y", (0, 1))
     assert list(fig.data[0].y) == [None, 0.5]
     fig = charts.stacked_phases([0, 1], {"verify": [1.0, 1.0], "draft_sd": [0.0, 0.0]})
-    assert [t.name for t in fig.data] == ["verify"]
+    assert [t.name for t in fig.data] == ["verify"] and fig.data[0].yaxis == "y"
+    fig = charts.stacked_phases([0], {"verify": [1.0], "draft_glue": [2.0]})
+    assert [t.yaxis for t in fig.data] == ["y", "y2"]
 
 
 def test_predicted_vs_measured_relative_heights():

@@ -14,7 +14,7 @@ from trace_samples import write_trace  # noqa: E402
 
 from ssd_sim import whatif  # noqa: E402
 from ssd_sim.planner import make_plan  # noqa: E402
-from ssd_sim.presets import get_preset  # noqa: E402
+from ssd_sim.presets import get_preset, list_presets  # noqa: E402
 from ssd_sim.trace import read_trace  # noqa: E402
 
 DASHBOARD = Path(__file__).resolve().parent.parent / "app" / "dashboard.py"
@@ -60,6 +60,16 @@ def test_every_page_renders(at):
         at.switch_page(page).run()
         ok(at)
     assert at.title[0].value == "Plan"
+
+
+@pytest.mark.parametrize("preset", sorted(set(list_presets()) - {LLAMA}))
+def test_every_preset_renders_every_page_at_t1(at, preset):
+    at.selectbox(key="profile_choice").set_value(preset).run()
+    at.slider(key="wi_T").set_value(1.0).run()
+    ok(at)
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        ok(at)
 
 
 def test_whatif_defaults_are_the_optimised_plan(at):
@@ -200,6 +210,23 @@ def test_traces_page(at, traces):
     at.slider(key="tr_window").set_value(5).run()
     at.selectbox(key="tr_file").set_value("sub/sd-run.jsonl").run()
     ok(at)
+    assert at.dataframe[0].value["metric"].tolist() == ["tok/s (all sequences)", "mean acceptance length (tokens)"]
+
+
+def test_traces_page_simulates_the_run(at, traces):
+    pytest.importorskip("ssd_sim.des")
+    from app import sim
+
+    at.switch_page("views/traces.py").run()
+    at.selectbox(key="tr_file").set_value("ssd-run.jsonl").run()
+    at.checkbox(key="tr_sim").check().run()
+    ok(at)
+    trace = read_trace(traces / "ssd-run.jsonl")
+    plan = whatif.trace_plan(trace)
+    tokens = sum(s["committed"] for r in trace.rounds for s in r["seqs"]) // plan.batch_size
+    m = sim.run(get_preset(LLAMA), plan, "ssd", tokens).metrics
+    table = at.dataframe[0].value
+    assert list(table["simulated"]) == pytest.approx([m.total_tok_s, m.mean_accept_len, m.hit_rate])
 
 
 @pytest.mark.parametrize("content,needle", [

@@ -167,8 +167,12 @@ def test_trace_series_and_predicted_vs_measured(tmp_path, prof):
     names = [row[0] for row in pvm["rows"]]
     assert names[-1] == "cache hit rate"
     assert pvm["rows"][0][2] == m.tok_s and pvm["rows"][2][2] == m.hit_rate
-    plan = trace.header["plan"]
-    assert pvm["prediction"]["per_seq_tok_s"] == predict_ssd(prof, whatif.Plan.from_dict(plan)).per_seq_tok_s
+    plan = whatif.Plan.from_dict(trace.header["plan"])
+    assert whatif.trace_plan(trace) == plan.replace(batch_size=2, mode="ssd")
+    assert pvm["prediction"]["per_seq_tok_s"] == predict_ssd(prof, plan).per_seq_tok_s
+    assert [row[3] for row in pvm["rows"]] == [None] * 3
+    sim = whatif.predicted_vs_measured(prof, trace, {"total_tok_s": 9.0, "mean_accept_len": 2.0, "hit_rate": 0.5})
+    assert [row[3] for row in sim["rows"]] == [9.0, 2.0, 0.5]
 
 
 def test_timeline_rounds_marks_backup_rounds_as_misses():

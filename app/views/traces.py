@@ -5,11 +5,11 @@ from __future__ import annotations
 
 import streamlit as st
 
-from app import charts, state
+from app import charts, sim, state
 from ssd_sim.errors import ConfigError
 from ssd_sim.profile import Profile
 from ssd_sim.trace import PHASES, Trace, parse_trace, read_trace
-from ssd_sim.whatif import predicted_vs_measured, trace_series
+from ssd_sim.whatif import predicted_vs_measured, trace_plan, trace_series
 
 NONE = "(choose a trace)"
 
@@ -63,7 +63,8 @@ def header_box(trace: Trace) -> None:
         st.json(h, expanded=1)
 
 
-def charts_of(trace: Trace, profile: Profile) -> None:
+def charts_of(trace: Trace) -> None:
+    """Per-round acceptance, hit rate over time and phase timings of the trace."""
     window = st.slider("rolling window (rounds)", 1, 200, 20, key="tr_window",
                        help="rounds averaged for the rolling hit rate")
     s = trace_series(trace, window)
@@ -79,17 +80,36 @@ def charts_of(trace: Trace, profile: Profile) -> None:
         right.info(f"no cache hits in {trace.mode.upper()} mode")
     phases = {ph: s["phase_ms"][ph] for ph in PHASES if ph != "round"}
     st.plotly_chart(charts.stacked_phases(s["round"], phases), key="ch_tr_phase")
+
+
+def compare(trace: Trace, profile: Profile) -> None:
+    """Predicted (analytic, and simulated on request) vs measured for the trace's plan on the profile."""
     try:
-        pvm = predicted_vs_measured(profile, trace)
+        plan = trace_plan(trace)
     except ConfigError as e:
         st.error(f"cannot predict this run: {e}")
         return
+    simulated = simulate_trace(trace, profile, plan)
+    pvm = predicted_vs_measured(profile, trace, simulated)
     st.subheader(f"predicted ({profile.name}) vs measured")
     left, right = st.columns(2)
     left.plotly_chart(charts.predicted_vs_measured(pvm["rows"]), key="ch_tr_pvm")
-    right.dataframe([{"metric": n, "predicted": p, "measured": m,
+    right.dataframe([{"metric": n, "predicted": p, "measured": m, "simulated": s,
                       "measured / predicted": (m / p) if (p and m is not None) else None}
-                     for n, p, m in pvm["rows"]], hide_index=True, width="stretch")
+                     for n, p, m, s in pvm["rows"]], hide_index=True, width="stretch")
+
+
+def simulate_trace(trace: Trace, profile: Profile, plan) -> dict | None:
+    """The simulator's metrics for the trace's plan, when asked for (checkbox) and available."""
+    if not sim.available():
+        st.caption(f"simulator not available ({sim.missing_reason()})")
+        return None
+    if not st.checkbox("also simulate this run (discrete-event, seed 0)", key="tr_sim",
+                       help="simulate the trace's plan, mode and batch on the profile, same tokens per sequence"):
+        return None
+    tokens = max(sum(s["committed"] for r in trace.rounds for s in r["seqs"]) // max(plan.batch_size, 1), 16)
+    with st.spinner("simulating..."):
+        return sim.trace_run(profile, plan, tokens)
 
 
 def render() -> None:
@@ -105,7 +125,8 @@ def render() -> None:
     if sc is None:
         st.warning("choose a valid profile in the sidebar for the predictions")
         return
-    charts_of(trace, sc.profile)
+    charts_of(trace)
+    compare(trace, sc.profile)
 
 
 render()
