@@ -265,3 +265,16 @@ def test_plan_page_matches_ssd_plan(at, tmp_path):
     (tmp_path / "plan.json").write_text(plan_file_text(rep))
     assert ssd_plan(["--preset", LLAMA, "--plan", str(tmp_path / "plan.json"), "-o", str(tmp_path / "o.json")]) == 0
     assert (tmp_path / "o.json").read_text() == plan_file_text(rep)
+
+
+def test_pages_without_the_simulator(at, monkeypatch):
+    from app import sim
+
+    monkeypatch.setattr(sim, "_import", lambda: (None, "No module named 'ssd_sim.des'"))
+    at.run()
+    ok(at)
+    assert any("simulator not available" in i.value for i in at.info)
+    assert "btn_simulate" not in [b.key for b in at.button]
+    at.switch_page("views/timeline.py").run()
+    ok(at)
+    assert any("not available" in i.value for i in at.info)
