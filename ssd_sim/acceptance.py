@@ -22,7 +22,7 @@ import numpy as np
 from .analytic import accept_count_pmf, expected_tokens_positional
 from .errors import ConfigError
 from .fanout import miss_curve
-from .saguaro import DOWNWEIGHT_SETS, outcome_stats
+from .saguaro import DOWNWEIGHT_SETS
 
 SOURCES = ("measured", "derived", "assumed", "calibrated")
 
@@ -219,16 +219,43 @@ def _synthetic_pair(sigma: float, temperature: float) -> tuple[np.ndarray, np.nd
     return p, q
 
 
-def _synthetic_stats(sigma: float, temperature: float, c: float, downweight: str) -> tuple[float, np.ndarray]:
-    """(mean acceptance, miss rate for F = 1..8) of the synthetic family."""
+def _saguaro_rows(q: np.ndarray, c: float, downweight: str, fs: np.ndarray) -> np.ndarray:
+    """Saguaro-rescaled synthetic drafts for each F in fs: [len(fs), contexts, vocab].
+
+    The draft's tokens are sorted by construction, so every top set is a prefix of the vocabulary.
+    """
+    n_down = fs[:, None, None] + (1 if downweight == "top_f_plus_1" else 0)
+    qs = np.where(np.arange(_VOCAB)[None, None, :] < n_down, c * q, q)
+    return qs / qs.sum(axis=-1, keepdims=True)
+
+
+def _synthetic_acceptance(sigma: float, temperature: float, c: float, downweight: str) -> float:
+    """Mean acceptance sum_x min(p, q_C) of the family (down-weighted set of F = 1)."""
     p, q = _synthetic_pair(sigma, temperature)
-    acc, misses = None, []
-    for f in _FANOUTS:
-        s = outcome_stats(p, q, int(f), c, downweight)
-        if acc is None:
-            acc = float(s.acceptance.mean())  # acceptance uses the F = 1 down-weighted set
-        misses.append(float(1.0 - s.p_hit_excluding_draft.mean()))
-    return acc, np.clip(np.array(misses), 1e-6, 1.0)
+    return float(np.minimum(p, _saguaro_rows(q, c, downweight, _FANOUTS[:1])[0]).sum(axis=-1).mean())
+
+
+def _synthetic_stats(sigma: float, temperature: float, c: float, downweight: str) -> tuple[float, np.ndarray]:
+    """(mean acceptance, miss rate for F = 1..8) of the synthetic family.
+
+    The same quantities as saguaro.outcome_stats (acceptance with the F = 1 set, the engine's hit
+    p_hit_excluding_draft for each F), vectorised over F.
+    """
+    p, q = _synthetic_pair(sigma, temperature)
+    qs = _saguaro_rows(q, c, downweight, _FANOUTS)  # [F, contexts, vocab]
+    excess = np.maximum(0.0, p - qs)
+    mass = excess.sum(axis=-1, keepdims=True)
+    cum = np.cumsum(np.where(mass > 0, excess / np.where(mass > 0, mass, 1.0), 0.0), axis=-1)
+    idx = np.broadcast_to((_FANOUTS - 1)[:, None, None], cum.shape[:2] + (1,))
+    in_f, in_f1 = np.take_along_axis(cum, idx, -1)[..., 0], np.take_along_axis(cum, idx + 1, -1)[..., 0]
+    # Rejecting s has joint probability max(0, q_C(s) - p(s)); the cache is top-F, or top-(F+1) minus s.
+    reject_at = np.maximum(0.0, qs - p)
+    w_all = reject_at.sum(axis=-1)
+    w_in = np.where(np.arange(_VOCAB) < _FANOUTS[:, None, None], reject_at, 0.0).sum(axis=-1)
+    with np.errstate(invalid="ignore", divide="ignore"):
+        hit = np.where(w_all > 0, ((w_all - w_in) * in_f + w_in * in_f1) / w_all, 0.0)
+    acc = float(np.minimum(p, qs[0]).sum(axis=-1).mean())
+    return acc, np.clip(1.0 - hit.mean(axis=-1), 1e-6, 1.0)
 
 
 def _power_law(misses: np.ndarray) -> tuple[float, float]:
@@ -248,8 +275,7 @@ def saguaro_response(
     from scipy.optimize import brentq
 
     def gap(sigma: float) -> float:
-        p, q = _synthetic_pair(sigma, temperature)
-        return float(outcome_stats(p, q, 1, c_from, downweight).acceptance.mean()) - acceptance
+        return _synthetic_acceptance(sigma, temperature, c_from, downweight) - acceptance
 
     lo_gap, hi_gap = gap(1e-3), gap(30.0)
     if lo_gap < 0:
