@@ -21,7 +21,7 @@ from ssd_sim.errors import ConfigError
 from ssd_sim.plan import MODES, load_plan, save_json_atomic
 
 from .fetch import MODELS, FetchError, fetch_all
-from .models import DTYPES, QUANTIZE, ModelSpec, resolve_path
+from .models import DTYPES, LINEAR, QUANTIZE, ModelSpec, linear_kernels, resolve_path
 from .prompts import PROMPT_SETS, encode, load_prompts, prompt_set
 
 PROG = "ssd-run"
@@ -47,6 +47,9 @@ def build_parser() -> OneLineParser:
                             f"{'never affects exactness' if role == 'draft' else 'changes the target itself'}")
         m.add_argument(f"--{role}-device", default="cpu", metavar="DEV",
                        help="cpu (pinned to its own core, one thread) or cuda:N")
+        m.add_argument(f"--{role}-linear", choices=LINEAR, default="auto",
+                       help="CPU float32 matmul kernels: onednn (prepacked weights; multi-token forwards cost "
+                            "little more than one token) or dense (torch default); auto = onednn where possible")
     w = p.add_argument_group("prompts and output")
     src = w.add_mutually_exclusive_group()
     src.add_argument("--prompts", metavar="FILE", help="JSONL, one {\"prompt\": text} or {\"prompt_ids\": [..]} per line")
@@ -119,18 +122,27 @@ def _prepare(args):
     plan = plan_from_args(args, base)
     mode = args.mode or (base.mode if base else "ssd")
     plan = plan.replace(mode=mode)
+    if plan.draft_devices != 1:
+        raise ConfigError("draft_devices", "ssd-run runs the draft on one device; use --draft-devices 1 "
+                                           "(more draft devices exist only in ssd-plan / ssd-sim)")
     devices = {role: _device(getattr(args, f"{role}_device"), f"{role}_device") for role in ("target", "draft")}
     tpath = resolve_path(args.target, "target")
     dpath = resolve_path(args.draft, "draft") if mode != "ar" else None
     if dpath is not None:
         _early_vocab_check(tpath, dpath)
     specs = {"target": ModelSpec(path=str(tpath), dtype=args.target_dtype, quantize=args.target_quantize,
-                                 device=devices["target"])}
+                                 device=devices["target"], linear=args.target_linear)}
     specs["draft"] = None if dpath is None else ModelSpec(
-        path=str(dpath), dtype=args.draft_dtype, quantize=args.draft_quantize, device=devices["draft"])
+        path=str(dpath), dtype=args.draft_dtype, quantize=args.draft_quantize, device=devices["draft"],
+        linear=args.draft_linear)
     for role, spec in specs.items():
         if spec and spec.quantize == "int8" and (spec.dtype != "float32" or spec.device != "cpu"):
             raise ConfigError(f"{role}_quantize", f"int8 needs --{role}-dtype float32 and --{role}-device cpu")
+        if spec:
+            try:
+                linear_kernels(spec)
+            except ConfigError as e:
+                raise ConfigError(f"{role}_linear", str(e).split(": ", 1)[-1]) from None
     prompts = load_prompts(args.prompts) if args.prompts else prompt_set(args.prompt_set or "code")
     if args.num_prompts:
         prompts = prompts[:args.num_prompts]

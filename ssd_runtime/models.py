@@ -20,6 +20,7 @@ from .fetch import MODELS, converted_dir, is_converted
 
 DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
 QUANTIZE = ("none", "int8")
+LINEAR = ("auto", "onednn", "dense")  # matmul kernels of nn.Linear on CPU float32 (see PackedLinear)
 
 
 @dataclass(frozen=True)
@@ -31,6 +32,7 @@ class ModelSpec:
     dtype: str = "float32"
     quantize: str = "none"
     device: str = "cpu"
+    linear: str = "auto"  # auto = onednn on a cpu device with float32 weights and no int8, else dense
 
     @classmethod
     def tiny_spec(cls, **kwargs) -> ModelSpec:
@@ -117,14 +119,21 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         path = resolve_path(str(spec.path), role)
         model, tokenizer = _load_hf(path, DTYPES[spec.dtype])
         source, eos = str(path), _eos_ids(model)
-    model = model.to(dtype=DTYPES[spec.dtype])
+    if spec.linear not in LINEAR:
+        raise ConfigError(f"{role}_linear", f"must be one of {LINEAR}, got {spec.linear!r}")
+    model = model.to(dtype=DTYPES[spec.dtype]).eval()
+    model.requires_grad_(False)
+    vocab = int(model.get_output_embeddings().weight.shape[0])
+    params = sum(p.numel() for p in model.parameters())
     if spec.quantize == "int8":
         model = quantize_int8(model)
-    model = model.to(spec.device).eval()
-    model.requires_grad_(False)
-    vocab = int(model.get_output_embeddings().weight.shape[0]) if spec.quantize == "none" else \
-        int(model.config.vocab_size)
-    return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source)
+    model = model.to(spec.device)
+    kernels = linear_kernels(spec)
+    if kernels == "onednn":
+        pack_linears(model)
+        own_memory(model)
+    return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,
+                       {"parameters": params, "linear": kernels})
 
 
 def _load_hf(path: Path, dtype: torch.dtype):
@@ -179,6 +188,57 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
         return torch.ao.quantization.quantize_dynamic(model, {torch.nn.Linear}, dtype=torch.qint8)
 
 
+def linear_kernels(spec: ModelSpec) -> str:
+    """The Linear kernels a spec gets: onednn (prepacked) for plain float32 on CPU under 'auto'."""
+    plain_cpu = spec.device == "cpu" and spec.dtype == "float32" and spec.quantize == "none"
+    if spec.linear == "onednn" and not plain_cpu:
+        raise ConfigError("linear", "onednn kernels need a cpu device, float32 and no int8 quantisation")
+    if spec.linear == "auto":
+        return "onednn" if plain_cpu else "dense"
+    return spec.linear
+
+
+class PackedLinear(torch.nn.Module):
+    """nn.Linear with its weight prepacked for oneDNN (CPU, float32), same math.
+
+    torch's default fp32 path (MKL sgemm) costs about one matrix-vector product *per row* for 2-4 rows, so a
+    5-token verification cost 2-3x a 1-token step on these CPUs; the prepacked oneDNN kernel reads the
+    weight once for all rows (measured on the 1.5B target, one core: 1 token 374 ms, 2 tokens 490 ms, 5 tokens
+    578 ms, versus 377 / 812 / 926 ms dense). Logits differ from the dense kernel by ~1e-4 (summation order).
+    """
+
+    def __init__(self, linear: torch.nn.Linear):
+        super().__init__()
+        self.in_features, self.out_features = linear.in_features, linear.out_features
+        bias = linear.bias.detach() if linear.bias is not None else torch.zeros(linear.out_features)
+        self.register_buffer("weight", linear.weight.detach().to_mkldnn(), persistent=False)
+        self.register_buffer("bias", bias.float().to_mkldnn(), persistent=False)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        lead = x.shape[:-1]
+        y = torch._C._nn.mkldnn_linear(x.reshape(-1, self.in_features).contiguous().to_mkldnn(), self.weight,
+                                       self.bias)
+        return y.to_dense().reshape(*lead, self.out_features)
+
+
+def pack_linears(module: torch.nn.Module) -> None:
+    """Replace every nn.Linear below `module` by a PackedLinear (in place)."""
+    for name, child in module.named_children():
+        if type(child) is torch.nn.Linear:
+            setattr(module, name, PackedLinear(child))
+        else:
+            pack_linears(child)
+
+
+def own_memory(model: torch.nn.Module) -> None:
+    """Copy the remaining dense tensors out of the memory-mapped checkpoint, so the mapping (and the resident
+    pages of the weights PackedLinear replaced) is released: resident memory ~ one copy of the model."""
+    with torch.no_grad():
+        for t in list(model.parameters()) + list(model.buffers()):
+            if t.layout == torch.strided:
+                t.data = t.data.clone()
+
+
 def check_same_vocab(target: dict, draft: dict) -> None:
     """Target and draft must score the same token ids. Arguments are LoadedModel.describe() dicts."""
     if target["vocab_size"] != draft["vocab_size"]:
@@ -195,4 +255,4 @@ def describe(m: LoadedModel) -> dict:
     return {"label": m.spec.label, "source": m.source, "vocab_size": m.vocab_size, "tokenizer": m.tokenizer_fingerprint,
             "eos_token_ids": list(m.eos_token_ids), "dtype": m.spec.dtype,
             "quantize": None if m.spec.quantize == "none" else m.spec.quantize, "device": m.spec.device,
-            "parameters": sum(p.numel() for p in m.model.parameters())}
+            **m.extra}

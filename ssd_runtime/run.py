@@ -154,12 +154,11 @@ def target_worker(conn, target: ModelSpec, draft: ModelSpec | None, port: int, b
                   core: int | None) -> None:
     """Rank 0: load the target, meet the draft, then run jobs sent by the controller until 'stop'."""
     from .models import describe, load_model
-    from .transport import Channel, init, pin_cpu
+    from .transport import Channel, init
 
     worker = None
     try:
-        if core is not None:
-            pin_cpu(core)
+        _use_device(target.device, core)
         models = {target: load_model(target, "target")}
         chan, draft_info = None, None
         if draft is not None:
@@ -272,10 +271,9 @@ def draft_worker(draft: ModelSpec, port: int, backend: str, core: int | None) ->
     """Rank 1: load the draft, then answer the target until 'stop' (or until the target goes away)."""
     from .draft import Drafter
     from .models import describe, load_model
-    from .transport import Channel, DraftFault, init, pin_cpu
+    from .transport import Channel, DraftFault, init
 
-    if core is not None:
-        pin_cpu(core)
+    _use_device(draft.device, core)
     models = {}
     try:
         models[draft] = load_model(draft, "draft")
@@ -332,6 +330,18 @@ def _leave(healthy: bool) -> None:
         os._exit(0)
     if dist.is_initialized():
         dist.destroy_process_group()
+
+
+def _use_device(device: str, core: int | None) -> None:
+    """CPU: pin this process to its core with one thread. CUDA: make the device current (NCCL needs it)."""
+    from .transport import pin_cpu
+
+    if device.startswith("cuda"):
+        import torch
+
+        torch.cuda.set_device(torch.device(device))
+    elif core is not None:
+        pin_cpu(core)
 
 
 def _inject_fault(kind: str) -> None:
