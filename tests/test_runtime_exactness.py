@@ -122,8 +122,8 @@ def exact():
     return exact_continuations(target_model(SMALL_TARGET), SMALL_PROMPT, SMALL_NEW, 1.0)
 
 
-def sampled(session, plan: Plan, debug: dict | None = None, seed: int = 0):
-    res = session.run(Job(plan, "ssd", [SMALL_PROMPT] * SAMPLES, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
+def sampled(session, plan: Plan, debug: dict | None = None, seed: int = 0, mode: str = "ssd"):
+    res = session.run(Job(plan, mode, [SMALL_PROMPT] * SAMPLES, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
                           draft=spec(SMALL_DRAFT), debug=debug or {}))
     assert res.faults == []
     return [tuple(o) for o in res.outputs], res
@@ -137,6 +137,11 @@ def test_ssd_sampling_matches_the_target_distribution(session, exact, C, backup)
     seqs = [s for r in res.rounds for s in r["seqs"] if not s["first"]]
     assert 0.1 < sum(s["hit"] for s in seqs) / len(seqs) < 0.9  # the cache served a good share of rounds
     assert pvalue > ALPHA, f"C={C} backup={backup}: chi-square p = {pvalue:.3g}"
+
+
+def test_sd_sampling_matches_the_target_distribution(session, exact):
+    samples, _ = sampled(session, SAMPLING_PLAN, mode="sd")
+    assert continuation_pvalue(samples, exact) > ALPHA
 
 
 def test_verifier_testing_with_the_unscaled_q_fails_the_same_test(session, exact):
