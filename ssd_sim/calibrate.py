@@ -47,14 +47,26 @@ class CalibrationReport:
 
 
 def check_setup(traces: Sequence[Trace]) -> dict:
-    """The shared setup of all traces; ConfigError if they mix models, dtypes or devices."""
-    first = {k: traces[0].header.get(k) for k in SETUP_KEYS}
-    for t in traces[1:]:
-        for k in SETUP_KEYS:
-            if t.header.get(k) != first[k]:
-                raise ConfigError(k, f"{t.path} has {t.header.get(k)!r} but {traces[0].path} has {first[k]!r}: "
-                                  "calibrate each setup separately")
-    return first
+    """The shared setup of all traces; ConfigError if they mix models, dtypes, quantisation or devices.
+
+    Each of SETUP_KEYS is a {"target": ..., "draft": ...} object; an AR trace has no draft (null), so the
+    draft side is compared only between traces that have one.
+    """
+    setup: dict = {k: {} for k in SETUP_KEYS}
+    origin: dict = {}
+    for t in traces:
+        for key in SETUP_KEYS:
+            value = t.header.get(key) or {}
+            for role in ("target", "draft"):
+                v = value.get(role) if isinstance(value, dict) else value
+                if v is None and role == "draft":
+                    continue
+                if role in setup[key] and setup[key][role] != v:
+                    raise ConfigError(key, f"{t.path} has {role} {v!r} but {origin[key, role]} has "
+                                      f"{setup[key][role]!r}: calibrate each setup separately")
+                setup[key].setdefault(role, v)
+                origin.setdefault((key, role), t.path)
+    return setup
 
 
 def _k(r: dict) -> int:

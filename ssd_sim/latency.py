@@ -165,7 +165,8 @@ def fit_forward_latency(
     """Least-squares fit of a ForwardLatency to measured times of workloads (scipy.optimize.least_squares).
 
     `fixed` pins parameters (e.g. a roofline memory_ms from specs); `free` are fitted, all >= 0.
-    Relative residuals, so a 20 ms and a 2 s measurement weigh alike. Returns (model, FitReport).
+    Relative residuals, so a 20 ms and a 2 s measurement weigh alike, with a robust (soft L1) loss.
+    Returns (model, FitReport).
     """
     from scipy.optimize import least_squares
 
@@ -185,7 +186,8 @@ def fit_forward_latency(
         m = build(x)
         return np.array([workload_ms(m, w) for w in workloads]) / y - 1.0
 
-    sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf")
+    # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the fit
+    sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.05)
     model = build(sol.x)
     pred = np.array([workload_ms(model, w) for w in workloads])
     return model, FitReport.from_prediction(y, pred, free, sol)

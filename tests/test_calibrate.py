@@ -79,6 +79,14 @@ def test_mixed_setups_are_refused(traces, tmp_path):
         calibrate([traces[0], other])
 
 
+def test_ar_traces_without_a_draft_mix_with_sd_and_ssd_traces(traces, tmp_path):
+    ar = tmp_path / "ar.jsonl"
+    ar.write_text(traces[0].read_text().replace('"draft":"tiny-draft"', '"draft":null')
+                  .replace('"draft":"float32"', '"draft":null').replace('"draft":"cpu:1"', '"draft":null'))
+    prof, rep = calibrate([ar, *traces[2:]])
+    assert rep.latency["target"]["samples"] > 300
+
+
 def test_ar_only_traces_cannot_fit_acceptance(traces):
     with pytest.raises(ConfigError, match="draft"):
         calibrate(traces[:2])
