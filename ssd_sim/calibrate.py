@@ -30,6 +30,7 @@ from .trace import Trace, read_trace
 
 SETUP_KEYS = ("models", "dtype", "quantize", "devices")
 MAX_RANK_F = 32  # fan-outs 1..32 are used to fit the hit curves
+FREE = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")  # fitted ForwardLatency parameters
 
 
 @dataclass
@@ -113,10 +114,10 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
     tw, tms, dw, dms = latency_samples(traces)
     if len(tms) < 3:
         raise ConfigError("traces", "need at least 3 rounds with verify timings to fit the target latency")
-    target, trep = fit_forward_latency(tw, tms)
+    target, trep = fit_forward_latency(tw, tms, free=FREE)
     report.latency["target"] = _fit_dict(trep, len(tms), target)
     if len(dms) >= 3:
-        draft, drep = fit_forward_latency(dw, dms)
+        draft, drep = fit_forward_latency(dw, dms, free=FREE)
         report.latency["draft"] = _fit_dict(drep, len(dms), draft)
     else:
         raise ConfigError("traces", "need sd or ssd traces with draft timings to fit the draft latency")

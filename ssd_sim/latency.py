@@ -3,11 +3,14 @@
 One forward of a model on its device(s), in ms, with N = rows * tokens processed tokens:
 
     t = fixed_ms + max(memory_ms, compute_ms_per_token * N) + token_ms * N ** token_exponent
+        + multi_token_ms * [N > 1]
 
 - fixed_ms: launch / framework / collective overhead paid once per forward;
 - max(memory, compute): the roofline (weights streamed once per forward vs FLOPs at achievable peak);
 - token_ms * N^token_exponent: per-token work not hidden under the roofline (sampling over the
-  vocabulary, attention with masks, small kernels); exponent < 1 when more rows run more efficiently.
+  vocabulary, attention with masks, small kernels); exponent < 1 when more rows run more efficiently;
+- multi_token_ms: paid once when a forward processes more than one token (on CPUs the Linear layers switch
+  from matrix-vector to matrix-matrix kernels, so 2 tokens cost much more than 1 but 5 barely more than 2).
 A GPU preset is mostly roofline + fixed; a CPU profile is mostly fixed + token term (see presets/).
 """
 
@@ -32,6 +35,7 @@ class ForwardLatency:
     compute_ms_per_token: float = 0.0  # FLOP time per processed token at achievable peak (ms/token)
     token_ms: float = 0.0  # per-token work outside the roofline (ms at N = 1)
     token_exponent: float = 1.0  # how that work scales with N (1 = linear)
+    multi_token_ms: float = 0.0  # extra once N > 1 (CPU: matrix-matrix instead of matrix-vector kernels) (ms)
 
     def __post_init__(self):
         for f in fields(self):
@@ -48,6 +52,7 @@ class ForwardLatency:
             self.fixed_ms
             + np.maximum(self.memory_ms, self.compute_ms_per_token * n)
             + self.token_ms * n**self.token_exponent
+            + self.multi_token_ms * (n > 1)
         )
         return float(t) if np.ndim(t) == 0 else t
 
@@ -176,7 +181,8 @@ def fit_forward_latency(
     lo = [0.05 if n == "token_exponent" else 0.0 for n in free]
     hi = [upper.get(n, np.inf) for n in free]
     start = {"fixed_ms": max(float(y.min()) * 0.3, 1e-3), "token_ms": max(float(y.min()) * 0.1, 1e-3),
-             "token_exponent": 1.0, "memory_ms": float(y.min()) * 0.3, "compute_ms_per_token": 1e-3}
+             "token_exponent": 1.0, "memory_ms": float(y.min()) * 0.3, "compute_ms_per_token": 1e-3,
+             "multi_token_ms": float(y.min()) * 0.05}
     x0 = [start[n] for n in free]
 
     def build(x):

@@ -35,9 +35,13 @@ class Workload:
     output_dist: str = "fixed"  # fixed | uniform (on [ceil(mean/2), mean + that - 1]) | geometric (mean as given)
     prompt_tokens: int = 128  # prompt length (tokens); prefill = one target forward over all new prompts; 0 = none
     arrival_ms: tuple[float, ...] = ()  # arrivals: the arrival time of every request (ms, sorted)
+    output_lengths: tuple[int, ...] = ()  # exact output length of every request (tokens); overrides output_dist
 
     def __post_init__(self):
         object.__setattr__(self, "arrival_ms", tuple(float(t) for t in self.arrival_ms))
+        object.__setattr__(self, "output_lengths", tuple(int(n) for n in self.output_lengths))
+        if self.output_lengths and (len(self.output_lengths) != self.num_requests or min(self.output_lengths) < 1):
+            raise ConfigError("output_lengths", f"needs num_requests = {self.num_requests} lengths >= 1 (tokens)")
         if self.kind not in WORKLOADS:
             raise ConfigError("workload", f"must be one of {WORKLOADS}, got {self.kind!r}")
         for name in ("num_requests", "max_batch", "output_tokens"):
@@ -68,6 +72,8 @@ class Workload:
 
     def _output_lengths(self, rng: np.random.Generator) -> np.ndarray:
         n, m = self.num_requests, self.output_tokens
+        if self.output_lengths:
+            return np.asarray(self.output_lengths, dtype=int)
         if self.output_dist == "fixed":
             return np.full(n, m, dtype=int)
         if self.output_dist == "uniform":
@@ -78,6 +84,7 @@ class Workload:
     def to_dict(self) -> dict:
         d = asdict(self)
         d["arrival_ms"] = list(self.arrival_ms)
+        d["output_lengths"] = list(self.output_lengths)
         return d
 
 
