@@ -61,7 +61,11 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--target", default="qwen-coder-1.5b")
     ap.add_argument("--draft", default="qwen-coder-0.5b")
-    ap.add_argument("--quantize", choices=("none", "int8"), default="none", help="both models")
+    ap.add_argument("--quantize", choices=("none", "int8"), help="both models (shorthand)")
+    ap.add_argument("--target-quantize", choices=("none", "int8"), default="none",
+                    help="int8 target: dynamic activation scales make its logits depend on the other tokens of a "
+                         "forward, so SD/SSD outputs can differ from AR at near-ties")
+    ap.add_argument("--draft-quantize", choices=("none", "int8"), default="none", help="never affects exactness")
     ap.add_argument("--preset", default="qwen-coder-1.5b-0.5b-cpu", help="profile the SSD plan is made for")
     ap.add_argument("--plan", help="use this plan file for SSD instead of the planner's choice")
     ap.add_argument("--extra-plan", action="append", default=[], metavar="NAME=FILE",
@@ -74,6 +78,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--traces", default="traces")
     args = ap.parse_args(argv)
 
+    if args.quantize:
+        args.target_quantize = args.draft_quantize = args.quantize
     tpath, dpath = resolve_path(args.target, "target"), resolve_path(args.draft, "draft")
     prompts = encode(prompt_set("code")[:args.num_prompts], load_tokenizer(tpath))
     if args.plan:
@@ -86,8 +92,8 @@ def main(argv: list[str] | None = None) -> int:
         print(f"planner prediction ({args.preset}): {json.dumps(predicted)}")
     out = Path(args.traces)
     t0 = time.time()
-    with Session(ModelSpec(path=str(tpath), quantize=args.quantize),
-                 ModelSpec(path=str(dpath), quantize=args.quantize)) as session:
+    with Session(ModelSpec(path=str(tpath), quantize=args.target_quantize),
+                 ModelSpec(path=str(dpath), quantize=args.draft_quantize)) as session:
         print(f"models loaded in {time.time() - t0:.0f} s; warming up", flush=True)
         session.run(Job(ssd_plan, "ssd", prompts[:1], 4))
         runs = [] if args.skip_ar else [("ar", 0, Plan(batch_size=1), "ar")]
@@ -112,12 +118,13 @@ def main(argv: list[str] | None = None) -> int:
     sd_rows = [r for r in rows if r["run"].startswith("sd")]
     sd_best = max(r["tok_s"] for r in sd_rows) if sd_rows else float("nan")
     ar_tok_s = next((r["tok_s"] for r in rows if r["run"] == "ar"), float("nan"))
-    print(f"\n{args.num_prompts} code prompts x {args.max_new_tokens} new tokens, b = 1, greedy, "
-          f"{'int8' if args.quantize == 'int8' else 'fp32'}; outputs identical across runs: {same}")
+    print(f"\n{args.num_prompts} code prompts x {args.max_new_tokens} new tokens, b = 1, greedy, target "
+          f"{args.target_quantize}, draft {args.draft_quantize}; outputs identical across runs: {same}")
     print_table(rows, ar_tok_s, sd_best)
     (out / f"{args.tag}-bench.json").write_text(json.dumps(
         {"rows": rows, "ssd_plan": ssd_plan.to_dict(), "predicted": predicted, "outputs_identical": same,
-         "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens, "quantize": args.quantize,
+         "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens,
+         "quantize": {"target": args.target_quantize, "draft": args.draft_quantize},
          "argv": sys.argv[1:]}, indent=2) + "\n")
     return 0 if same else 1
 

@@ -43,8 +43,11 @@ def build_parser() -> OneLineParser:
         m.add_argument(f"--{role}-dtype", choices=list(DTYPES), default="float32",
                        help=f"{role} weights/activations dtype (float32 is fastest on CPU)")
         m.add_argument(f"--{role}-quantize", choices=QUANTIZE, default="none",
-                       help=f"int8 = dynamic int8 Linear layers on CPU (2.5-5x faster); "
-                            f"{'never affects exactness' if role == 'draft' else 'changes the target itself'}")
+                       help="int8 = dynamic int8 Linear layers on CPU (2.5-5x faster); " + (
+                           "never affects exactness" if role == "draft" else
+                           "changes the target itself, and its per-forward activation scales make a token's "
+                           "logits depend on the other tokens verified with it, so SD/SSD output can differ "
+                           "from AR at near-ties"))
         m.add_argument(f"--{role}-device", default="cpu", metavar="DEV",
                        help="cpu (pinned to its own core, one thread) or cuda:N")
         m.add_argument(f"--{role}-linear", choices=LINEAR, default="auto",
