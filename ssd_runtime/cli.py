@@ -18,7 +18,8 @@ from pathlib import Path
 
 from ssd_sim.cli_common import OneLineParser, add_knob_args, fail, nonneg_float, plan_from_args, positive_int
 from ssd_sim.errors import ConfigError
-from ssd_sim.plan import MODES, load_plan, save_json_atomic
+from ssd_sim.jsonio import save_json_atomic
+from ssd_sim.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
 from .models import DTYPES, LINEAR, QUANTIZE, ModelSpec, linear_kernels, resolve_path

@@ -283,7 +283,7 @@ def main(argv: list[str] | None = None) -> int:
     import json
 
     from .cli_common import OneLineParser, fail
-    from .plan import save_json_atomic
+    from .jsonio import save_json_atomic
 
     p = OneLineParser(prog="ssd-plan calibrate",
                       description="Fit a profile (latency + acceptance model) to ssd-run traces; use it with "

@@ -17,7 +17,8 @@ import sys
 from .cli_common import OneLineParser, add_knob_args, fail, knobs_from_args, positive_int
 from .emit import ENGINES, engine_flags
 from .errors import ConfigError
-from .plan import PlanFile, load_plan, save_json_atomic
+from .jsonio import save_json_atomic
+from .plan import PlanFile, load_plan
 from .planner import OBJECTIVES, Knobs, PlanResult, make_plan
 from .presets import list_presets
 from .profile import Profile, load_profile

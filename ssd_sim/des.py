@@ -39,6 +39,7 @@ from .chrome_trace import Span, chrome_trace, event_log
 from .errors import ConfigError
 from .outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes
 from .plan import Plan
+from .predict import effective_saguaro_c
 from .profile import Profile
 from .sim_metrics import SimMetrics, percentiles, ratio, tok_rates, tpots
 from .trace import Trace
@@ -119,7 +120,7 @@ def outcome_source(profile: Profile, plan: Plan, outcomes=None):
     """Where the simulated outcomes come from: the acceptance model, a trace replay, or a given source."""
     if outcomes is not None and not isinstance(outcomes, Trace):
         return outcomes
-    C = plan.saguaro_c if plan.mode == "ssd" else 1.0
+    C = effective_saguaro_c(plan) if plan.mode == "ssd" else 1.0
     tables = OutcomeTables.from_point(profile.acceptance.at(plan.temperature, C), plan)
     if isinstance(outcomes, Trace):
         return ReplayOutcomes.from_trace(outcomes, tables, plan)
@@ -195,16 +196,21 @@ class Simulation:
                          ["target", *self.drafts], self.labels(), self.spans)
 
     # ---- target device ----------------------------------------------------------------------------
-    def target_ar(self):
-        """Autoregressive: one target step per token for every active sequence."""
-        env, batch, step = self.env, self.batch, self.lat.ar_step
+    def next_batch(self):
+        """Admit arrived requests (prefill) and wait for work; the active batch size, 0 when all are done."""
+        env, batch = self.env, self.batch
         while not batch.done:
             if batch.can_admit(env.now):
                 yield from self.admit()
-            if not batch.size:
-                yield env.timeout(batch.next_arrival_ms - env.now)
-                continue
-            b = batch.size
+            if batch.size:
+                return batch.size
+            yield env.timeout(batch.next_arrival_ms - env.now)
+        return 0
+
+    def target_ar(self):
+        """Autoregressive: one target step per token for every active sequence."""
+        env, batch, step = self.env, self.batch, self.lat.ar_step
+        while b := (yield from self.next_batch()):
             batch.begin_round()
             if self.spans is not None:
                 self.span(env.now, step[b], "target", "step", b)
@@ -216,13 +222,7 @@ class Simulation:
     def target_sd(self):
         """Synchronous SD: K draft steps, then one verification of K + 1 tokens, on the target's devices."""
         env, batch, lat = self.env, self.batch, self.lat
-        while not batch.done:
-            if batch.can_admit(env.now):
-                yield from self.admit()
-            if not batch.size:
-                yield env.timeout(batch.next_arrival_ms - env.now)
-                continue
-            b = batch.size
+        while b := (yield from self.next_batch()):
             batch.begin_round()
             draft, verify = lat.sd_draft[b], lat.verify[b]
             if self.spans is not None:
@@ -237,13 +237,7 @@ class Simulation:
     def target_ssd(self):
         """SSD target: send the round's request, wait for the draft's reply, verify, commit."""
         env, batch, lat = self.env, self.batch, self.lat
-        while not batch.done:
-            if batch.can_admit(env.now):
-                yield from self.admit()
-            if not batch.size:
-                yield env.timeout(batch.next_arrival_ms - env.now)
-                continue
-            b = batch.size
+        while b := (yield from self.next_batch()):
             n_miss = batch.begin_round()
             reply = env.event()
             sent = env.now

@@ -14,6 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from .errors import ConfigError
+from .jsonio import read_json_object
 from .saguaro import DOWNWEIGHT_SETS
 
 PLAN_SCHEMA = "ssd-plan/1"
@@ -146,28 +147,11 @@ class PlanFile:
 
 def load_plan(path: str | Path) -> PlanFile:
     """Read and validate a plan file; every failure is a ConfigError with a one-line message."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError("plan file", f"{p} does not exist; write one with `ssd-plan ... -o {p}`") from e
-    except json.JSONDecodeError as e:
-        raise ConfigError("plan file", f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from e
-    if not isinstance(data, dict):
-        raise ConfigError("plan file", f"{p} must hold a JSON object")
+    data = read_json_object(path, "plan file", f"write one with `ssd-plan ... -o {path}`")
     schema = data.get("schema", PLAN_SCHEMA)
     _check(schema == PLAN_SCHEMA, "schema", f"{schema!r} is not supported; expected {PLAN_SCHEMA!r}")
     body = data.get("plan", None)
     if body is None:
-        raise ConfigError("plan", f"{p} has no 'plan' object; regenerate it with ssd-plan")
+        raise ConfigError("plan", f"{path} has no 'plan' object; regenerate it with ssd-plan")
     extra = {k: v for k, v in data.items() if k not in ("schema", "plan")}
     return PlanFile(Plan.from_dict(body), extra)
-
-
-def save_json_atomic(path: str | Path, text: str) -> None:
-    """Write a file atomically (temp file + rename), so a failure never leaves half a file behind."""
-    p = Path(path)
-    p.parent.mkdir(parents=True, exist_ok=True)
-    tmp = p.with_name(f".{p.name}.tmp")
-    tmp.write_text(text if text.endswith("\n") else text + "\n")
-    tmp.replace(p)

@@ -13,6 +13,7 @@ from typing import Any
 
 from .acceptance import AcceptanceModel
 from .errors import ConfigError
+from .jsonio import read_json_object
 from .latency import LatencyModel
 
 PROFILE_SCHEMA = "ssd-profile/1"
@@ -74,16 +75,7 @@ class Profile:
 
 def load_profile_file(path: str | Path) -> Profile:
     """Read a profile JSON file (a calibrated profile or a saved preset)."""
-    p = Path(path)
-    try:
-        data = json.loads(p.read_text())
-    except FileNotFoundError as e:
-        raise ConfigError("profile", f"{p} does not exist; make one with `ssd-plan calibrate TRACES -o {p}`") from e
-    except json.JSONDecodeError as e:
-        raise ConfigError("profile", f"{p} is not valid JSON (line {e.lineno}: {e.msg})") from e
-    if not isinstance(data, dict):
-        raise ConfigError("profile", f"{p} must hold a JSON object")
-    return Profile.from_dict(data)
+    return Profile.from_dict(read_json_object(path, "profile", f"make one with `ssd-plan calibrate TRACES -o {path}`"))
 
 
 def load_profile(preset: str | None = None, path: str | Path | None = None) -> Profile:

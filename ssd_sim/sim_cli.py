@@ -25,7 +25,8 @@ from .cli_common import (
 )
 from .des import MODES, SimResult, simulate
 from .errors import ConfigError
-from .plan import Plan, load_plan, save_json_atomic
+from .jsonio import save_json_atomic
+from .plan import Plan, load_plan
 from .planner import OBJECTIVES, make_plan
 from .predict import Prediction, predict_ar, predict_sd, predict_ssd
 from .profile import Profile, load_profile

@@ -9,7 +9,8 @@ from pathlib import Path
 
 import pytest
 
-from ssd_sim.plan import Plan, PlanFile, save_json_atomic
+from ssd_sim.jsonio import save_json_atomic
+from ssd_sim.plan import Plan, PlanFile
 from ssd_sim.presets import list_presets
 from ssd_sim.sim_cli import main
 from ssd_sim.trace import TraceWriter
