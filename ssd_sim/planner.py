@@ -17,7 +17,15 @@ import numpy as np
 from .errors import ConfigError
 from .fanout import allocation_tables, backtrack
 from .plan import Plan
-from .predict import Prediction, backup_outcomes, predict_ar, predict_sd, predict_ssd, ssd_rates
+from .predict import (
+    Prediction,
+    backup_outcomes,
+    effective_saguaro_c,
+    predict_ar,
+    predict_sd,
+    predict_ssd,
+    ssd_rates,
+)
 from .profile import Profile
 
 OBJECTIVES = ("latency", "throughput-per-device")
@@ -186,6 +194,8 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
         cfg = {"K": K, "C": C, "backup": backup,
                "fan_out": fixed or tuple(int(x) for x in backtrack(tab_p, int(B))),
                "fan_out_miss": knobs.fan_out_miss or tuple(int(x) for x in backtrack(tab_b, int(B)))}
+        if C < 1.0 and not any(cfg["fan_out"][:-1] + cfg["fan_out_miss"][:-1]):
+            continue  # C cannot act without cached guesses at drafted positions: the C = 1 entry covers it
         out.append((float(r["per_seq"][i]), cfg))
     return out
 
@@ -209,7 +219,7 @@ def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tu
     from .analytic import critical_batch_size
 
     b_max = b_max or max(2 * profile.max_batch_size, 64)
-    acc = profile.acceptance.at(plan.temperature, plan.saguaro_c)
+    acc = profile.acceptance.at(plan.temperature, effective_saguaro_c(plan))
     K, B = plan.K, plan.budget
     pmf_p = acc.pmf(K)
     h_p = float(pmf_p @ acc.primary_hit.hit(np.asarray(plan.fan_out)))

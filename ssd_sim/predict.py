@@ -107,10 +107,19 @@ def ssd_rates(profile: Profile, b: int, K: int, budget, h_p, h_b, e_hit: float, 
             "tokens": tokens, "per_seq": per_seq}
 
 
+def effective_saguaro_c(plan: Plan) -> float:
+    """The C that actually acts: the draft token at position k+1 is sampled with the top-F_k tokens
+    down-weighted, so a plan that caches no guess at any drafted position (F_k = 0 for k < K, in both
+    lists) samples exactly as C = 1 does. Greedy drafting (T = 0) ignores C too.
+    (Where only some F_k are 0 the model still applies C's effect to every position: an approximation.)"""
+    drafted = plan.fan_out[:-1] + plan.fan_out_miss[:-1]
+    return plan.saguaro_c if plan.temperature > 0 and any(drafted) else 1.0
+
+
 def predict_ssd(profile: Profile, plan: Plan) -> Prediction:
     """SSD with the plan's K, fan-out lists, Saguaro C, backup policy, batch size and draft devices."""
     b, K = plan.batch_size, plan.K
-    acc = profile.acceptance.at(plan.temperature, plan.saguaro_c)
+    acc = profile.acceptance.at(plan.temperature, effective_saguaro_c(plan))
     backup = plan.backup_for(b)
     pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
     h_p = float(acc.pmf(K) @ acc.primary_hit.hit(np.asarray(plan.fan_out)))

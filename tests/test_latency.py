@@ -53,3 +53,21 @@ def test_fit_recovers_known_parameters():
     assert model.token_exponent == pytest.approx(0.7, rel=1e-3)
     assert rep.r2 == pytest.approx(1.0)
     assert rep.max_abs_rel_err < 1e-6
+
+
+def test_multi_token_cost_is_paid_once_beyond_one_token():
+    # CPU kernels: 1 token uses matrix-vector products, 2+ tokens matrix-matrix ones
+    m = ForwardLatency(fixed_ms=350.0, token_ms=10.0, multi_token_ms=120.0)
+    assert m(1, 1) == pytest.approx(360.0)
+    assert m(1, 2) == pytest.approx(350.0 + 20.0 + 120.0)
+    assert m(2, 1) == pytest.approx(m(1, 2))
+    assert m(np.array([1, 5]), 1) == pytest.approx([360.0, 520.0])
+
+
+def test_fit_recovers_a_multi_token_step():
+    truth = ForwardLatency(fixed_ms=300.0, token_ms=20.0, token_exponent=1.0, multi_token_ms=90.0)
+    work = [[(r, t, 1)] for r, t in [(1, 1), (1, 2), (1, 3), (1, 5), (2, 1), (4, 1), (1, 8)]]
+    free = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")
+    model, rep = fit_forward_latency(work, [workload_ms(truth, w) for w in work], free=free)
+    assert model.multi_token_ms == pytest.approx(90.0, rel=1e-2)
+    assert rep.max_abs_rel_err < 1e-3

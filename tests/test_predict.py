@@ -54,3 +54,12 @@ def test_slow_primary_makes_the_target_wait():
     got = predict_ssd(prof, Plan(num_speculative_tokens=4))
     assert got.draft_ms == pytest.approx(20.0)
     assert got.round_ms >= 20.0
+
+
+def test_saguaro_c_cannot_act_without_cached_guesses_at_drafted_positions():
+    from ssd_sim.predict import effective_saguaro_c
+
+    hot = Plan(num_speculative_tokens=2, fan_out=(0, 0, 3), saguaro_c=0.5, temperature=1.0)
+    assert effective_saguaro_c(hot) == 1.0  # drafts at positions 1, 2 down-weight top-0 sets
+    assert effective_saguaro_c(hot.replace(fan_out=(1, 0, 2))) == 0.5
+    assert effective_saguaro_c(hot.replace(fan_out=(1, 0, 2), temperature=0.0)) == 1.0  # greedy drafting
