@@ -69,12 +69,12 @@ def _file_profile_json(path: str, mtime: float) -> str | None:
 
 
 def profile_choices() -> dict[str, str]:
-    """Label -> source ('preset:NAME' or 'file:PATH') for presets and calibrated profiles in traces/."""
+    """Label -> source ('preset:NAME' or 'file:PATH') for presets and calibrated profiles under traces/."""
     out = {name: f"preset:{name}" for name in list_presets()}
     d = traces_dir()
-    for p in sorted(d.glob("*.json")) if d.is_dir() else []:
+    for p in sorted(d.rglob("*.json")) if d.is_dir() else []:
         if _file_profile_json(str(p), p.stat().st_mtime) is not None:
-            out[f"{p.name} (calibrated)"] = f"file:{p}"
+            out[f"{p.relative_to(d)} (calibrated)"] = f"file:{p}"
     return out
 
 
