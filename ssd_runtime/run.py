@@ -360,7 +360,7 @@ def _header(job: Job, target: dict, draft: dict | None) -> dict:
 
     speculative = job.mode != "ar"
     return {
-        "mode": job.mode, "plan": job.plan.to_dict(),
+        "mode": job.mode, "plan": {**job.plan.to_dict(), "mode": job.mode},
         "models": {"target": target["source"] if target["source"] != "tiny" else target["label"],
                    "draft": (draft["source"] if draft["source"] != "tiny" else draft["label"])
                    if speculative else None},
