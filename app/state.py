@@ -68,6 +68,15 @@ def _file_profile_json(path: str, mtime: float) -> str | None:
         return None
 
 
+def page_scenario(title: str) -> Scenario | None:
+    """Render a page's title; the current scenario, or None (after a warning) when the profile is invalid."""
+    st.title(title)
+    sc = current()
+    if sc is None:
+        st.warning("choose a valid profile in the sidebar")
+    return sc
+
+
 def profile_choices() -> dict[str, str]:
     """Label -> source ('preset:NAME' or 'file:PATH') for presets and calibrated profiles under traces/."""
     out = {name: f"preset:{name}" for name in list_presets()}

@@ -42,31 +42,29 @@ def fan_out_list_arg(text: str) -> tuple[int, ...]:
     return (v,) if isinstance(v, int) else v
 
 
-def unit_float(text: str) -> float:
+def _number(text: str, cast, kind: str):
     try:
-        v = float(text)
+        return cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+        raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}") from None
+
+
+def unit_float(text: str) -> float:
+    v = _number(text, float, "number")
     if not 0.0 <= v <= 1.0:
         raise argparse.ArgumentTypeError(f"{v} is outside [0, 1]")
     return v
 
 
 def positive_int(text: str) -> int:
-    try:
-        v = int(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid integer {text!r}") from None
+    v = _number(text, int, "integer")
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be >= 1")
     return v
 
 
 def nonneg_float(text: str) -> float:
-    try:
-        v = float(text)
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid number {text!r}") from None
+    v = _number(text, float, "number")
     if not (v >= 0 and math.isfinite(v)):
         raise argparse.ArgumentTypeError(f"{v} must be a finite number >= 0")
     return v

@@ -22,10 +22,8 @@ def table(data: dict) -> list[dict]:
 
 
 def render() -> None:
-    st.title("Pareto")
-    sc = state.current()
+    sc = state.page_scenario("Pareto")
     if sc is None:
-        st.warning("choose a valid profile in the sidebar")
         return
     p = sc.plan
     st.caption(f"Best AR / SD / SSD per batch size (make_plan, latency objective) for **{sc.base.name}** at "

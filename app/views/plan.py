@@ -9,10 +9,8 @@ from app.planfile import ENGINES, flags_text, plan_file_text, report
 
 
 def render() -> None:
-    st.title("Plan")
-    sc = state.current()
+    sc = state.page_scenario("Plan")
     if sc is None:
-        st.warning("choose a valid profile in the sidebar")
         return
     st.caption(state.describe(sc) + " (change it on the What-if page)")
     res = compute.evaluate(compute.key_of(sc.profile, sc.plan), sc.profile, sc.plan, sc.objective)

@@ -25,10 +25,8 @@ def simulate_timeline(key: str, _profile, _plan, mode: str, rounds: int, seed: i
 
 
 def render() -> None:
-    st.title("Timeline")
-    sc = state.current()
+    sc = state.page_scenario("Timeline")
     if sc is None:
-        st.warning("choose a valid profile in the sidebar")
         return
     st.caption(state.describe(sc) + " (change it on the What-if page)")
     if not sim.available():

@@ -160,10 +160,8 @@ def _fmt_b(b: float) -> str:
 
 
 def render() -> None:
-    st.title("What-if")
-    sc = state.current()
+    sc = state.page_scenario("What-if")
     if sc is None:
-        st.warning("choose a valid profile in the sidebar")
         return
     side = st.sidebar
     workload_widgets(side)
