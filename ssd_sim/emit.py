@@ -47,7 +47,7 @@ def ssd_engine_flags(profile: Profile, plan: Plan) -> dict:
     args += ["--backup", plan.backup_for(plan.batch_size), "--b", str(plan.batch_size),
              "--temp", f"{plan.temperature:g}"]
     notes = []
-    if plan.backup == "adaptive":
+    if plan.backup == "adaptive" and plan.backup_threshold != float("inf"):
         notes.append(f"the engine has no adaptive backup: use --backup jit below b* = {plan.backup_threshold:g} "
                      "sequences and --backup fast at or above")
     if plan.draft_devices > 1:

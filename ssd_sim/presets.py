@@ -11,6 +11,7 @@ import functools
 import tomllib
 from importlib import resources
 
+import numpy as np
 from scipy.optimize import brentq
 
 from .acceptance import AcceptanceModel, AcceptancePoint, HitCurve
@@ -61,8 +62,10 @@ def get_preset(name: str) -> Profile:
         transfer_ms=float(ov.get("transfer_ms", 0.0)),
         lookup_ms=float(ov.get("lookup_ms", 0.0)),
         fast_backup_ms=float(ov.get("fast_backup_ms", 0.0)),
+        sd_transfer=bool(ov.get("sd_transfer", False)),
     )
-    prov["overheads"] = "assumed: " + ", ".join(f"{k}={v}" for k, v in ov.items())
+    prov["overheads"] = ov.get("source", "assumed") + ": " + ", ".join(
+        f"{k}={v}" for k, v in ov.items() if k != "source")
     if "acceptance_from" in src:
         other = get_preset(src["acceptance_from"])
         acceptance = other.acceptance
@@ -103,7 +106,9 @@ def _forward(sec: dict, role: str, prov: dict, round_overhead: float) -> Forward
                                     f"compute {roof['compute_ms_per_token'] * 1e3:.3f} us/token")
     if "forwards" in sec:  # measured (rows, tokens, ms) points
         pts = sec["forwards"]
-        model, rep = fit_forward_latency([[(r, t, 1)] for r, t, _ in pts], [ms for _, _, ms in pts], fixed=roof)
+        free = tuple(sec.get("fit", ("fixed_ms", "token_ms", "token_exponent")))
+        model, rep = fit_forward_latency([[(r, t, 1)] for r, t, _ in pts], [ms for _, _, ms in pts], fixed=roof,
+                                         free=free)
         prov[f"{role}.latency"] = (f"fitted to {len(pts)} measured forwards: R^2={rep.r2:.3f}, "
                                    f"worst error {rep.max_abs_rel_err:.1%}")
         return model
@@ -151,29 +156,34 @@ def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> Accep
             alpha = brentq(lambda a, K=K, want=want: expected_tokens(a, K) - want, 1e-9, 1 - 1e-9)
             prov[f"acceptance.T{T:g}.alpha"] = (f"derived: {alpha:.3f} reproduces SD {tok_s} tok/s at K={K} "
                                                 f"({want:.2f} tokens per {round_ms:.1f} ms round)")
-        elif "alpha" in e:
-            alpha = float(e["alpha"])
-            prov[f"acceptance.T{T:g}.alpha"] = f"assumed: {alpha}"
+        elif "alpha" in e:  # a value or per-position values, given directly
+            alpha = e["alpha"] if isinstance(e["alpha"], list) else float(e["alpha"])
+            prov[f"acceptance.T{T:g}.alpha"] = f"{e.get('source', 'assumed')}: {alpha}"
         elif "alpha_ratio" in e and first_alpha is not None:
-            alpha = first_alpha * float(e["alpha_ratio"])
+            alpha = (np.asarray(first_alpha) * float(e["alpha_ratio"])).tolist()
+            alpha = alpha if isinstance(alpha, list) else float(alpha)
             prov[f"acceptance.T{T:g}.alpha"] = f"assumed: {e['alpha_ratio']} x the first point = {alpha:.3f}"
         else:
             raise ConfigError("acceptance", f"entry at T={T} needs sd, alpha or alpha_ratio")
         first_alpha = alpha if first_alpha is None else first_alpha
-        primary = _hit_curve(e["hit"], alpha, T, prov)
-        ratio = float(e.get("backup_miss_ratio", 1.0))
-        backup = HitCurve(min(1.0, primary.miss_at_one * ratio), primary.r)
-        src = "derived" if "sd" in e or "p_hit" in e["hit"] else "assumed"
-        points.append(AcceptancePoint(T, (float(alpha),), primary, backup, 1.0, src))
+        primary = _hit_curve(e["hit"], alpha, T, prov, e.get("source", "assumed"))
+        if "backup_hit" in e:
+            backup = HitCurve(float(e["backup_hit"]["miss_at_one"]), float(e["backup_hit"]["r"]))
+        else:
+            ratio = float(e.get("backup_miss_ratio", 1.0))
+            backup = HitCurve(min(1.0, primary.miss_at_one * ratio), primary.r)
+        src = "derived" if "sd" in e or "p_hit" in e["hit"] else e.get("source", "assumed")
+        acc = tuple(float(a) for a in alpha) if isinstance(alpha, list) else (float(alpha),)
+        points.append(AcceptancePoint(T, acc, primary, backup, 1.0, src))
     prov["acceptance.saguaro"] = "assumed: C response from the synthetic draft/target family (acceptance.py)"
     return AcceptanceModel(tuple(points))
 
 
-def _hit_curve(h: dict, alpha: float, T: float, prov: dict) -> HitCurve:
-    """A hit curve: given directly (assumed) or with miss_at_one solved from a measured p_hit."""
+def _hit_curve(h: dict, alpha, T: float, prov: dict, source: str = "assumed") -> HitCurve:
+    """A hit curve: given directly (`source`: assumed or measured) or with miss_at_one solved from a measured p_hit."""
     r = float(h["r"])
     if "miss_at_one" in h:
-        prov[f"acceptance.T{T:g}.hit"] = f"assumed: miss_at_one={h['miss_at_one']}, r={r}"
+        prov[f"acceptance.T{T:g}.hit"] = f"{source}: miss_at_one={h['miss_at_one']}, r={r}"
         return HitCurve(float(h["miss_at_one"]), r)
     K, budget = int(h["K"]), int(h["budget_per_position"]) * (int(h["K"]) + 1)
 

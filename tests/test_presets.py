@@ -59,9 +59,18 @@ def test_assumed_draft_terms_copied_from_the_llama_fit_are_current():
         assert d.token_exponent == pytest.approx(fit.token_exponent, rel=0.01)
 
 
-def test_cpu_preset_fits_measured_forwards_within_10_percent():
-    p = get_preset("qwen-coder-1.5b-0.5b-cpu")
-    src = preset_source("qwen-coder-1.5b-0.5b-cpu")
+@pytest.mark.parametrize("name", ["qwen-coder-1.5b-0.5b-cpu", "qwen-coder-1.5b-0.5b-cpu-dense"])
+def test_cpu_presets_fit_measured_forwards_within_10_percent(name):
+    p = get_preset(name)
+    src = preset_source(name)
     for role, model in (("target", p.latency.target), ("draft", p.latency.draft)):
         for rows, tokens, ms in src[role]["forwards"]:
             assert model(rows, tokens) == pytest.approx(ms, rel=0.10)
+
+
+def test_measured_cpu_preset_plans_what_the_real_grid_found_best():
+    from ssd_sim.planner import make_plan
+
+    r = make_plan(get_preset("qwen-coder-1.5b-0.5b-cpu"), 1, 0.0)
+    assert (r.plan.K, r.plan.fan_out) == (3, (0, 0, 0, 1))  # traces/cpu: 5.19 tok/s, the fastest run
+    assert r.ar.per_seq_tok_s == pytest.approx(1e3 / (367.3 + 0.21), rel=0.03)  # measured AR step
