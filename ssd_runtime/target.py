@@ -20,6 +20,7 @@ from dataclasses import dataclass, field
 import torch
 
 from ssd_sim.plan import Plan
+from ssd_sim.trace import PHASES
 
 from .kv import BatchKV
 from .sampling import (
@@ -32,9 +33,6 @@ from .sampling import (
     verify_sample,
 )
 from .transport import DraftFault
-
-PHASES = ("target_wait", "verify", "commit", "draft_lookup", "draft_backup", "draft_glue", "draft_branch",
-          "draft_sd", "round")
 
 
 def now_ms() -> float:

@@ -110,8 +110,8 @@ def make_plan(
     c_range = _c_range(knobs, temperature)
     backups = _backups(knobs, batch_size)
     scored: list[tuple[float, dict]] = []
-    for K in k_range:
-        fit = budget_fit(profile, batch_size, K, draft_devices, budget_cap)
+    fits = {K: budget_fit(profile, batch_size, K, draft_devices, budget_cap) for K in k_range}
+    for K, fit in fits.items():
         for C in c_range:
             acc = profile.acceptance.at(temperature, C)
             for backup in backups:
@@ -135,7 +135,7 @@ def make_plan(
     best, ssd = preds[0]
     sd = best_sd(profile, batch_size, temperature, range(1, k_max + 1))
     ar = predict_ar(profile, batch_size)
-    fit = budget_fit(profile, batch_size, best.K, draft_devices, budget_cap)
+    fit = fits[best.K]
     binding = _binding(best, ssd, fit, knobs, budget_cap)
     return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored))
 

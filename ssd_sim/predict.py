@@ -107,6 +107,16 @@ def ssd_rates(profile: Profile, b: int, K: int, budget, h_p, h_b, e_hit: float, 
             "tokens": tokens, "per_seq": per_seq}
 
 
+def predict(profile: Profile, plan: Plan, mode: str | None = None) -> Prediction:
+    """The analytic prediction of a plan run in `mode` (ar | sd | ssd; default the plan's own mode)."""
+    mode = mode or plan.mode
+    if mode == "ar":
+        return predict_ar(profile, plan.batch_size)
+    if mode == "sd":
+        return predict_sd(profile, plan.batch_size, plan.K, plan.temperature)
+    return predict_ssd(profile, plan)
+
+
 def effective_saguaro_c(plan: Plan) -> float:
     """The C that actually acts: the draft token at position k+1 is sampled with the top-F_k tokens
     down-weighted, so a plan that caches no guess at any drafted position (F_k = 0 for k < K, in both

@@ -28,7 +28,7 @@ from .errors import ConfigError
 from .jsonio import save_json_atomic
 from .plan import Plan, load_plan
 from .planner import OBJECTIVES, make_plan
-from .predict import Prediction, predict_ar, predict_sd, predict_ssd
+from .predict import Prediction, predict
 from .profile import Profile, load_profile
 from .sim_metrics import json_safe
 from .trace import read_trace
@@ -87,7 +87,7 @@ def main(argv: list[str] | None = None) -> int:
                           chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay)
     except ConfigError as e:
         fail(PROG, e)
-    predicted = prediction(profile, result.plan, args.mode)
+    predicted = predict(profile, result.plan, "ssd" if args.mode.startswith("ssd") else args.mode)
     if args.chrome_trace:
         save_json_atomic(args.chrome_trace, json.dumps(result.chrome_trace(), separators=(",", ":")))
     if args.json:
@@ -126,15 +126,6 @@ def resolve_plan(args, profile: Profile, base: Plan | None) -> Plan:
         K = result.sd.num_speculative_tokens  # the best SD K, not the SSD plan's
         plan = plan.replace(num_speculative_tokens=K, fan_out=(1,) * (K + 1), fan_out_miss=(1,) * (K + 1))
     return plan
-
-
-def prediction(profile: Profile, plan: Plan, mode: str) -> Prediction:
-    """The analytic prediction (predict.py) of the simulated configuration."""
-    if mode == "ar":
-        return predict_ar(profile, plan.batch_size)
-    if mode == "sd":
-        return predict_sd(profile, plan.batch_size, plan.K, plan.temperature)
-    return predict_ssd(profile, plan)
 
 
 def print_table(profile: Profile, result: SimResult, predicted: Prediction, args) -> None:

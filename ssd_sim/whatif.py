@@ -23,7 +23,7 @@ from .fanout import allocation_tables, backtrack, uniform_fanout
 from .latency import ForwardLatency
 from .plan import Plan
 from .planner import Knobs, PlanResult, budget_fit, critical_batch, make_plan
-from .predict import backup_outcomes, predict_ar, predict_sd, predict_ssd
+from .predict import backup_outcomes, predict, predict_ar, predict_sd, predict_ssd
 from .profile import Profile
 from .trace import PHASES, Trace, summarize
 
@@ -289,13 +289,7 @@ def predicted_vs_measured(profile: Profile, trace: Trace, simulated: dict | None
     simulated or None)]} with rows for decode tok/s (all sequences), mean acceptance length (tokens,
     bonus included) and, in SSD mode, the cache hit rate.
     """
-    plan = trace_plan(trace)
-    if trace.mode == "ar":
-        pred = predict_ar(profile, plan.batch_size)
-    elif trace.mode == "sd":
-        pred = predict_sd(profile, plan.batch_size, plan.K, plan.temperature)
-    else:
-        pred = predict_ssd(profile, plan)
+    pred = predict(profile, trace_plan(trace))
     m = summarize(trace)
     sim = simulated or {}
     rows = [("tok/s (all sequences)", pred.total_tok_s, m.tok_s, sim.get("total_tok_s")),
