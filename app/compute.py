@@ -10,10 +10,10 @@ import json
 import numpy as np
 import streamlit as st
 
-from ssd_sim import whatif
-from ssd_sim.plan import Plan
-from ssd_sim.planner import PlanResult
-from ssd_sim.profile import Profile
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan import whatif
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.planner import PlanResult
 
 HEATMAP_ACCEPTANCES = tuple(float(a) for a in np.round(np.linspace(0.5, 0.95, 10), 2))
 HEATMAP_RATIOS = tuple(float(r) for r in np.round(np.geomspace(0.02, 0.64, 6), 3))

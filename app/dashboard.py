@@ -15,8 +15,8 @@ if _ROOT not in sys.path:  # `streamlit run app/dashboard.py` works without inst
 import streamlit as st  # noqa: E402
 
 from app import state  # noqa: E402
-from ssd_sim.errors import ConfigError  # noqa: E402
-from ssd_sim.profile import Profile  # noqa: E402
+from ssd_sim.io.errors import ConfigError  # noqa: E402
+from ssd_sim.model.profile import Profile  # noqa: E402
 
 PAGES = [
     ("views/whatif.py", "What-if", ":material/tune:"),
@@ -33,7 +33,7 @@ def sidebar_profile() -> tuple[Profile, str] | None:
     side.header("Profile")
     choices = state.profile_choices()
     label = side.selectbox("preset or calibrated profile", list(choices), key="profile_choice",
-                           help="built-in presets (ssd_sim/presets) and calibrated profiles found as "
+                           help="built-in presets (ssd_sim/model/presets) and calibrated profiles found as "
                                 f"*.json in {state.traces_dir()} (`ssd-plan calibrate TRACES -o traces/NAME.json`)")
     upload = side.file_uploader("or upload a profile JSON", type=["json"], key="profile_upload",
                                 help="a profile written by `ssd-plan calibrate` (schema ssd-profile/1)")

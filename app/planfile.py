@@ -2,10 +2,10 @@
 
 from __future__ import annotations
 
-from ssd_sim.cli import build_report
-from ssd_sim.plan import Plan, PlanFile
-from ssd_sim.planner import PlanResult
-from ssd_sim.profile import Profile
+from ssd_sim.cli.plan import build_report
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan, PlanFile
+from ssd_sim.plan.planner import PlanResult
 
 ENGINES = {"ssd-engine": "reference SSD engine (bench/bench.py)", "vllm": "vLLM (plain SD fallback)",
            "sglang": "SGLang (plain SD fallback)"}

@@ -1,27 +1,27 @@
-"""The discrete-event simulator (ssd_sim.des) as the pages use it, optional: without it the pages show
+"""The discrete-event simulator (ssd_sim.sim.des) as the pages use it, optional: without it the pages show
 a note and the analytic numbers only."""
 
 from __future__ import annotations
 
 import streamlit as st
 
-from ssd_sim.plan import Plan
-from ssd_sim.profile import Profile
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan
 
 TOKENS = 4000  # output tokens per sequence for "simulate" (a few hundred to a thousand rounds)
 
 
 def _import():
     try:
-        from ssd_sim.des import simulate
-        from ssd_sim.workload import fixed_batch
+        from ssd_sim.sim.des import simulate
+        from ssd_sim.sim.workload import fixed_batch
     except ImportError as e:  # the simulator is optional for the dashboard
         return None, str(e)
     return (simulate, fixed_batch), ""
 
 
 def available() -> bool:
-    """Whether ssd_sim.des can be imported."""
+    """Whether ssd_sim.sim.des can be imported."""
     return _import()[0] is not None
 
 

@@ -14,12 +14,12 @@ from pathlib import Path
 
 import streamlit as st
 
-from ssd_sim.errors import ConfigError
-from ssd_sim.plan import Plan
-from ssd_sim.planner import make_plan
-from ssd_sim.presets import get_preset, list_presets
-from ssd_sim.profile import Profile
-from ssd_sim.whatif import build_plan, profile_values, with_overrides
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.presets import get_preset, list_presets
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.whatif import build_plan, profile_values, with_overrides
 
 REPO = Path(__file__).resolve().parent.parent
 PREFIX = "wi_"

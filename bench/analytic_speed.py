@@ -17,8 +17,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ssd_sim.analytic import expected_tokens, sd_speedup, ssd_speedup
-from ssd_sim.presets import list_presets
+from ssd_sim.model.presets import list_presets
+from ssd_sim.theory.analytic import expected_tokens, sd_speedup, ssd_speedup
 
 
 def grid(n: int = 1_000_000, seed: int = 0) -> dict[str, np.ndarray]:

@@ -63,8 +63,8 @@ def rows():
 def view_costs(T: float = 0.9, C: float = 0.35) -> None:
     """Cold cost of each What-if view's ssd_sim call at a (T, C) not seen before (no caches)."""
     from app import compute
-    from ssd_sim import whatif
-    from ssd_sim.presets import get_preset
+    from ssd_sim.model.presets import get_preset
+    from ssd_sim.plan import whatif
 
     prof = get_preset("llama70b-1b-h100")
     print(f"\ncold ssd_sim calls of the What-if page at T = {T}, C = {C} (ms)")

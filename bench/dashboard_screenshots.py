@@ -149,8 +149,8 @@ def traces_dir(tmp: Path) -> tuple[Path, str | None]:
     real = sorted((ROOT / "traces").rglob("*.jsonl"))
     if real:
         return ROOT / "traces", str(real[0].relative_to(ROOT / "traces"))
-    sys.path.insert(0, str(ROOT / "tests"))
-    from trace_samples import write_trace
+    sys.path.insert(0, str(ROOT))
+    from tests.helpers.trace_samples import write_trace
 
     write_trace(tmp / "synthetic-ssd.jsonl", "ssd", rounds=60, batch=2)
     return tmp, "synthetic-ssd.jsonl"

@@ -1,4 +1,4 @@
-"""Speed of the discrete-event simulator (ssd_sim.des): one table, not a timed test.
+"""Speed of the discrete-event simulator (ssd_sim.sim.des): one table, not a timed test.
 
 Rows: simulated rounds per second of AR, SD and SSD at b = 1 and b = 16 (median of --repeats runs;
 a round is one target verification of the whole batch), and the wall time of 1,000 sequences x 512
@@ -17,10 +17,10 @@ import time
 from rich.console import Console
 from rich.table import Table
 
-from ssd_sim.des import simulate
-from ssd_sim.planner import make_plan
-from ssd_sim.presets import get_preset
-from ssd_sim.workload import fixed_batch, poisson
+from ssd_sim.model.presets import get_preset
+from ssd_sim.plan.planner import make_plan
+from ssd_sim.sim.des import simulate
+from ssd_sim.sim.workload import fixed_batch, poisson
 
 
 def rounds_per_s(profile, plan, mode: str, b: int, rounds: int, repeats: int) -> tuple[float, int]:
@@ -56,7 +56,7 @@ def main() -> None:
     ap.add_argument("--rounds", type=int, default=50_000, help="rounds per timed run (approximate)")
     args = ap.parse_args()
     profile = get_preset(args.preset)
-    table = Table(title=f"ssd_sim.des speed on {args.preset} (median of {args.repeats} runs)", title_justify="left")
+    table = Table(title=f"ssd_sim.sim.des speed on {args.preset} (median of {args.repeats} runs)", title_justify="left")
     for col in ("case", "rounds per run", "rounds/s", "goal"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for b in (1, 16):

@@ -19,12 +19,12 @@ import json
 import statistics
 from pathlib import Path
 
-from ssd_sim.calibrate import calibrate
-from ssd_sim.des import simulate
-from ssd_sim.plan import Plan
-from ssd_sim.profile import Profile
-from ssd_sim.trace import Trace, read_trace, summarize
-from ssd_sim.workload import Workload
+from ssd_sim.io.trace import Trace, read_trace, summarize
+from ssd_sim.model.calibrate import calibrate
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan
+from ssd_sim.sim.des import simulate
+from ssd_sim.sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 

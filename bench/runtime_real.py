@@ -19,13 +19,13 @@ from pathlib import Path
 from ssd_runtime.models import ModelSpec, load_tokenizer, resolve_path
 from ssd_runtime.prompts import encode, prompt_set
 from ssd_runtime.run import Job, Session
-from ssd_sim.plan import Plan, load_plan
+from ssd_sim.plan.plan import Plan, load_plan
 
 
 def planner_plan(preset: str) -> tuple[Plan, dict]:
     """The plan ssd-plan chooses for this machine's profile at b = 1, T = 0 (latency objective)."""
-    from ssd_sim.planner import make_plan
-    from ssd_sim.presets import get_preset
+    from ssd_sim.model.presets import get_preset
+    from ssd_sim.plan.planner import make_plan
 
     res = make_plan(get_preset(preset), 1, 0.0)
     pred = {"ar_tok_s": res.ar.per_seq_tok_s, "sd_tok_s": res.sd.per_seq_tok_s, "ssd_tok_s": res.ssd.per_seq_tok_s,

@@ -21,7 +21,7 @@ from pathlib import Path
 from ssd_runtime.models import ModelSpec, load_tokenizer, resolve_path
 from ssd_runtime.prompts import encode, prompt_set
 from ssd_runtime.run import Job, Session
-from ssd_sim.plan import Plan, load_plan
+from ssd_sim.plan.plan import Plan, load_plan
 
 
 def run_plan(spec: dict) -> tuple[Plan, str]:

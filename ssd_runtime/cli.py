@@ -16,10 +16,10 @@ import re
 import sys
 from pathlib import Path
 
-from ssd_sim.cli_common import OneLineParser, add_knob_args, fail, nonneg_float, plan_from_args, positive_int
-from ssd_sim.errors import ConfigError
-from ssd_sim.jsonio import save_json_atomic
-from ssd_sim.plan import MODES, load_plan
+from ssd_sim.cli.args import OneLineParser, add_knob_args, fail, nonneg_float, plan_from_args, positive_int
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
 from .models import DTYPES, LINEAR, QUANTIZE, ModelSpec, linear_kernels, resolve_path
@@ -90,7 +90,7 @@ def build_fetch_parser() -> OneLineParser:
 
 
 def _rate(text: str) -> float:
-    from ssd_sim.cli_common import unit_float
+    from ssd_sim.cli.args import unit_float
 
     return unit_float(text)
 

@@ -24,7 +24,7 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ssd_sim.plan import Plan
+from ssd_sim.plan.plan import Plan
 
 from .kv import BatchKV
 from .sampling import candidate_order, draft_token, probs_from_logits, rank_of

@@ -14,7 +14,7 @@ from pathlib import Path
 
 import torch
 
-from ssd_sim.errors import ConfigError
+from ssd_sim.io.errors import ConfigError
 
 from .fetch import MODELS, converted_dir, is_converted
 

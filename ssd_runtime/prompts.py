@@ -6,7 +6,7 @@ import json
 from dataclasses import dataclass
 from pathlib import Path
 
-from ssd_sim.errors import ConfigError
+from ssd_sim.io.errors import ConfigError
 
 # Short code-completion prompts (raw text, no chat template): the workload of the CPU benchmark.
 CODE_PROMPTS: tuple[str, ...] = (

@@ -23,8 +23,8 @@ from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from ssd_sim.errors import ConfigError
-from ssd_sim.plan import Plan
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.plan.plan import Plan
 
 from .models import ModelSpec
 
@@ -216,7 +216,7 @@ class _TargetWorker:
         return self.models[spec]
 
     def _run(self, job: Job) -> JobResult:
-        from ssd_sim.trace import TraceWriter
+        from ssd_sim.io.trace import TraceWriter
 
         from .models import check_same_vocab, describe
         from .target import Target, TargetConfig
@@ -381,7 +381,7 @@ def _header(job: Job, target: dict, draft: dict | None) -> dict:
 
 def _summary(header: dict, rounds: list[dict], target, outputs: list[list[int]]) -> dict:
     """The summary line: decode tokens / decode wall time (prefill reported apart), plus summarize()."""
-    from ssd_sim.trace import Trace, summarize
+    from ssd_sim.io.trace import Trace, summarize
 
     wall_s = sum(r["timings_ms"]["round"] for r in rounds) / 1e3
     tokens = sum(s["committed"] for r in rounds for s in r["seqs"])

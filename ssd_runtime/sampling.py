@@ -25,7 +25,7 @@ def greedy(logits: torch.Tensor) -> torch.Tensor:
 def saguaro_probs(q: torch.Tensor, F: int | torch.Tensor, C: float, downweight: str = "top_f") -> torch.Tensor:
     """Saguaro sampling sigma_{F,C}(q) (paper Def. 14): C q on the top set, q elsewhere, renormalised.
 
-    Torch twin of ssd_sim.saguaro.saguaro_probs. The top set is the F most probable tokens ("top_f",
+    Torch twin of ssd_sim.theory.saguaro.saguaro_probs. The top set is the F most probable tokens ("top_f",
     the paper) or F + 1 ("top_f_plus_1", the reference engine). F may be a tensor broadcast over the
     leading axes (per row). C = 1 or an empty top set returns q unchanged.
     """

@@ -19,8 +19,8 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ssd_sim.plan import Plan
-from ssd_sim.trace import PHASES
+from ssd_sim.io.trace import PHASES
+from ssd_sim.plan.plan import Plan
 
 from .kv import BatchKV
 from .sampling import (

@@ -7,7 +7,7 @@ import json
 import streamlit as st
 
 from app import charts, compute, sim, state
-from ssd_sim.whatif import timeline_rounds
+from ssd_sim.sim.timeline import timeline_rounds
 
 MODES = {"ssd": "SSD (this plan)", "sd": "SD (this K)", "ar": "autoregressive"}
 
@@ -30,7 +30,7 @@ def render() -> None:
         return
     st.caption(state.describe(sc) + " (change it on the What-if page)")
     if not sim.available():
-        st.info(f"the simulator (ssd_sim.des) is not available: {sim.missing_reason()}")
+        st.info(f"the simulator (ssd_sim.sim.des) is not available: {sim.missing_reason()}")
         return
     c1, c2, c3 = st.columns(3)
     mode = c1.radio("mode", list(MODES), format_func=MODES.get, horizontal=True, key="tl_mode")

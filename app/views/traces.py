@@ -6,10 +6,10 @@ from __future__ import annotations
 import streamlit as st
 
 from app import charts, sim, state
-from ssd_sim.errors import ConfigError
-from ssd_sim.profile import Profile
-from ssd_sim.trace import PHASES, Trace, parse_trace, read_trace
-from ssd_sim.whatif import predicted_vs_measured, trace_plan, trace_series
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.trace import PHASES, Trace, parse_trace, read_trace
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.compare import predicted_vs_measured, trace_plan, trace_series
 
 NONE = "(choose a trace)"
 

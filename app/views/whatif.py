@@ -8,9 +8,9 @@ import math
 import streamlit as st
 
 from app import charts, compute, sim, state
-from ssd_sim.plan import BACKUPS
-from ssd_sim.planner import OBJECTIVES, make_plan
-from ssd_sim.whatif import fanout_comparison, profile_values
+from ssd_sim.plan.plan import BACKUPS
+from ssd_sim.plan.planner import OBJECTIVES, make_plan
+from ssd_sim.plan.whatif import fanout_comparison, profile_values
 
 P = state.PREFIX
 

@@ -1,0 +1,159 @@
+"""Argument parsing shared by ssd-plan, ssd-sim and ssd-run: the knob flags and one-line errors."""
+
+from __future__ import annotations
+
+import argparse
+import math
+import sys
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.plan.plan import BACKUPS, JIT_REDRAFT, Plan
+from ssd_sim.plan.planner import Knobs
+from ssd_sim.theory.saguaro import DOWNWEIGHT_SETS
+
+
+class OneLineParser(argparse.ArgumentParser):
+    """argparse that reports a bad flag in one line (no usage dump) and exits with status 2."""
+
+    def error(self, message: str):  # noqa: D102 - argparse API
+        self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
+
+
+def fail(prog: str, err: Exception) -> None:
+    """Print a one-line error for bad input and exit 2."""
+    print(f"{prog}: error: {err}", file=sys.stderr)
+    raise SystemExit(2)
+
+
+def fan_out_arg(text: str) -> int | tuple[int, ...]:
+    """'3' -> 3 (uniform, per position); '4,3,3,2' -> (4, 3, 3, 2) (one per position 0..K)."""
+    try:
+        vals = [int(v) for v in text.replace(" ", "").split(",") if v != ""]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid fan-out {text!r}: give an integer (uniform) or a comma list like 4,3,3,2") from None
+    if not vals or any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"invalid fan-out {text!r}: entries must be integers >= 0")
+    return vals[0] if len(vals) == 1 and "," not in text else tuple(vals)
+
+
+def fan_out_list_arg(text: str) -> tuple[int, ...]:
+    v = fan_out_arg(text)
+    return (v,) if isinstance(v, int) else v
+
+
+def _number(text: str, cast, kind: str):
+    try:
+        return cast(text)
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}") from None
+
+
+def unit_float(text: str) -> float:
+    v = _number(text, float, "number")
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"{v} is outside [0, 1]")
+    return v
+
+
+def positive_int(text: str) -> int:
+    v = _number(text, int, "integer")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    v = _number(text, float, "number")
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{v} must be a finite number >= 0")
+    return v
+
+
+def threshold_arg(text: str) -> float:
+    if text.lower() in ("inf", "never", "none"):
+        return math.inf
+    v = nonneg_float(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be a batch size >= 1 (or 'inf')")
+    return v
+
+
+def add_knob_args(p: argparse.ArgumentParser, workload: bool = True) -> None:
+    """The SSD knob flags. Any flag given is fixed; the rest comes from the plan file or is searched."""
+    g = p.add_argument_group("SSD knobs (fixed when given, otherwise searched / taken from --plan)")
+    g.add_argument("-k", "--num-speculative-tokens", type=positive_int, metavar="K",
+                   help="draft tokens proposed per round (tokens)")
+    g.add_argument("--fan-out", type=fan_out_arg, metavar="F|F0,..,FK",
+                   help="cached bonus-token guesses per stopping position: one integer (uniform) or K+1 "
+                        "comma-separated integers (hit case, F^p)")
+    g.add_argument("--fan-out-miss", type=fan_out_list_arg, metavar="F0,..,FK",
+                   help="the same after a round served by the backup (F^b); must sum like --fan-out")
+    g.add_argument("--saguaro-c", type=unit_float, metavar="C",
+                   help="Saguaro down-weight of the cached tokens in [0, 1] (1 = plain sampling)")
+    g.add_argument("--downweight", choices=DOWNWEIGHT_SETS,
+                   help="which set C multiplies: top_f (paper) or top_f_plus_1 (reference engine)")
+    g.add_argument("--backup", choices=BACKUPS,
+                   help="on a cache miss: jit (neural redraft), fast (random tokens) or adaptive (by batch size)")
+    g.add_argument("--backup-threshold", type=threshold_arg, metavar="B",
+                   help="adaptive backup: jit below this batch size, fast at or above (sequences; 'inf' = never)")
+    g.add_argument("--jit-redraft", choices=JIT_REDRAFT,
+                   help="jit backup redrafts only the rows that missed (rows) or the whole batch (batch)")
+    if workload:
+        w = p.add_argument_group("workload")
+        w.add_argument("-b", "--batch-size", type=positive_int, metavar="B",
+                       help="sequences decoded together (default 1)")
+        w.add_argument("-t", "--temperature", type=nonneg_float, metavar="T",
+                       help="sampling temperature of target and draft (default 0 = greedy)")
+        w.add_argument("--draft-devices", type=positive_int, metavar="N",
+                       help="devices running the draft; more devices hold a bigger cache budget (default 1)")
+
+
+def knobs_from_args(args: argparse.Namespace) -> Knobs:
+    """The knobs the user fixed on the command line (None = search)."""
+    return Knobs(
+        num_speculative_tokens=args.num_speculative_tokens,
+        fan_out=args.fan_out,
+        fan_out_miss=args.fan_out_miss,
+        saguaro_c=args.saguaro_c,
+        backup=args.backup,
+        backup_threshold=args.backup_threshold,
+        downweight=args.downweight or "top_f",
+        jit_redraft=args.jit_redraft or "rows",
+    )
+
+
+def plan_from_args(args: argparse.Namespace, base: Plan | None = None) -> Plan:
+    """A complete plan: the base plan (from --plan, or defaults) with every given flag applied on top.
+
+    Raises ConfigError naming the field when the result is inconsistent (e.g. a fan-out of the wrong length).
+    """
+    d = (base or Plan()).to_dict()
+    d["backup_threshold"] = math.inf if d["backup_threshold"] is None else d["backup_threshold"]
+    K = args.num_speculative_tokens or d["num_speculative_tokens"]
+    if isinstance(args.fan_out, tuple):
+        if args.num_speculative_tokens is not None and len(args.fan_out) != K + 1:
+            raise ConfigError("fan_out", f"--fan-out has {len(args.fan_out)} entries, expected K+1 = {K + 1}")
+        K = len(args.fan_out) - 1
+        d["fan_out"] = args.fan_out
+    elif isinstance(args.fan_out, int):
+        d["fan_out"] = (args.fan_out,) * (K + 1)
+    elif base is None or K != d["num_speculative_tokens"]:
+        if base is not None:
+            raise ConfigError("fan_out", f"the plan's fan-out has {len(d['fan_out'])} entries but K = {K} "
+                              f"needs {K + 1}; also pass --fan-out")
+        d["fan_out"] = (1,) * (K + 1)
+    d["num_speculative_tokens"] = K
+    if args.fan_out_miss is not None:
+        d["fan_out_miss"] = args.fan_out_miss
+    elif args.fan_out is not None or len(d["fan_out_miss"]) != K + 1 or sum(d["fan_out_miss"]) != sum(d["fan_out"]):
+        d["fan_out_miss"] = d["fan_out"]
+    for flag, key in (("saguaro_c", "saguaro_c"), ("downweight", "downweight"), ("backup", "backup"),
+                      ("backup_threshold", "backup_threshold"), ("jit_redraft", "jit_redraft"),
+                      ("temperature", "temperature"), ("batch_size", "batch_size"),
+                      ("draft_devices", "draft_devices")):
+        v = getattr(args, flag, None)
+        if v is not None:
+            d[key] = v
+    d["fan_out"], d["fan_out_miss"] = tuple(d["fan_out"]), tuple(d["fan_out_miss"])
+    return Plan(**d)

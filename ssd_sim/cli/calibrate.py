@@ -1,0 +1,75 @@
+"""`ssd-plan calibrate TRACES... -o PROFILE.json`: fit a profile to runtime traces and print the fit report.
+
+The fitting itself is ssd_sim.model.calibrate; this module only parses arguments, writes the profile
+atomically and prints tables.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from rich.console import Console
+from rich.table import Table
+
+from ssd_sim.cli.args import OneLineParser, fail
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.model.calibrate import CalibrationReport, calibrate
+from ssd_sim.model.profile import Profile
+
+
+def main(argv: list[str] | None = None) -> int:
+    """`ssd-plan calibrate TRACES... -o PROFILE.json`."""
+    p = OneLineParser(prog="ssd-plan calibrate",
+                      description="Fit a profile (latency + acceptance model) to ssd-run traces; use it with "
+                                  "`ssd-plan --profile FILE` and `ssd-sim --profile FILE`.")
+    p.add_argument("traces", nargs="+", help="JSONL traces written by ssd-run (one setup)")
+    p.add_argument("-o", "--output", required=True, help="profile JSON to write")
+    p.add_argument("--name", help="profile name (default: calibrated-<trace folder>)")
+    p.add_argument("--json", action="store_true", help="print the fit report as JSON")
+    args = p.parse_args(argv)
+    try:
+        profile, report = calibrate(args.traces, args.name)
+    except ConfigError as e:
+        fail("ssd-plan calibrate", e)
+    data = profile.to_dict()
+    data["calibration"] = report.to_dict()
+    save_json_atomic(args.output, json.dumps(data, indent=2))
+    if args.json:
+        print(json.dumps(report.to_dict(), indent=2))
+    else:
+        print_report(profile, report)
+        print(f"profile written to {args.output}")
+    return 0
+
+
+def print_report(profile: Profile, report: CalibrationReport) -> None:
+    """Fit quality tables (rich)."""
+    con = Console(width=None if sys.stdout.isatty() else 120)
+    t = Table(title=f"latency fits ({len(report.traces)} traces)")
+    for col in ("model", "samples", "R^2", "median |err|", "max |err|", "fixed ms", "token ms", "exponent"):
+        t.add_column(col, justify="left" if col == "model" else "right")
+    for role, f in report.latency.items():
+        pr = f["params"]
+        t.add_row(role, str(f["samples"]), f"{f['r2']:.3f}", f"{f['median_abs_rel_err']:.1%}",
+                  f"{f['max_abs_rel_err']:.1%}", f"{pr['fixed_ms']:.2f}", f"{pr['token_ms']:.3f}",
+                  f"{pr['token_exponent']:.3f}")
+    con.print(t)
+    con.print("overheads (ms): " + ", ".join(f"{k}={v:.2f}" for k, v in report.overheads.items()))
+    t = Table(title="acceptance and hit curves")
+    for col in ("T", "C", "per-position acceptance (95% CI)", "primary miss(1), r", "backup miss(1), r"):
+        t.add_column(col)
+    for e in report.acceptance:
+        acc = ", ".join(f"{p['acceptance']:.2f} [{p['ci95'][0]:.2f},{p['ci95'][1]:.2f}]"
+                        for p in e["per_position"][:4])
+        hp, hb = e["primary_hit"], e["backup_hit"]
+        t.add_row(f"{e['temperature']:g}", f"{e['saguaro_c']:g}", acc,
+                  f"{hp['miss_at_one']:.2f}, {hp['r']:.2f} (n={hp['samples']})",
+                  f"{hb['miss_at_one']:.2f}, {hb['r']:.2f} (n={hb['samples']})")
+    con.print(t)
+    con.print(f"profile {profile.name}: max batch {profile.max_batch_size}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,262 @@
+"""`ssd-plan`: pick K, fan-out, Saguaro C and the backup policy for a profile; emit a plan file and engine flags.
+
+    ssd-plan --preset llama70b-1b-h100                      # search everything at b=1, greedy
+    ssd-plan --preset llama70b-1b-h100 -b 8 -t 1 --json     # another workload, machine-readable
+    ssd-plan --preset qwen32b-0.6b-h100 -k 4 --fan-out 3    # evaluate a fixed configuration
+    ssd-plan --plan plan.json --emit ssd-engine             # flags for an existing plan file
+    ssd-plan calibrate traces/*.jsonl -o profile.json       # fit a profile to runtime traces
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import sys
+
+from ssd_sim.cli.args import OneLineParser, add_knob_args, fail, knobs_from_args, positive_int
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.model.presets import list_presets, load_profile
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.emit import ENGINES, engine_flags
+from ssd_sim.plan.plan import PlanFile, load_plan
+from ssd_sim.plan.planner import OBJECTIVES, Knobs, PlanResult, make_plan
+
+PROG = "ssd-plan"
+
+
+def build_parser() -> argparse.ArgumentParser:
+    p = OneLineParser(
+        prog=PROG,
+        description="Plan Speculative Speculative Decoding (SSD / Saguaro): search K, the cache budget, the "
+                    "fan-out for the hit and miss case, Saguaro C and the backup policy, and predict tok/s "
+                    "of autoregressive, the best synchronous SD and SSD. Knob flags fix a value; the rest "
+                    "is searched. `ssd-plan calibrate --help` fits a profile to runtime traces.",
+        formatter_class=argparse.RawDescriptionHelpFormatter,
+        epilog=__doc__,
+    )
+    src = p.add_argument_group("profile (latency + acceptance model)")
+    src.add_argument("--preset", metavar="NAME", help=f"built-in preset: {', '.join(list_presets())}")
+    src.add_argument("--profile", metavar="FILE", help="a profile JSON file (e.g. from `ssd-plan calibrate`)")
+    src.add_argument("--plan", metavar="FILE", help="evaluate this plan file: its knobs are fixed (flags "
+                     "still override); its profile is used unless --preset/--profile is given")
+    src.add_argument("--list-presets", action="store_true", help="list the built-in presets and exit")
+    src.add_argument("--explain", action="store_true",
+                     help="also print where every profile number comes from (measured / derived / assumed)")
+    add_knob_args(p)
+    s = p.add_argument_group("search")
+    s.add_argument("--objective", choices=OBJECTIVES, default="latency",
+                   help="latency: maximise tok/s per sequence; throughput-per-device: total tok/s divided by "
+                        "the accelerators used (the SSD draft device counts). Default: latency")
+    s.add_argument("--max-k", type=positive_int, default=10, metavar="K",
+                   help="largest K searched, for SSD and SD (tokens; default 10)")
+    s.add_argument("--budget-cap", type=positive_int, default=128, metavar="N",
+                   help="largest cache budget per sequence searched (bonus-token guesses; default 128)")
+    s.add_argument("--simulate", nargs="?", const=20000, type=positive_int, metavar="TOKENS",
+                   help="re-rank the best analytic candidates with the discrete-event simulator over "
+                        "TOKENS generated tokens per sequence (default 20000) and report simulated tok/s")
+    s.add_argument("--seed", type=int, default=0, help="simulator seed (with --simulate)")
+    o = p.add_argument_group("output")
+    o.add_argument("-o", "--output", metavar="FILE", help="write the plan file (JSON) here")
+    o.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
+    o.add_argument("--emit", choices=ENGINES,
+                   help="print only the ready-to-run command for this engine (ssd-engine = the reference SSD "
+                        "engine; vllm / sglang = the best plain-SD fallback)")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    argv = sys.argv[1:] if argv is None else argv
+    if argv[:1] == ["calibrate"]:
+        from ssd_sim.cli.calibrate import main as calibrate_main
+
+        return calibrate_main(argv[1:])
+    args = build_parser().parse_args(argv)
+    if args.list_presets:
+        return _print_presets()
+    try:
+        profile, base_extra, knobs, workload = _resolve(args)
+        result = make_plan(profile, workload["batch_size"], workload["temperature"], args.objective,
+                           workload["draft_devices"], knobs, args.max_k, args.budget_cap)
+    except ConfigError as e:
+        fail(PROG, e)
+    simulated = _simulate(profile, result, args) if args.simulate else None
+    report = build_report(profile, result, simulated, source=base_extra)
+    if args.output:
+        save_json_atomic(args.output, PlanFile(result.plan, {k: v for k, v in report.items() if k != "plan"}).to_json())
+    if args.json:
+        print(json.dumps(report, indent=2))
+    elif args.emit:
+        print(report["engine_flags"][args.emit]["command"])
+    else:
+        print_report(profile, result, report, explain=args.explain)
+        if args.output:
+            print(f"plan written to {args.output}")
+    return 0
+
+
+def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
+    """Profile, plan-file info, fixed knobs and workload from the arguments (plan file, then flags)."""
+    pf = load_plan(args.plan) if args.plan else None
+    prof_info = (pf.extra.get("profile") or {}) if pf else {}
+    if args.preset or args.profile:
+        info = {"preset": args.preset, "path": args.profile}
+    elif prof_info.get("preset") or prof_info.get("path"):
+        info = {"preset": prof_info.get("preset"), "path": None if prof_info.get("preset") else prof_info["path"]}
+    else:
+        raise ConfigError("profile", "give --preset NAME (see --list-presets) or --profile FILE")
+    profile = load_profile(info["preset"], info["path"])
+    knobs = knobs_from_args(args)
+    workload = {"batch_size": args.batch_size, "temperature": args.temperature, "draft_devices": args.draft_devices}
+    if pf:
+        pl = pf.plan
+        fixed = Knobs(pl.K, pl.fan_out, pl.fan_out_miss, pl.saguaro_c, pl.backup,
+                      None if math.isinf(pl.backup_threshold) else pl.backup_threshold, pl.downweight, pl.jit_redraft)
+        knobs = _override(fixed, knobs, args)
+        for key in workload:
+            workload[key] = workload[key] if workload[key] is not None else getattr(pl, key)
+    defaults = {"batch_size": 1, "temperature": 0.0, "draft_devices": 1}
+    workload = {k: (v if v is not None else defaults[k]) for k, v in workload.items()}
+    source = {"profile": {"name": profile.name, **info}}
+    return profile, source, knobs, workload
+
+
+def _override(fixed: Knobs, flags: Knobs, args) -> Knobs:
+    """Plan-file knobs with any command-line flag on top (a new K or fan-out drops the plan's fan-outs)."""
+    d = dict(fixed.__dict__)
+    if args.num_speculative_tokens is not None or args.fan_out is not None:
+        d.update(num_speculative_tokens=flags.num_speculative_tokens, fan_out=flags.fan_out, fan_out_miss=None)
+    for name in ("fan_out_miss", "saguaro_c", "backup", "backup_threshold"):
+        if getattr(flags, name) is not None:
+            d[name] = getattr(flags, name)
+    if args.downweight:
+        d["downweight"] = flags.downweight
+    if args.jit_redraft:
+        d["jit_redraft"] = flags.jit_redraft
+    return Knobs(**d)
+
+
+def _simulate(profile: Profile, result: PlanResult, args) -> dict:
+    """Re-rank the analytic candidates with the simulator; the simulated winner becomes the plan."""
+    from ssd_sim.sim.rerank import rerank
+
+    rr = rerank(profile, result, tokens=args.simulate, seed=args.seed)
+    if rr.changed:
+        result.plan, result.ssd = rr.plan, rr.ranked[0][1]
+        result.binding += " (for the analytic pick; the simulator preferred another candidate)"
+    m = rr.metrics
+    return {
+        "tokens_per_sequence": args.simulate, "seed": args.seed, "changed_plan": rr.changed,
+        "ssd_tok_s": m.per_seq_tok_s, "ssd_total_tok_s": m.total_tok_s, "ssd_tok_s_per_device": m.tok_s_per_device,
+        "p_hit": m.hit_rate, "mean_accept_len": m.mean_accept_len,
+        "ar_tok_s": rr.baselines["ar"].per_seq_tok_s, "sd_tok_s": rr.baselines["sd"].per_seq_tok_s,
+        "candidates": [{"num_speculative_tokens": p.K, "fan_out": list(p.fan_out), "saguaro_c": p.saguaro_c,
+                        "backup": p.backup_for(p.batch_size), "analytic_tok_s": pred.per_seq_tok_s,
+                        "simulated_tok_s": sm.per_seq_tok_s} for p, pred, sm in rr.ranked],
+    }
+
+
+def build_report(profile: Profile, result: PlanResult, simulated: dict | None = None, source: dict | None = None) -> dict:
+    """The JSON report: plan, predictions, engine flags and the reasoning."""
+    ar, sd, ssd = result.ar, result.sd, result.ssd
+    predicted = {
+        "ar_tok_s": ar.per_seq_tok_s, "sd_tok_s": sd.per_seq_tok_s, "ssd_tok_s": ssd.per_seq_tok_s,
+        "ar_total_tok_s": ar.total_tok_s, "sd_total_tok_s": sd.total_tok_s, "ssd_total_tok_s": ssd.total_tok_s,
+        "ar_tok_s_per_device": ar.tok_s_per_device, "sd_tok_s_per_device": sd.tok_s_per_device,
+        "ssd_tok_s_per_device": ssd.tok_s_per_device,
+        "sd_num_speculative_tokens": sd.num_speculative_tokens,
+        "p_hit": ssd.p_hit, "p_all_hit": ssd.p_all_hit, "e_hit": ssd.e_hit, "e_miss": ssd.e_miss,
+        "ssd_verify_ms": ssd.verify_ms, "ssd_primary_ms": ssd.draft_ms, "ssd_backup_ms": ssd.backup_ms,
+        "ssd_round_ms": ssd.round_ms, "speedup_ssd_vs_ar": ssd.per_seq_tok_s / ar.per_seq_tok_s,
+        "speedup_ssd_vs_sd": ssd.per_seq_tok_s / sd.per_seq_tok_s,
+    }
+    report = {
+        "plan": result.plan.to_dict(),
+        "profile": (source or {}).get("profile", {"name": profile.name}),
+        "objective": result.objective,
+        "recommended_mode": result.recommended_mode,
+        "predicted": predicted,
+        "binding": result.binding,
+        "b_star": None if math.isinf(result.b_star) else result.b_star,
+        "b_star_closed_form": None if math.isinf(result.b_star_closed_form) else result.b_star_closed_form,
+        "budget_fit": result.budget_fit,
+        "baselines": {"ar": ar.to_dict(), "sd": sd.to_dict()},
+        "ssd": ssd.to_dict(),
+        "engine_flags": engine_flags(profile, result.plan, sd),
+        "configurations_scored": result.evaluated,
+    }
+    if simulated:
+        report["simulated"] = simulated
+    return report
+
+
+def _print_presets() -> int:
+    from rich.console import Console
+    from rich.table import Table
+
+    from ssd_sim.model.presets import get_preset
+
+    t = Table(title="built-in presets")
+    t.add_column("name")
+    t.add_column("description")
+    for name in list_presets():
+        t.add_row(name, get_preset(name).description)
+    Console().print(t)
+    return 0
+
+
+def print_report(profile: Profile, result: PlanResult, report: dict, explain: bool = False) -> None:
+    """Human-readable tables of the report (rich)."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=None if sys.stdout.isatty() else 120)
+    plan = result.plan
+    con.print(f"[bold]{profile.name}[/]: {profile.description}")
+    con.print(f"workload: batch {plan.batch_size}, temperature {plan.temperature:g}, "
+              f"draft devices {plan.draft_devices}; objective: {result.objective}")
+    t = Table(title="predicted decoding speed")
+    for col in ("mode", "K", "tok/s per seq", "total tok/s", "devices", "tok/s per device", "vs AR",
+                "tokens/round", "round ms"):
+        t.add_column(col, justify="right" if col != "mode" else "left")
+    for p in (result.ar, result.sd, result.ssd):
+        t.add_row(p.mode.upper(), str(p.num_speculative_tokens or "-"), f"{p.per_seq_tok_s:.2f}",
+                  f"{p.total_tok_s:.2f}", str(p.devices), f"{p.tok_s_per_device:.2f}",
+                  f"{p.per_seq_tok_s / result.ar.per_seq_tok_s:.2f}x", f"{p.tokens_per_round:.2f}",
+                  f"{p.round_ms:.1f}")
+    con.print(t)
+    s = result.ssd
+    con.print(f"SSD: p_hit {s.p_hit:.3f} (whole batch {s.p_all_hit:.3f}), E_hit {s.e_hit:.2f}, "
+              f"E_miss {s.e_miss:.2f} tokens; T_v {s.verify_ms:.2f} ms, T_p {s.draft_ms:.2f} ms, "
+              f"backup ({s.backup}) {s.backup_ms:.2f} ms")
+    thr = "never" if math.isinf(result.b_star) else f"{result.b_star:g}"
+    con.print(f"plan: K={plan.K} fan_out={list(plan.fan_out)} fan_out_miss={list(plan.fan_out_miss)} "
+              f"saguaro_c={plan.saguaro_c:g} backup={plan.backup} (fast backup from b*={thr}; closed form "
+              f"{result.b_star_closed_form:.2f})")
+    con.print(f"binding: {result.binding}")
+    rec = result.recommended_mode.upper()
+    con.print(f"recommendation under '{result.objective}': [bold]{rec}[/] "
+              f"(SSD {report['predicted']['speedup_ssd_vs_sd']:.2f}x SD, {report['predicted']['speedup_ssd_vs_ar']:.2f}x AR "
+              f"per sequence, using {s.devices} devices vs {result.sd.devices})")
+    if "simulated" in report:
+        sim = report["simulated"]
+        con.print(f"simulated ({sim['tokens_per_sequence']} tokens/sequence, seed {sim['seed']}): "
+                  f"AR {sim['ar_tok_s']:.2f}, SD {sim['sd_tok_s']:.2f}, SSD {sim['ssd_tok_s']:.2f} tok/s per sequence, "
+                  f"hit rate {sim['p_hit']:.3f}" + ("; re-ranking changed the plan" if sim["changed_plan"] else ""))
+    con.print(f"ssd-engine: {report['engine_flags']['ssd-engine']['command']}")
+    for note in report["engine_flags"]["ssd-engine"]["notes"]:
+        con.print(f"  note: {note}")
+    if explain:
+        t = Table(title=f"where the numbers of {profile.name} come from")
+        t.add_column("quantity")
+        t.add_column("source")
+        for k, v in profile.provenance.items():
+            t.add_row(k, v)
+        con.print(t)
+        for src in profile.sources:
+            con.print(f"- {src}")
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

@@ -1,0 +1,194 @@
+"""`ssd-sim`: simulate AR, SD or SSD decoding of a plan on a profile with the SimPy event model.
+
+    ssd-sim --preset NAME | --profile FILE [--plan plan.json] [knob flags] [--mode MODE]
+            [-b B] [--tokens N] [--seed S] [--workload fixed|poisson --rate R --num-requests N --max-batch B]
+            [--replay TRACE.jsonl] [--json] [--chrome-trace out.json]
+
+Without --plan the plan comes from the planner (ssd-plan's search) with the given knob flags fixed;
+with --plan the knob flags override the plan file's fields. Bad input: one line naming the field and
+the fix, exit status 2, and no output file is written.
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+
+from ssd_sim.cli.args import (
+    OneLineParser,
+    add_knob_args,
+    fail,
+    knobs_from_args,
+    nonneg_float,
+    plan_from_args,
+    positive_int,
+)
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.trace import read_trace
+from ssd_sim.model.presets import load_profile
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan, load_plan
+from ssd_sim.plan.planner import OBJECTIVES, make_plan
+from ssd_sim.plan.predict import Prediction, predict
+from ssd_sim.sim.des import MODES, SimResult, simulate
+from ssd_sim.sim.metrics import json_safe
+from ssd_sim.sim.workload import OUTPUT_DISTS, WORKLOADS, Workload
+
+PROG = "ssd-sim"
+
+
+def build_parser() -> OneLineParser:
+    p = OneLineParser(prog=PROG, description="Simulate AR / SD / SSD decoding of a plan (SimPy event model).")
+    src = p.add_argument_group("profile (one of)")
+    src.add_argument("--preset", metavar="NAME", help="built-in profile (see ssd-plan --list-presets)")
+    src.add_argument("--profile", metavar="FILE", help="profile JSON (from ssd-plan calibrate)")
+    p.add_argument("--plan", metavar="FILE", help="plan file from ssd-plan; knob flags override its fields")
+    p.add_argument("--mode", choices=MODES, default="ssd",
+                   help="ar, sd, ssd (the plan's backup), ssd-fast (fast backup), ssd-adaptive (switch at b*)")
+    p.add_argument("--objective", choices=OBJECTIVES, default="latency",
+                   help="what the planner optimises when no --plan is given (default latency)")
+    add_knob_args(p)
+    w = p.add_argument_group("simulated workload")
+    w.add_argument("--tokens", type=positive_int, default=512, metavar="N",
+                   help="output tokens per sequence (mean of --output-dist; default 512)")
+    w.add_argument("--workload", choices=WORKLOADS, default="fixed",
+                   help="fixed: the batch starts together; poisson: arrivals at --rate, continuous batching")
+    w.add_argument("--rate", type=nonneg_float, metavar="R", help="poisson: arrival rate (requests per second)")
+    w.add_argument("--num-requests", type=positive_int, metavar="N",
+                   help="sequences to simulate (fixed: default the batch size; poisson: default 100)")
+    w.add_argument("--max-batch", type=positive_int, metavar="B",
+                   help="poisson: most sequences decoded together (default the batch size)")
+    w.add_argument("--prompt-tokens", type=int, default=128, metavar="P",
+                   help="prompt tokens per request; prefill = one target forward over them (0 = no prefill)")
+    w.add_argument("--output-dist", choices=OUTPUT_DISTS, default="fixed",
+                   help="output-length distribution around --tokens (default fixed)")
+    w.add_argument("--replay", metavar="TRACE", help="replay accepted counts and bonus ranks of an ssd-run trace")
+    o = p.add_argument_group("output")
+    o.add_argument("--seed", type=int, default=0, help="random seed; a seed makes a run bit-for-bit reproducible")
+    o.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
+    o.add_argument("--chrome-trace", metavar="FILE",
+                   help="write the simulated timeline as Chrome / Perfetto trace JSON (ui.perfetto.dev)")
+    o.add_argument("--no-progress", action="store_true", help="never show a progress bar")
+    return p
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = build_parser().parse_args(argv)
+    try:
+        profile = load_profile(args.preset, args.profile)
+        base = load_plan(args.plan).plan if args.plan else None
+        args.batch_size = (args.batch_size or (args.max_batch if args.workload == "poisson" else None)
+                           or (base.batch_size if base else 1))
+        workload = workload_from_args(args)
+        plan = resolve_plan(args, profile, base)
+        replay = read_trace(args.replay) if args.replay else None
+        progress = not args.no_progress and not args.json and sys.stderr.isatty()
+        result = simulate(profile, plan, mode=args.mode, seed=args.seed, workload=workload,
+                          chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay)
+    except ConfigError as e:
+        fail(PROG, e)
+    predicted = predict(profile, result.plan, "ssd" if args.mode.startswith("ssd") else args.mode)
+    if args.chrome_trace:
+        save_json_atomic(args.chrome_trace, json.dumps(result.chrome_trace(), separators=(",", ":")))
+    if args.json:
+        out = result.to_dict() | {"profile": profile.name, "predicted": predicted.to_dict()}
+        print(json.dumps(json_safe(out), indent=2))
+    else:
+        print_table(profile, result, predicted, args)
+    return 0
+
+
+def workload_from_args(args) -> Workload:
+    """The simulated workload from the flags (raises ConfigError on inconsistent flags)."""
+    if args.prompt_tokens < 0:
+        raise ConfigError("prompt_tokens", f"must be >= 0, got {args.prompt_tokens}")
+    if args.workload == "poisson":
+        if args.rate is None or args.rate <= 0:
+            raise ConfigError("rate", "--workload poisson needs --rate R (requests per second, > 0)")
+        return Workload("poisson", args.num_requests or 100, args.max_batch or args.batch_size, args.rate, args.tokens,
+                        args.output_dist, args.prompt_tokens)
+    for flag in ("rate", "max_batch"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(flag, f"--{flag.replace('_', '-')} only applies to --workload poisson")
+    b = args.batch_size
+    return Workload("fixed", args.num_requests or b, b, 0.0, args.tokens, args.output_dist, args.prompt_tokens)
+
+
+def resolve_plan(args, profile: Profile, base: Plan | None) -> Plan:
+    """The plan file with the knob flags on top, else the planner's plan for this batch with the flags fixed."""
+    if base is not None:
+        return plan_from_args(args, base)
+    result = make_plan(profile, batch_size=args.batch_size, temperature=args.temperature or 0.0,
+                       objective=args.objective, draft_devices=args.draft_devices or 1,
+                       knobs=knobs_from_args(args))
+    plan = result.plan
+    if args.mode == "sd" and args.num_speculative_tokens is None and args.fan_out is None:
+        K = result.sd.num_speculative_tokens  # the best SD K, not the SSD plan's
+        plan = plan.replace(num_speculative_tokens=K, fan_out=(1,) * (K + 1), fan_out_miss=(1,) * (K + 1))
+    return plan
+
+
+def print_table(profile: Profile, result: SimResult, predicted: Prediction, args) -> None:
+    from rich.console import Console
+    from rich.table import Table
+
+    m, plan = result.metrics, result.plan
+    wl = result.workload
+    title = (f"ssd-sim {result.mode} on {profile.name}: {m.sequences} sequences x {wl.output_tokens} tokens "
+             f"({wl.kind}{f', {wl.rate:g} req/s' if wl.kind == 'poisson' else ''}, batch {wl.max_batch}), "
+             f"seed {result.seed}")
+    t = Table(title=title, title_justify="left")
+    t.add_column("metric")
+    t.add_column("simulated", justify="right")
+    t.add_column("analytic", justify="right")
+    for name, sim, pred in rows(m, predicted):
+        t.add_row(name, sim, pred)
+    console = Console()
+    console.print(t)
+    if m.num_speculative_tokens:
+        fo = f" fan-out {list(plan.fan_out)} / miss {list(plan.fan_out_miss)}" if plan.mode == "ssd" else ""
+        thr = f" (b* = {plan.backup_threshold:g})" if plan.backup == "adaptive" else ""
+        console.print(f"plan: K = {plan.K}{fo}, C = {plan.saguaro_c:g}, backup {plan.backup}{thr}, "
+                      f"jit redraft {plan.jit_redraft}, draft devices {plan.draft_devices}")
+    if args.chrome_trace:
+        console.print(f"timeline: {args.chrome_trace} (open in ui.perfetto.dev or chrome://tracing)")
+
+
+def rows(m, p: Prediction) -> list[tuple[str, str, str]]:
+    """Table rows: (metric, simulated, analytic)."""
+
+    def f(v, fmt="{:.1f}"):
+        return "-" if v is None else fmt.format(v)
+
+    pct = "{:.1%}"
+    out = [
+        ("tok/s per sequence", f(m.per_seq_tok_s), f(p.per_seq_tok_s)),
+        ("tok/s total", f(m.total_tok_s), f(p.total_tok_s)),
+        ("tok/s per device", f(m.tok_s_per_device), f(p.tok_s_per_device)),
+        ("TPOT p50 / p90 / p99 (ms)", f"{m.tpot_ms_p50:.2f} / {m.tpot_ms_p90:.2f} / {m.tpot_ms_p99:.2f}",
+         f(1e3 / p.per_seq_tok_s, "{:.2f}")),
+        ("TTFT p50 / p90 / p99 (ms)", f"{m.ttft_ms_p50:.1f} / {m.ttft_ms_p90:.1f} / {m.ttft_ms_p99:.1f}", "-"),
+        ("round (ms)", f(m.round_ms, "{:.2f}"), f(p.round_ms, "{:.2f}")),
+        ("mean batch", f(m.mean_batch, "{:.2f}"), str(p.batch_size)),
+    ]
+    if m.num_speculative_tokens:
+        out += [("mean acceptance length (incl. bonus)", f(m.mean_accept_len, "{:.3f}"),
+                 f(p.tokens_per_round, "{:.3f}")),
+                ("acceptance rate", f(m.acceptance_rate, pct), "-")]
+    if m.hit_rate is not None:
+        out += [("cache hit rate", f(m.hit_rate, pct), f(p.p_hit, pct)),
+                ("  after a cache round / after a backup round",
+                 f"{f(m.primary_hit_rate, pct)} / {f(m.backup_hit_rate, pct)}", "-"),
+                ("rounds with every sequence hitting", f(m.all_hit_rounds, pct), f(p.p_all_hit, pct)),
+                ("tokens per round on hit / miss", f"{f(m.tokens_per_round_hit, '{:.2f}')} / "
+                 f"{f(m.tokens_per_round_miss, '{:.2f}')}", f"{f(p.e_hit, '{:.2f}')} / {f(p.e_miss, '{:.2f}')}"),
+                ("backup rounds (jit / fast)", f"{m.backup_rounds['jit']} / {m.backup_rounds['fast']}", "-"),
+                ("draft busy", f(m.draft_busy, pct), "-"),
+                ("target waits for the draft", f"{m.target_wait_share:.1%} ({m.target_wait_ms:.0f} ms)", "-")]
+    out.append(("target busy", f(m.target_busy, pct), "-"))
+    return out
+
+
+if __name__ == "__main__":
+    raise SystemExit(main())

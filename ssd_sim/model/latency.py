@@ -1,0 +1,230 @@
+"""Latency models: how long a forward pass takes as a function of rows (sequences) and tokens per row.
+
+One forward of a model on its device(s), in ms, with N = rows * tokens processed tokens:
+
+    t = fixed_ms + max(memory_ms, compute_ms_per_token * N) + token_ms * N ** token_exponent
+        + multi_token_ms * [N > 1]
+
+- fixed_ms: launch / framework / collective overhead paid once per forward;
+- max(memory, compute): the roofline (weights streamed once per forward vs FLOPs at achievable peak);
+- token_ms * N^token_exponent: per-token work not hidden under the roofline (sampling over the
+  vocabulary, attention with masks, small kernels); exponent < 1 when more rows run more efficiently;
+- multi_token_ms: paid once when a forward processes more than one token (on CPUs the Linear layers switch
+  from matrix-vector to matrix-matrix kernels, so 2 tokens cost much more than 1 but 5 barely more than 2).
+A GPU preset is mostly roofline + fixed; a CPU profile is mostly fixed + token term (see presets/).
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+from dataclasses import asdict, dataclass, fields
+
+import numpy as np
+from numpy.typing import ArrayLike
+
+from ssd_sim.io.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class ForwardLatency:
+    """Latency (ms) of one forward pass over `rows` sequences x `tokens` tokens each."""
+
+    fixed_ms: float = 0.0  # per-forward overhead (ms)
+    memory_ms: float = 0.0  # weight/KV streaming floor of the roofline (ms)
+    compute_ms_per_token: float = 0.0  # FLOP time per processed token at achievable peak (ms/token)
+    token_ms: float = 0.0  # per-token work outside the roofline (ms at N = 1)
+    token_exponent: float = 1.0  # how that work scales with N (1 = linear)
+    multi_token_ms: float = 0.0  # extra once N > 1 (CPU: matrix-matrix instead of matrix-vector kernels) (ms)
+
+    def __post_init__(self):
+        for f in fields(self):
+            v = getattr(self, f.name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ConfigError(f.name, f"must be a finite number >= 0 (ms), got {v!r}")
+        if not 0.0 < self.token_exponent <= 2.0:
+            raise ConfigError("token_exponent", f"must be in (0, 2], got {self.token_exponent}")
+
+    def __call__(self, rows: ArrayLike, tokens: ArrayLike = 1):
+        """Forward latency in ms (broadcasts over numpy arrays of rows and tokens)."""
+        n = np.asarray(rows, dtype=float) * np.asarray(tokens, dtype=float)
+        t = (
+            self.fixed_ms
+            + np.maximum(self.memory_ms, self.compute_ms_per_token * n)
+            + self.token_ms * n**self.token_exponent
+            + self.multi_token_ms * (n > 1)
+        )
+        return float(t) if np.ndim(t) == 0 else t
+
+    @classmethod
+    def roofline(
+        cls,
+        params_b: float,
+        bytes_per_param: float,
+        devices: int,
+        hbm_tb_s: float,
+        peak_tflops: float,
+        mfu: float = 0.6,
+        fixed_ms: float = 0.0,
+        token_ms: float = 0.0,
+        token_exponent: float = 1.0,
+    ) -> ForwardLatency:
+        """Roofline from specs: params (billions) split over `devices` (tensor parallel).
+
+        memory_ms = weight bytes per device / HBM bandwidth; compute = 2 params FLOPs per token at mfu x peak.
+        """
+        memory_ms = params_b * 1e9 * bytes_per_param / devices / (hbm_tb_s * 1e12) * 1e3
+        compute = 2.0 * params_b * 1e9 / devices / (peak_tflops * 1e12 * mfu) * 1e3
+        return cls(fixed_ms, memory_ms, compute, token_ms, token_exponent)
+
+    def to_dict(self) -> dict:
+        return asdict(self)
+
+
+@dataclass(frozen=True)
+class LatencyModel:
+    """Latencies of the target and the draft devices plus per-round overheads, all in ms.
+
+    All public methods take the batch size b (sequences) and return ms.
+    """
+
+    target: ForwardLatency
+    draft: ForwardLatency
+    target_devices: int = 1  # devices the target occupies (tensor parallel degree)
+    round_overhead_ms: float = 0.0  # target-side sampling, ratio test, commit, scheduling per step
+    transfer_ms: float = 0.0  # SSD: one request + one reply between target and draft devices
+    lookup_ms: float = 0.0  # SSD: speculation-cache lookup on the draft
+    fast_backup_ms: float = 0.0  # SSD: producing random backup tokens
+    sd_transfer: bool = False  # SD drafts on another device/process and pays transfer_ms per round
+
+    def __post_init__(self):
+        if int(self.target_devices) != self.target_devices or self.target_devices < 1:
+            raise ConfigError("target_devices", f"must be an integer >= 1, got {self.target_devices!r}")
+        for name in ("round_overhead_ms", "transfer_ms", "lookup_ms", "fast_backup_ms"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+                raise ConfigError(name, f"must be a finite number >= 0 (ms), got {v!r}")
+
+    def ar_step_ms(self, b: ArrayLike):
+        """One autoregressive step of the target for b sequences (ms)."""
+        return self.target(b, 1) + self.round_overhead_ms
+
+    def verify_ms(self, b: ArrayLike, K: ArrayLike):
+        """One verification forward over b sequences x (K + 1) tokens, plus the per-step overhead (ms)."""
+        return self.target(b, np.asarray(K) + 1) + self.round_overhead_ms
+
+    def sd_draft_ms(self, b: ArrayLike, K: ArrayLike):
+        """Synchronous SD drafting per round: K sequential draft steps over b rows (+ transfer if remote) (ms)."""
+        return np.asarray(K) * self.draft(b, 1) + (self.transfer_ms if self.sd_transfer else 0.0)
+
+    def glue_ms(self, b: ArrayLike, K: ArrayLike):
+        """SSD glue forward: the draft re-reads the K + 1 tokens it just proposed, b rows (ms)."""
+        return self.draft(b, np.asarray(K) + 1)
+
+    def branch_ms(self, rows: ArrayLike, K: ArrayLike):
+        """SSD branch decode: K draft steps over all branch rows at once (ms)."""
+        return np.asarray(K) * self.draft(rows, 1)
+
+    def primary_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+        """SSD primary speculation after replying: glue + branch decode of b x budget rows (ms).
+
+        With several draft devices each runs the glue for the whole batch and its share of branches.
+        """
+        rows = np.ceil(np.asarray(b) * np.asarray(budget) / draft_devices)
+        return self.glue_ms(b, K) + np.where(np.asarray(budget) > 0, self.branch_ms(rows, K), 0.0)
+
+    def jit_backup_ms(self, rows: ArrayLike, K: ArrayLike):
+        """Neural just-in-time backup: the draft decodes K tokens for `rows` missed sequences (ms)."""
+        return np.where(np.asarray(rows) > 0, self.branch_ms(rows, K), 0.0)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> LatencyModel:
+        d = dict(d)
+        try:
+            target = ForwardLatency(**d.pop("target"))
+            draft = ForwardLatency(**d.pop("draft"))
+            return cls(target=target, draft=draft, **d)
+        except TypeError as e:
+            raise ConfigError("latency", f"unknown or missing field ({e}); see ssd_sim/model/latency.py") from e
+
+
+# A workload is what one measured time covered: a list of (rows, tokens, repeats) forwards.
+Workload = Sequence[tuple[float, float, float]]
+
+
+def workload_ms(model: ForwardLatency, workload: Workload) -> float:
+    """Predicted total ms of a workload under a forward-latency model."""
+    return float(sum(c * model(r, t) for r, t, c in workload))
+
+
+def fit_forward_latency(
+    workloads: Sequence[Workload],
+    measured_ms: ArrayLike,
+    fixed: dict | None = None,
+    free: Sequence[str] = ("fixed_ms", "token_ms", "token_exponent"),
+):
+    """Least-squares fit of a ForwardLatency to measured times of workloads (scipy.optimize.least_squares).
+
+    `fixed` pins parameters (e.g. a roofline memory_ms from specs); `free` are fitted, all >= 0.
+    Relative residuals, so a 20 ms and a 2 s measurement weigh alike, with a robust (soft L1) loss.
+    Returns (model, FitReport).
+    """
+    from scipy.optimize import least_squares
+
+    fixed = dict(fixed or {})
+    y = np.asarray(measured_ms, dtype=float)
+    upper = {"token_exponent": 1.5}
+    lo = [0.05 if n == "token_exponent" else 0.0 for n in free]
+    hi = [upper.get(n, np.inf) for n in free]
+    start = {"fixed_ms": max(float(y.min()) * 0.3, 1e-3), "token_ms": max(float(y.min()) * 0.1, 1e-3),
+             "token_exponent": 1.0, "memory_ms": float(y.min()) * 0.3, "compute_ms_per_token": 1e-3,
+             "multi_token_ms": float(y.min()) * 0.05}
+    x0 = [start[n] for n in free]
+
+    def build(x):
+        return ForwardLatency(**{**fixed, **{n: float(v) for n, v in zip(free, np.maximum(x, 0.0), strict=True)}})
+
+    def residuals(x):
+        m = build(x)
+        return np.array([workload_ms(m, w) for w in workloads]) / y - 1.0
+
+    # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the fit
+    sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.05)
+    model = build(sol.x)
+    pred = np.array([workload_ms(model, w) for w in workloads])
+    return model, FitReport.from_prediction(y, pred, free, sol)
+
+
+@dataclass(frozen=True)
+class FitReport:
+    """Fit quality: R^2 on ms, relative residuals, parameter standard errors (from the Jacobian)."""
+
+    r2: float
+    max_abs_rel_err: float
+    rel_residuals: tuple[float, ...]
+    params: dict
+    stderr: dict
+
+    @classmethod
+    def from_prediction(cls, y, pred, names, sol) -> FitReport:
+        ss_res = float(((y - pred) ** 2).sum())
+        ss_tot = float(((y - y.mean()) ** 2).sum())
+        r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res < 1e-12 else 0.0)
+        rel = (pred - y) / y
+        dof = max(len(y) - len(names), 1)
+        try:
+            cov = np.linalg.pinv(sol.jac.T @ sol.jac) * float((sol.fun**2).sum()) / dof
+            se = np.sqrt(np.clip(np.diag(cov), 0, None))
+        except np.linalg.LinAlgError:
+            se = np.full(len(names), np.nan)
+        return cls(
+            r2=r2,
+            max_abs_rel_err=float(np.abs(rel).max()),
+            rel_residuals=tuple(float(v) for v in rel),
+            params={n: float(v) for n, v in zip(names, sol.x, strict=True)},
+            stderr={n: float(v) for n, v in zip(names, se, strict=True)},
+        )

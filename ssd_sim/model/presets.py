@@ -1,0 +1,205 @@
+"""Built-in presets: small TOML files of inputs (ssd_sim/model/presets/*.toml) turned into Profiles.
+
+Each file lists its sources and marks which numbers are INPUTs (measurements) and which are assumed;
+this module derives everything else (latency parameters, acceptance, hit-curve scales) and records
+how in Profile.provenance, so `ssd-plan --preset NAME --explain` can show the chain.
+"""
+
+from __future__ import annotations
+
+import functools
+import tomllib
+from importlib import resources
+from pathlib import Path
+
+import numpy as np
+from scipy.optimize import brentq
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
+from ssd_sim.model.latency import ForwardLatency, LatencyModel, fit_forward_latency
+from ssd_sim.model.profile import Profile, load_profile_file
+from ssd_sim.theory.analytic import expected_tokens
+from ssd_sim.theory.fanout import integer_fanout, miss_rate
+
+# Datasheet numbers: HBM bandwidth (TB/s) and dense BF16 peak (TFLOPS).
+GPUS = {
+    "h100-sxm": {"hbm_tb_s": 3.35, "peak_tflops": 989.0},
+    "h100-pcie": {"hbm_tb_s": 2.0, "peak_tflops": 756.0},
+    "h200": {"hbm_tb_s": 4.8, "peak_tflops": 989.0},
+    "a100-80g": {"hbm_tb_s": 2.04, "peak_tflops": 312.0},
+    "b200": {"hbm_tb_s": 8.0, "peak_tflops": 2250.0},
+}
+
+
+def list_presets() -> list[str]:
+    """Names of the built-in presets."""
+    files = resources.files("ssd_sim.model") / "presets"
+    return sorted(f.name.removesuffix(".toml") for f in files.iterdir() if f.name.endswith(".toml"))
+
+
+def preset_source(name: str) -> dict:
+    """The raw TOML inputs of a preset."""
+    if name not in list_presets():
+        raise ConfigError("preset", f"unknown preset {name!r}; choose one of: {', '.join(list_presets())}")
+    text = (resources.files("ssd_sim.model") / "presets" / f"{name}.toml").read_text()
+    return tomllib.loads(text)
+
+
+def load_profile(preset: str | None = None, path: str | Path | None = None) -> Profile:
+    """A profile by preset name or from a file (exactly one of the two)."""
+    if (preset is None) == (path is None):
+        raise ConfigError("profile", "give exactly one of --preset NAME or --profile FILE")
+    return load_profile_file(path) if path is not None else get_preset(preset)
+
+
+@functools.cache
+def get_preset(name: str) -> Profile:
+    """Derive the Profile of a built-in preset (cached: derivation involves small fits)."""
+    src = preset_source(name)
+    prov: dict[str, str] = {}
+    ov = src.get("overheads", {})
+    round_overhead = float(ov.get("round_overhead_ms", 0.0))
+    target = _forward(src["target"], "target", prov, round_overhead)
+    draft = _forward(src["draft"], "draft", prov, 0.0)
+    latency = LatencyModel(
+        target=target,
+        draft=draft,
+        target_devices=int(src["target"].get("devices", 1)),
+        round_overhead_ms=round_overhead,
+        transfer_ms=float(ov.get("transfer_ms", 0.0)),
+        lookup_ms=float(ov.get("lookup_ms", 0.0)),
+        fast_backup_ms=float(ov.get("fast_backup_ms", 0.0)),
+        sd_transfer=bool(ov.get("sd_transfer", False)),
+    )
+    prov["overheads"] = ov.get("source", "assumed") + ": " + ", ".join(
+        f"{k}={v}" for k, v in ov.items() if k != "source")
+    if "acceptance_from" in src:
+        other = get_preset(src["acceptance_from"])
+        acceptance = other.acceptance
+        prov["acceptance"] = f"assumed: taken from preset {src['acceptance_from']} (same model pair)"
+    else:
+        acceptance = _acceptance(src.get("acceptance", []), latency, prov)
+    return Profile(
+        name=src["name"],
+        latency=latency,
+        acceptance=acceptance,
+        description=src.get("description", ""),
+        target_model=src["target"].get("model", ""),
+        draft_model=src["draft"].get("model", ""),
+        hardware=src.get("hardware", ""),
+        max_batch_size=int(src.get("max_batch_size", 64)),
+        sources=tuple(src.get("sources", ())),
+        provenance=prov,
+    )
+
+
+def _roofline(sec: dict) -> dict:
+    """memory_ms and compute_ms_per_token from GPU specs, or zeros for measured-only (CPU) sections."""
+    if "gpu" not in sec:
+        return {"memory_ms": 0.0, "compute_ms_per_token": 0.0}
+    if sec["gpu"] not in GPUS:
+        raise ConfigError("gpu", f"unknown GPU {sec['gpu']!r}; known: {', '.join(GPUS)}")
+    g = GPUS[sec["gpu"]]
+    m = ForwardLatency.roofline(sec["params_b"], sec.get("bytes_per_param", 2), sec.get("devices", 1),
+                                g["hbm_tb_s"], g["peak_tflops"], sec.get("mfu", 0.6))
+    return {"memory_ms": m.memory_ms, "compute_ms_per_token": m.compute_ms_per_token}
+
+
+def _forward(sec: dict, role: str, prov: dict, round_overhead: float) -> ForwardLatency:
+    """Derive one model's ForwardLatency from whichever inputs its section has."""
+    roof = _roofline(sec)
+    if roof["memory_ms"]:
+        prov[f"{role}.roofline"] = (f"derived from specs: memory {roof['memory_ms']:.3f} ms, "
+                                    f"compute {roof['compute_ms_per_token'] * 1e3:.3f} us/token")
+    if "forwards" in sec:  # measured (rows, tokens, ms) points
+        pts = sec["forwards"]
+        free = tuple(sec.get("fit", ("fixed_ms", "token_ms", "token_exponent")))
+        model, rep = fit_forward_latency([[(r, t, 1)] for r, t, _ in pts], [ms for _, _, ms in pts], fixed=roof,
+                                         free=free)
+        prov[f"{role}.latency"] = (f"fitted to {len(pts)} measured forwards: R^2={rep.r2:.3f}, "
+                                   f"worst error {rep.max_abs_rel_err:.1%}")
+        return model
+    if "ssd_step" in sec:  # measured SSD draft steps: glue over K+1 tokens + K branch steps
+        st = sec["ssd_step"]
+        K, f = st["K"], st["fan_out"]
+        work = [[(b, K + 1, 1), (b * f * (K + 1), 1, K)] for b in st["batch"]]
+        model, rep = fit_forward_latency(work, st["ms"], fixed=roof)
+        prov[f"{role}.latency"] = (f"fitted to SSD draft steps at b={st['batch']} (K={K}, fan-out {f}): "
+                                   f"R^2={rep.r2:.3f}, worst error {rep.max_abs_rel_err:.1%}")
+        return model
+    token_ms = float(sec.get("token_ms", 0.0))
+    exponent = float(sec.get("token_exponent", 1.0))
+    if "ar_tok_s" in sec or "step_ms" in sec:
+        step = 1e3 / sec["ar_tok_s"] if "ar_tok_s" in sec else float(sec["step_ms"])
+        overhead = round_overhead if "ar_tok_s" in sec else 0.0
+        if "verify_ms" in sec:  # two measurements: slope per token, linear
+            n = float(sec["verify_tokens"])
+            token_ms, exponent = max((sec["verify_ms"] - step) / (n - 1.0), 0.0), 1.0
+        base = ForwardLatency(0.0, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
+        fixed = step - overhead - base(1, 1)
+        if fixed < 0:
+            raise ConfigError(f"{role}.ar_tok_s", f"measured step {step:.2f} ms is below the roofline "
+                              f"{base(1, 1):.2f} ms: check devices / params_b / gpu")
+        prov[f"{role}.latency"] = f"fixed overhead {fixed:.2f} ms derived from a measured {step:.2f} ms step"
+        return ForwardLatency(fixed, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
+    prov[f"{role}.latency"] = "assumed: roofline from specs plus the assumed fixed_ms / token_ms"
+    return ForwardLatency(float(sec.get("fixed_ms", 0.0)), roof["memory_ms"], roof["compute_ms_per_token"],
+                          token_ms, exponent)
+
+
+def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> AcceptanceModel:
+    """Derive acceptance points: alpha from SD throughput (or assumed), hit scale from a measured p_hit."""
+    if not entries:
+        raise ConfigError("acceptance", "a preset needs [[acceptance]] entries or acceptance_from")
+    points, first_alpha = [], None
+    for e in entries:
+        T = float(e["temperature"])
+        if "sd" in e:
+            K, tok_s = e["sd"]["K"], e["sd"]["tok_s"]
+            round_ms = float(latency.verify_ms(1, K) + latency.sd_draft_ms(1, K))
+            want = tok_s * round_ms / 1e3  # tokens per round
+            if not 1.0 < want < K + 1:
+                raise ConfigError("acceptance.sd", f"{tok_s} tok/s needs {want:.2f} tokens/round, outside (1, K+1)")
+            alpha = brentq(lambda a, K=K, want=want: expected_tokens(a, K) - want, 1e-9, 1 - 1e-9)
+            prov[f"acceptance.T{T:g}.alpha"] = (f"derived: {alpha:.3f} reproduces SD {tok_s} tok/s at K={K} "
+                                                f"({want:.2f} tokens per {round_ms:.1f} ms round)")
+        elif "alpha" in e:  # a value or per-position values, given directly
+            alpha = e["alpha"] if isinstance(e["alpha"], list) else float(e["alpha"])
+            prov[f"acceptance.T{T:g}.alpha"] = f"{e.get('source', 'assumed')}: {alpha}"
+        elif "alpha_ratio" in e and first_alpha is not None:
+            alpha = (np.asarray(first_alpha) * float(e["alpha_ratio"])).tolist()
+            alpha = alpha if isinstance(alpha, list) else float(alpha)
+            prov[f"acceptance.T{T:g}.alpha"] = f"assumed: {e['alpha_ratio']} x the first point = {alpha:.3f}"
+        else:
+            raise ConfigError("acceptance", f"entry at T={T} needs sd, alpha or alpha_ratio")
+        first_alpha = alpha if first_alpha is None else first_alpha
+        primary = _hit_curve(e["hit"], alpha, T, prov, e.get("source", "assumed"))
+        if "backup_hit" in e:
+            backup = HitCurve(float(e["backup_hit"]["miss_at_one"]), float(e["backup_hit"]["r"]))
+        else:
+            ratio = float(e.get("backup_miss_ratio", 1.0))
+            backup = HitCurve(min(1.0, primary.miss_at_one * ratio), primary.r)
+        src = "derived" if "sd" in e or "p_hit" in e["hit"] else e.get("source", "assumed")
+        acc = tuple(float(a) for a in alpha) if isinstance(alpha, list) else (float(alpha),)
+        points.append(AcceptancePoint(T, acc, primary, backup, 1.0, src))
+    prov["acceptance.saguaro"] = "assumed: C response from the synthetic draft/target family (acceptance.py)"
+    return AcceptanceModel(tuple(points))
+
+
+def _hit_curve(h: dict, alpha, T: float, prov: dict, source: str = "assumed") -> HitCurve:
+    """A hit curve: given directly (`source`: assumed or measured) or with miss_at_one solved from a measured p_hit."""
+    r = float(h["r"])
+    if "miss_at_one" in h:
+        prov[f"acceptance.T{T:g}.hit"] = f"{source}: miss_at_one={h['miss_at_one']}, r={r}"
+        return HitCurve(float(h["miss_at_one"]), r)
+    K, budget = int(h["K"]), int(h["budget_per_position"]) * (int(h["K"]) + 1)
+
+    def gap(c: float) -> float:
+        fan = integer_fanout(budget, alpha, K, r, c)
+        return 1.0 - miss_rate(fan, alpha, r, c) - h["p_hit"]
+
+    c = brentq(gap, 1e-6, 1.0, xtol=1e-6)
+    prov[f"acceptance.T{T:g}.hit"] = (f"derived: miss_at_one={c:.3f} reproduces p_hit {h['p_hit']} with the "
+                                      f"optimal fan-out of budget {budget} at K={K} (r={r} assumed)")
+    return HitCurve(float(c), r)

@@ -1,0 +1,78 @@
+"""Profile = LatencyModel + AcceptanceModel + where the numbers came from.
+
+Profiles come from built-in presets (ssd_sim/model/presets/*.toml, derived by ssd_sim.model.presets), from a
+calibration of runtime traces (`ssd-plan calibrate`), or from a JSON file written by either.
+"""
+
+from __future__ import annotations
+
+import json
+from dataclasses import dataclass, field
+from pathlib import Path
+from typing import Any
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import read_json_object
+from ssd_sim.model.acceptance import AcceptanceModel
+from ssd_sim.model.latency import LatencyModel
+
+PROFILE_SCHEMA = "ssd-profile/1"
+
+
+@dataclass(frozen=True)
+class Profile:
+    """Everything the planner and the simulator need to know about one target/draft/hardware setup."""
+
+    name: str
+    latency: LatencyModel
+    acceptance: AcceptanceModel
+    description: str = ""
+    target_model: str = ""
+    draft_model: str = ""
+    hardware: str = ""
+    max_batch_size: int = 64
+    sources: tuple[str, ...] = ()
+    provenance: dict[str, str] = field(default_factory=dict)  # quantity -> measured/derived/assumed + how
+
+    def to_dict(self) -> dict[str, Any]:
+        return {
+            "schema": PROFILE_SCHEMA,
+            "name": self.name,
+            "description": self.description,
+            "target_model": self.target_model,
+            "draft_model": self.draft_model,
+            "hardware": self.hardware,
+            "max_batch_size": self.max_batch_size,
+            "sources": list(self.sources),
+            "provenance": dict(self.provenance),
+            "latency": self.latency.to_dict(),
+            "acceptance": self.acceptance.to_dict(),
+        }
+
+    @classmethod
+    def from_dict(cls, d: dict[str, Any]) -> Profile:
+        if d.get("schema") != PROFILE_SCHEMA:
+            raise ConfigError("schema", f"expected {PROFILE_SCHEMA!r}, got {d.get('schema')!r}")
+        for key in ("name", "latency", "acceptance"):
+            if key not in d:
+                raise ConfigError(key, "missing from the profile; write profiles with ssd-plan calibrate")
+        return cls(
+            name=d["name"],
+            latency=LatencyModel.from_dict(d["latency"]),
+            acceptance=AcceptanceModel.from_dict(d["acceptance"]),
+            description=d.get("description", ""),
+            target_model=d.get("target_model", ""),
+            draft_model=d.get("draft_model", ""),
+            hardware=d.get("hardware", ""),
+            max_batch_size=int(d.get("max_batch_size", 64)),
+            sources=tuple(d.get("sources", ())),
+            provenance=dict(d.get("provenance", {})),
+        )
+
+    def to_json(self) -> str:
+        return json.dumps(self.to_dict(), indent=2)
+
+
+def load_profile_file(path: str | Path) -> Profile:
+    """Read a profile JSON file (a calibrated profile or a saved preset)."""
+    return Profile.from_dict(read_json_object(path, "profile", f"make one with `ssd-plan calibrate TRACES -o {path}`"))

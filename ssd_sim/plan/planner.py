@@ -1,0 +1,262 @@
+"""Planner: search K, cache budget, fan-out (hit and miss case), Saguaro C and the backup policy.
+
+For every K and C the exact integer fan-outs of all budgets come from one dynamic programme
+(fanout.allocation_tables), and the SSD round model (predict.ssd_rates) is evaluated for all budgets
+at once, so a full search is a few thousand vectorised evaluations (well under a second).
+The budget is bounded by what the draft finishes inside one verification at this batch size.
+Anything the user fixes is not searched.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass, field
+
+import numpy as np
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.predict import (
+    Prediction,
+    backup_outcomes,
+    effective_saguaro_c,
+    predict_ar,
+    predict_sd,
+    predict_ssd,
+    ssd_rates,
+)
+from ssd_sim.theory.fanout import allocation_tables, backtrack
+
+OBJECTIVES = ("latency", "throughput-per-device")
+C_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
+
+
+@dataclass(frozen=True)
+class Knobs:
+    """What the user fixed; None = search it. fan_out is a uniform int or a list of K + 1 ints."""
+
+    num_speculative_tokens: int | None = None
+    fan_out: int | tuple[int, ...] | None = None
+    fan_out_miss: tuple[int, ...] | None = None
+    saguaro_c: float | None = None
+    backup: str | None = None  # jit | fast | adaptive
+    backup_threshold: float | None = None
+    downweight: str = "top_f"
+    jit_redraft: str = "rows"
+
+
+@dataclass
+class PlanResult:
+    """The chosen SSD plan, its prediction, the AR and best-SD baselines and why the search stopped."""
+
+    plan: Plan
+    ssd: Prediction
+    ar: Prediction
+    sd: Prediction
+    objective: str
+    binding: str  # the constraint that binds the chosen cache budget / K
+    b_star: float  # batch size from which the fast backup beats jit (batch-dependent latencies)
+    b_star_closed_form: float  # Theorem 17 with latencies frozen at this batch size
+    budget_fit: int  # largest budget the draft finishes inside one verification at this K
+    candidates: list[tuple[Plan, Prediction]] = field(default_factory=list)  # best first, [0] = plan
+    evaluated: int = 0  # configurations scored
+
+    def score(self, p: Prediction) -> float:
+        return objective_value(p, self.objective)
+
+    @property
+    def recommended_mode(self) -> str:
+        """Which of ar / sd / ssd wins under the objective."""
+        return max((self.ar, self.sd, self.ssd), key=self.score).mode
+
+
+def objective_value(p: Prediction, objective: str) -> float:
+    """latency: tok/s per sequence; throughput-per-device: total tok/s / devices used."""
+    return p.per_seq_tok_s if objective == "latency" else p.tok_s_per_device
+
+
+def budget_fit(profile: Profile, b: int, K: int, draft_devices: int = 1, cap: int = 256) -> int:
+    """Largest per-sequence budget whose primary speculation (glue + branches) fits in one verify; 0 if none."""
+    budgets = np.arange(1, cap + 1)
+    t_p = profile.latency.primary_ms(b, K, budgets, draft_devices)
+    fits = budgets[t_p <= profile.latency.verify_ms(b, K)]
+    return int(fits.max()) if fits.size else 0
+
+
+def best_sd(profile: Profile, b: int, temperature: float, k_range) -> Prediction:
+    """Best synchronous SD over K by tok/s per sequence (device count is the same for every K)."""
+    return max((predict_sd(profile, b, K, temperature) for K in k_range), key=lambda p: p.per_seq_tok_s)
+
+
+def make_plan(
+    profile: Profile,
+    batch_size: int = 1,
+    temperature: float = 0.0,
+    objective: str = "latency",
+    draft_devices: int = 1,
+    knobs: Knobs | None = None,
+    k_max: int = 10,
+    budget_cap: int = 128,
+    top_n: int = 8,
+) -> PlanResult:
+    """Search the SSD configuration space for one batch size and temperature; see module docstring."""
+    knobs = knobs or Knobs()
+    if objective not in OBJECTIVES:
+        raise ConfigError("objective", f"must be one of {OBJECTIVES}, got {objective!r}")
+    if not 1 <= batch_size <= 4096:
+        raise ConfigError("batch_size", f"must be in 1..4096, got {batch_size}")
+    k_range = _k_range(knobs, k_max)
+    c_range = _c_range(knobs, temperature)
+    backups = _backups(knobs, batch_size)
+    scored: list[tuple[float, dict]] = []
+    fits = {K: budget_fit(profile, batch_size, K, draft_devices, budget_cap) for K in k_range}
+    for K, fit in fits.items():
+        for C in c_range:
+            acc = profile.acceptance.at(temperature, C)
+            for backup in backups:
+                scored.extend(_evaluate(profile, acc, batch_size, K, C, backup, fit, knobs, draft_devices, budget_cap))
+    # Within SSD at one batch size both objectives rank alike (same devices), so rank by tok/s per sequence.
+    scored.sort(key=lambda x: -x[0])
+    plans: list[Plan] = []
+    for _, cfg in scored:
+        plan = _to_plan(cfg, knobs, temperature, batch_size, draft_devices)
+        if all(plan != p for p in plans):
+            plans.append(plan)
+        if len(plans) >= top_n:
+            break
+    b_star, b_closed = critical_batch(profile, plans[0])
+    if knobs.backup in (None, "adaptive"):
+        thr = knobs.backup_threshold if knobs.backup_threshold is not None else b_star
+        adaptive = plans[0].replace(backup="adaptive", backup_threshold=thr)
+        if adaptive.backup_for(batch_size) == plans[0].backup:
+            plans[0] = adaptive
+    preds = [(p, predict_ssd(profile, p)) for p in plans]
+    best, ssd = preds[0]
+    sd = best_sd(profile, batch_size, temperature, range(1, k_max + 1))
+    ar = predict_ar(profile, batch_size)
+    fit = fits[best.K]
+    binding = _binding(best, ssd, fit, knobs, budget_cap)
+    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored))
+
+
+def _backups(knobs: Knobs, batch_size: int) -> tuple[str, ...]:
+    if knobs.backup is None or (knobs.backup == "adaptive" and knobs.backup_threshold is None):
+        return ("jit", "fast")
+    if knobs.backup == "adaptive":
+        return ("jit",) if batch_size < knobs.backup_threshold else ("fast",)
+    return (knobs.backup,)
+
+
+def _k_range(knobs: Knobs, k_max: int) -> list[int]:
+    if isinstance(knobs.fan_out, tuple):
+        K = len(knobs.fan_out) - 1
+        if knobs.num_speculative_tokens not in (None, K):
+            raise ConfigError("fan_out", f"has {K + 1} entries but num_speculative_tokens is "
+                              f"{knobs.num_speculative_tokens}: give K+1 entries")
+        return [K]
+    if knobs.num_speculative_tokens is not None:
+        return [knobs.num_speculative_tokens]
+    return list(range(1, k_max + 1))
+
+
+def _c_range(knobs: Knobs, temperature: float) -> tuple[float, ...]:
+    if knobs.saguaro_c is not None:
+        return (knobs.saguaro_c,)
+    return (1.0,) if temperature == 0 else C_GRID  # greedy drafting ignores C
+
+
+def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap) -> list[tuple[float, dict]]:
+    """Score every admissible budget for one (K, C, backup): [(tok/s per sequence, config)]."""
+    pmf_p = acc.pmf(K)
+    pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
+    if knobs.fan_out is not None:
+        fixed = knobs.fan_out if isinstance(knobs.fan_out, tuple) else (int(knobs.fan_out),) * (K + 1)
+        budgets = np.array([sum(fixed)])
+    else:
+        fixed = None
+        budgets = np.arange(1, min(max(fit, 1), budget_cap) + 1)
+    top = int(budgets.max())
+    tab_p = allocation_tables(top, pmf_p, acc.primary_hit.r, acc.primary_hit.miss_at_one)
+    tab_b = allocation_tables(top, pmf_b, curve_b.r, curve_b.miss_at_one)
+    if fixed is not None:
+        h_p = np.array([float(pmf_p @ acc.primary_hit.hit(np.asarray(fixed)))])
+    else:
+        h_p = 1.0 - tab_p[0][-1][budgets]
+    if knobs.fan_out_miss is not None:
+        h_b = np.array([float(pmf_b @ curve_b.hit(np.asarray(knobs.fan_out_miss)))])
+    else:
+        h_b = 1.0 - tab_b[0][-1][budgets]
+    r = ssd_rates(profile, b, K, budgets, h_p, h_b, acc.expected_tokens(K), e_miss, backup,
+                  knobs.jit_redraft, draft_devices)
+    out = []
+    for i, B in enumerate(budgets):
+        cfg = {"K": K, "C": C, "backup": backup,
+               "fan_out": fixed or tuple(int(x) for x in backtrack(tab_p, int(B))),
+               "fan_out_miss": knobs.fan_out_miss or tuple(int(x) for x in backtrack(tab_b, int(B)))}
+        if C < 1.0 and not any(cfg["fan_out"][:-1] + cfg["fan_out_miss"][:-1]):
+            continue  # C cannot act without cached guesses at drafted positions: the C = 1 entry covers it
+        out.append((float(r["per_seq"][i]), cfg))
+    return out
+
+
+def _to_plan(cfg: dict, knobs: Knobs, temperature: float, b: int, draft_devices: int) -> Plan:
+    return Plan(
+        num_speculative_tokens=cfg["K"], fan_out=cfg["fan_out"], fan_out_miss=cfg["fan_out_miss"],
+        saguaro_c=cfg["C"], downweight=knobs.downweight, backup=cfg["backup"],
+        backup_threshold=math.inf, jit_redraft=knobs.jit_redraft, temperature=temperature,
+        batch_size=b, draft_devices=draft_devices,
+    )
+
+
+def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tuple[float, float]:
+    """b*: the batch size from which on the fast backup beats jit, for this plan's K, budget and C.
+
+    Numerically, with batch-dependent latencies and each backup's own optimal miss-case fan-out
+    (inf if jit wins up to b_max), and by the closed form (analytic.critical_batch_size) with
+    latencies frozen at b = 1.
+    """
+    from ssd_sim.theory.analytic import critical_batch_size
+
+    b_max = b_max or max(2 * profile.max_batch_size, 64)
+    acc = profile.acceptance.at(plan.temperature, effective_saguaro_c(plan))
+    K, B = plan.K, plan.budget
+    pmf_p = acc.pmf(K)
+    h_p = float(pmf_p @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
+    e_hit = acc.expected_tokens(K)
+    per_backup = {}
+    for backup in ("jit", "fast"):
+        pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
+        tab = allocation_tables(B, pmf_b, curve_b.r, curve_b.miss_at_one)
+        h_b = 1.0 - tab[0][-1][B]
+        per_backup[backup] = (h_b, e_miss)
+    jit_wins = []
+    for b in range(1, b_max + 1):
+        tok = {}
+        for backup, (h_b, e_miss) in per_backup.items():
+            r = ssd_rates(profile, b, K, B, h_p, h_b, e_hit, e_miss, backup, plan.jit_redraft, plan.draft_devices)
+            tok[backup] = float(r["per_seq"])
+        jit_wins.append(tok["jit"] > tok["fast"])
+    # The crossover need not be monotone at small b; b* is where fast starts winning for good.
+    last_jit = max((i + 1 for i, w in enumerate(jit_wins) if w), default=0)
+    b_star = math.inf if last_jit == b_max else float(last_jit + 1)
+    lat = profile.latency
+    t_v = float(lat.verify_ms(1, K))
+    closed = critical_batch_size(
+        h_p, e_hit, e_hit, 1.0, float(lat.primary_ms(1, K, B, plan.draft_devices)) / t_v,
+        float(lat.jit_backup_ms(1, K)) / t_v, lat.fast_backup_ms / t_v)
+    return b_star, float(closed)
+
+
+def _binding(plan: Plan, ssd: Prediction, fit: int, knobs: Knobs, cap: int) -> str:
+    """A one-line explanation of the constraint that binds the chosen budget."""
+    if knobs.fan_out is not None:
+        return f"fan-out fixed by the user (budget {plan.budget})"
+    if fit == 0:
+        return (f"draft time: even a budget of 1 takes T_p = {ssd.draft_ms:.1f} ms > T_v = {ssd.verify_ms:.1f} ms, "
+                f"so the target waits for the draft every round")
+    if plan.budget >= min(fit, cap):
+        which = "budget cap" if cap < fit else "draft time"
+        return (f"{which}: budget {plan.budget} is the most the draft finishes inside one verify "
+                f"(T_p = {ssd.draft_ms:.1f} ms <= T_v = {ssd.verify_ms:.1f} ms at b = {plan.batch_size})")
+    return f"hit-rate saturation: budgets above {plan.budget} (up to {fit} fit) do not raise tok/s"

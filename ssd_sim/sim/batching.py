@@ -1,0 +1,179 @@
+"""Continuous batching: which sequences the target decodes in each round, and their outcome streams.
+
+The target owns all sequence state (as in the reference engine). At each round boundary the scheduler
+admits requests that have arrived (first come, first served) while fewer than `max_batch` sequences are
+active; a sequence leaves in the round that completes its output. Each admitted sequence has its whole
+outcome stream drawn at once (ssd_sim.sim.outcomes.build_stream), so a round costs O(1) Python: between
+changes of the batch (an "epoch", at most EPOCH_ROUNDS rounds) the number of rows that miss in each
+round is summed over the active streams with numpy.
+
+When the backup depends on the batch size (adaptive) and the batch size changes, the streams of the
+active sequences are redrawn from their current round with the new backup.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable
+
+import numpy as np
+
+from ssd_sim.sim.metrics import RoundCounts, SeqRecord
+from ssd_sim.sim.outcomes import Stream, build_stream
+from ssd_sim.sim.workload import Requests
+
+EPOCH_ROUNDS = 4096  # longest stretch of rounds whose miss counts are precomputed at once
+_NO_MISSES = [0] * EPOCH_ROUNDS
+
+
+class Seq:
+    """One admitted sequence. Times in ms; its stream position in round r is r - offset."""
+
+    __slots__ = ("id", "arrival_ms", "output", "prefill_token", "stream", "offset", "first_token_ms")
+
+    def __init__(self, id: int, arrival_ms: float, output: int, prefill_token: int, stream: Stream, offset: int):
+        self.id = id
+        self.arrival_ms = arrival_ms
+        self.output = output  # output tokens in all
+        self.prefill_token = prefill_token  # 1 if the prefill produced the first token
+        self.stream = stream  # decode rounds producing output - prefill_token tokens
+        self.offset = offset
+        self.first_token_ms = math.nan
+
+
+class Batcher:
+    """Continuous-batching scheduler plus the per-round miss counts of the active sequences."""
+
+    def __init__(self, requests: Requests, max_batch: int, mode: str, source, rng: np.random.Generator,
+                 backup_for: Callable[[int], str], K: int, on_epoch: Callable[[Batcher], None] | None = None):
+        self.requests = requests
+        self.max_batch = max_batch
+        self.mode = mode  # ar | sd | ssd
+        self.source = source
+        self.rng = rng
+        self.backup_for = backup_for
+        self.on_epoch = on_epoch
+        self.round = 0  # decode rounds completed
+        self.active: list[Seq] = []
+        self.backup: str | None = None  # SSD: backup of the current batch size (jit | fast)
+        self.records: list[SeqRecord] = []
+        self.counts = RoundCounts(K)
+        self.finished_tokens = 0
+        self.last_finish_ms = 0.0
+        self._next = 0  # next request to admit (requests are sorted by arrival)
+        self.next_arrival_ms = float(requests.arrival_ms[0]) if len(requests) else math.inf
+        self._awaiting_first: list[Seq] = []
+        self._misses: list[int] = _NO_MISSES
+        self._i = 0  # round within the epoch
+        self._len = 0  # rounds in the epoch (0 = recompute before the next round)
+
+    @property
+    def size(self) -> int:
+        """Active sequences (the batch size of the next round)."""
+        return len(self.active)
+
+    @property
+    def done(self) -> bool:
+        return self._next >= len(self.requests) and not self.active
+
+    def can_admit(self, now: float) -> bool:
+        """A request has arrived by `now` and there is room for it."""
+        return self.next_arrival_ms <= now and len(self.active) < self.max_batch
+
+    def admit(self, now: float) -> tuple[list[Seq], int]:
+        """Admit arrived requests while there is room (FCFS). Returns them and their prompt tokens."""
+        new: list[Seq] = []
+        while self.can_admit(now):
+            i = self._next
+            self._next += 1
+            self.next_arrival_ms = (float(self.requests.arrival_ms[self._next])
+                                    if self._next < len(self.requests) else math.inf)
+            new.append(Seq(i, float(self.requests.arrival_ms[i]), int(self.requests.output_tokens[i]),
+                           int(self.requests.prompt_tokens[i] > 0), None, self.round))
+            self.active.append(new[-1])
+        backup = self.backup_for(len(self.active)) if self.mode == "ssd" else None
+        for s in new:
+            s.stream = build_stream(self.source, self.rng, self.mode, s.output - s.prefill_token, seq=s.id,
+                                    backup=backup or "jit")
+        if new:
+            self._len = 0  # the batch changed: recompute the epoch before the next round
+        prompt = int(sum(int(self.requests.prompt_tokens[s.id]) for s in new))
+        return new, prompt
+
+    def started(self, new: list[Seq], now: float) -> None:
+        """The admitted sequences' prefill ended at `now` (it produced their first token, if any)."""
+        for s in new:
+            if s.prefill_token:
+                s.first_token_ms = now
+            else:
+                self._awaiting_first.append(s)
+        if any(s.stream.rounds == 0 for s in new):  # one-token outputs are done after the prefill
+            self._retire(now)
+
+    def begin_round(self) -> int:
+        """Start a round with the active batch; returns how many rows miss the cache (SSD; else 0)."""
+        if self._i >= self._len:
+            self._new_epoch()
+        return self._misses[self._i]
+
+    def commit(self, now: float) -> None:
+        """The round's verification ended at `now`: tokens are appended, finished sequences leave."""
+        self._i += 1
+        self.round += 1
+        if self._awaiting_first:
+            for s in self._awaiting_first:
+                s.first_token_ms = now
+            self._awaiting_first.clear()
+        if self._i >= self._len:
+            self._retire(now)
+
+    def tokens_done(self) -> int:
+        """Output tokens produced so far (finished sequences plus progress of the active ones)."""
+        return self.finished_tokens + sum(
+            s.prefill_token + int(s.stream.committed[: self.round - s.offset].sum()) for s in self.active)
+
+    def _new_epoch(self) -> None:
+        if self.mode == "ssd":
+            self.backup = self.backup_for(len(self.active))
+            for s in self.active:
+                if s.stream.backup != self.backup:
+                    self._redraw(s)
+        positions = [self.round - s.offset for s in self.active]
+        left = min(s.stream.rounds - p for s, p in zip(self.active, positions, strict=True))
+        self._len = min(left, EPOCH_ROUNDS)
+        self._i = 0
+        if self.mode == "ssd":
+            misses = np.zeros(self._len, dtype=np.int64)
+            for s, p in zip(self.active, positions, strict=True):
+                misses += ~s.stream.hit[p:p + self._len]
+            self._misses = misses.tolist()
+        else:
+            self._misses = _NO_MISSES
+        if self.on_epoch is not None:
+            self.on_epoch(self)
+
+    def _redraw(self, s: Seq) -> None:
+        """Redraw a sequence's remaining rounds for the current backup (its next lookup stays as drawn)."""
+        p = self.round - s.offset
+        need = s.output - s.prefill_token - int(s.stream.committed[:p].sum())
+        tail = build_stream(self.source, self.rng, "ssd", need, seq=s.id, start=p,
+                            first_hit=bool(s.stream.hit[p]), backup=self.backup)
+        s.stream = s.stream.splice(p, tail)
+
+    def _retire(self, now: float) -> None:
+        still = []
+        for s in self.active:
+            if self.round - s.offset >= s.stream.rounds:
+                self._finish(s, now)
+            else:
+                still.append(s)
+        if len(still) != len(self.active):
+            self.active = still
+            self._len = 0
+
+    def _finish(self, s: Seq, now: float) -> None:
+        first_tokens = s.prefill_token or int(s.stream.committed[0])
+        self.records.append(SeqRecord(s.id, s.arrival_ms, s.first_token_ms, now, s.output, s.output - first_tokens))
+        self.counts.add(s.stream)
+        self.finished_tokens += s.output
+        self.last_finish_ms = now

@@ -1,0 +1,401 @@
+"""The discrete-event model of AR, SD and SSD decoding (SimPy), readable top to bottom.
+
+Devices and one round of each mode (b active sequences, K draft tokens; every latency comes from the
+LatencyModel at that row count, precomputed per batch size in RoundLatency):
+
+  AR   target: step  (one forward over b x 1 tokens)
+  SD   target: draft (K draft steps over b rows; the draft shares the target's devices) -> verify (b x (K+1))
+  SSD  target: request -> wait for the reply -> verify (b x (K+1)) -> commit -> next request
+       draft:  wait for the request -> request transfer -> lookup -> [backup if any row missed]
+               -> reply transfer -> glue (b x (K+1)) + branch decode (b x budget rows, K steps)
+
+The request is a rendezvous (a blocking send): the draft serves it once its previous speculation is
+done, so an SSD round lasts transfer + lookup + [backup] + max(T_v, T_p), the round model of predict.py.
+Backups: jit redrafts K tokens for the rows that missed (plan.jit_redraft = "rows") or for the whole
+batch ("batch"; either way a row's next cache follows its own lookup, as in predict.py); fast returns
+random tokens after fast_backup_ms (never accepted); adaptive picks by the active batch size
+(plan.backup_for(b)). transfer_ms is split evenly between the request and the reply. Several draft devices split the branch rows (each
+runs the glue for the whole batch); device 0 also runs lookups and backups. Prefill of newly admitted
+requests (a target forward over their prompts) blocks the target; in SSD the draft prefills the same
+prompts on its own device, and a new sequence's first round always misses.
+
+Outcomes (accepted tokens, cache hits) come from each sequence's pre-drawn stream (ssd_sim.sim.outcomes,
+ssd_sim.sim.batching), so a round costs a few SimPy events and no per-sequence Python: AR and SD one
+timeout, SSD a request and a reply event plus three timeouts. Recording the timeline (spans for the
+Gantt chart and the Chrome trace) is off unless asked for.
+"""
+
+from __future__ import annotations
+
+import math
+import time
+from dataclasses import dataclass
+
+import numpy as np
+import simpy
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.trace import Trace
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.predict import effective_saguaro_c
+from ssd_sim.sim.batching import Batcher
+from ssd_sim.sim.metrics import SimMetrics, percentiles, ratio, tok_rates, tpots
+from ssd_sim.sim.outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes
+from ssd_sim.sim.timeline import Span, chrome_trace, event_log
+from ssd_sim.sim.workload import Workload, draft_prefill_ms, fixed_batch, prefill_ms
+
+MODES = ("ar", "sd", "ssd", "ssd-fast", "ssd-adaptive")
+
+
+@dataclass
+class SimResult:
+    """One simulated run: metrics, the plan as simulated, and the timeline when it was recorded."""
+
+    metrics: SimMetrics
+    plan: Plan  # with ssd-fast / ssd-adaptive applied
+    mode: str
+    workload: Workload
+    seed: int
+    devices: list[str]  # timeline devices: "target", then the draft devices (SSD)
+    labels: dict[str, str]  # device -> display name
+    timeline: list[Span] | None = None  # every phase on every device, in recording order
+
+    def event_log(self) -> list[tuple[float, str, str]]:
+        """(time ms, device, phase) of every span start in time order (needs timeline=True)."""
+        return event_log(self._spans(), self.devices)
+
+    def chrome_trace(self) -> dict:
+        """Chrome / Perfetto trace-event JSON object of the timeline (needs timeline or chrome_trace=True)."""
+        meta = {"mode": self.mode, "seed": self.seed, "plan": self.plan.to_dict()}
+        return chrome_trace(self._spans(), self.devices, self.labels, meta)
+
+    def to_dict(self) -> dict:
+        return {"mode": self.mode, "seed": self.seed, "plan": self.plan.to_dict(),
+                "workload": self.workload.to_dict(), "metrics": self.metrics.to_dict()}
+
+    def _spans(self) -> list[Span]:
+        if self.timeline is None:
+            raise ConfigError("timeline", "not recorded: run simulate(..., timeline=True)")
+        return self.timeline
+
+
+def simulate(profile: Profile, plan: Plan, mode: str = "ssd", tokens: int | None = None, seed: int = 0,
+             workload: Workload | None = None, chrome_trace: bool = False, progress: bool = False,
+             timeline: bool = False, outcomes=None) -> SimResult:
+    """Simulate decoding with `plan` on `profile`; bit-for-bit reproducible for a given seed.
+
+    mode: ar | sd | ssd (the plan's backup) | ssd-fast | ssd-adaptive (switch at the plan's threshold, or
+    at the planner's b* when the plan has none). tokens: output tokens per sequence (default 512); with
+    no workload, `plan.batch_size` sequences start together (workload.fixed_batch). timeline /
+    chrome_trace: record every phase (result.timeline, result.event_log(), result.chrome_trace()).
+    outcomes: None (draw from the acceptance model), a Trace to replay, or an outcome source (tests).
+    """
+    if mode not in MODES:
+        raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
+    plan = plan_for_mode(profile, plan, mode)
+    if workload is None:
+        workload = fixed_batch(plan.batch_size, tokens or 512)
+    elif tokens is not None:
+        workload = Workload(**{**workload.to_dict(), "output_tokens": tokens})
+    source = outcome_source(profile, plan, outcomes)
+    sim = Simulation(profile, plan, mode, workload, source, seed, timeline or chrome_trace, progress)
+    return sim.run()
+
+
+def plan_for_mode(profile: Profile, plan: Plan, mode: str) -> Plan:
+    """The plan a mode simulates: ssd-fast forces the fast backup, ssd-adaptive switches at b*."""
+    base = "ssd" if mode.startswith("ssd") else mode
+    if mode == "ssd-fast":
+        plan = plan.replace(backup="fast")
+    elif mode == "ssd-adaptive" and (plan.backup != "adaptive" or math.isinf(plan.backup_threshold)):
+        from ssd_sim.plan.planner import critical_batch
+
+        b_star, _ = critical_batch(profile, plan)
+        plan = plan.replace(backup="adaptive", backup_threshold=b_star)
+    return plan.replace(mode=base) if plan.mode != base else plan
+
+
+def outcome_source(profile: Profile, plan: Plan, outcomes=None):
+    """Where the simulated outcomes come from: the acceptance model, a trace replay, or a given source."""
+    if outcomes is not None and not isinstance(outcomes, Trace):
+        return outcomes
+    C = effective_saguaro_c(plan) if plan.mode == "ssd" else 1.0
+    tables = OutcomeTables.from_point(profile.acceptance.at(plan.temperature, C), plan)
+    if isinstance(outcomes, Trace):
+        return ReplayOutcomes.from_trace(outcomes, tables, plan)
+    return ModelOutcomes(tables)
+
+
+class RoundLatency:
+    """Phase latencies (ms) of one configuration, precomputed for every batch size b = 0..max_batch."""
+
+    def __init__(self, profile: Profile, plan: Plan, max_batch: int):
+        lat, K = profile.latency, plan.K
+        b = np.arange(max_batch + 1)
+        self.model = lat
+        self.ar_step = np.asarray(lat.ar_step_ms(b), dtype=float).tolist()  # AR step
+        self.verify = np.asarray(lat.verify_ms(b, K), dtype=float).tolist()  # T_v
+        self.sd_draft = np.asarray(lat.sd_draft_ms(b, K), dtype=float).tolist()  # SD drafting
+        self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
+        self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()
+        self.jit = np.asarray(lat.jit_backup_ms(b, K), dtype=float).tolist()  # by rows redrafted
+        self.fast = float(lat.fast_backup_ms)
+        self.transfer = float(lat.transfer_ms)  # request + reply
+        self.lookup = float(lat.lookup_ms)
+        self.K, self.budget, self.draft_devices = K, plan.budget, plan.draft_devices
+
+    def branch_rows(self, b: int) -> list[int]:
+        """Branch rows of each draft device: b x budget split as evenly as possible."""
+        total, d = b * self.budget, self.draft_devices
+        return [total // d + (i < total % d) for i in range(d)]
+
+    def branch_ms(self, rows: int) -> float:
+        return float(self.model.branch_ms(rows, self.K)) if rows > 0 else 0.0
+
+
+class Simulation:
+    """One run: the SimPy environment, the devices' processes and the counters they keep."""
+
+    def __init__(self, profile: Profile, plan: Plan, mode: str, workload: Workload, source, seed: int,
+                 record: bool = False, progress: bool = False):
+        self.env = simpy.Environment()
+        self.profile, self.plan, self.mode, self.workload, self.seed = profile, plan, mode, workload, seed
+        self.kind = plan.mode  # ar | sd | ssd
+        self.lat = RoundLatency(profile, plan, workload.max_batch)
+        rng = np.random.default_rng(seed)
+        requests = workload.requests(rng)
+        self.progress = _Progress(int(requests.output_tokens.sum())) if progress else None
+        self.batch = Batcher(requests, workload.max_batch, self.kind, source, rng, plan.backup_for,
+                             plan.K, self.progress)
+        self.drafts = (["draft"] if plan.draft_devices == 1 else
+                       [f"draft{i}" for i in range(plan.draft_devices)]) if self.kind == "ssd" else []
+        self.spans: list[Span] | None = [] if record else None
+        self.per_row = plan.jit_redraft == "rows"
+        # Counters (ms unless noted).
+        self.busy = {"target": 0.0, "draft": 0.0}
+        self.phase = {"verify": 0.0, "target_wait": 0.0, "draft_sd": 0.0, "draft_backup": 0.0,
+                      "draft_primary": 0.0, "prefill": 0.0}
+        self.rows = 0  # sequences summed over rounds
+        self.all_hit_rounds = 0
+        self.backup_rounds = {"jit": 0, "fast": 0}
+        # SSD messages: the target's request for the next round (carries the event of the draft's reply).
+        self._request = self.env.event()
+        self._new_prompt_tokens, self._prefill_start = 0, 0.0
+
+    # ---- the run --------------------------------------------------------------------------------
+    def run(self) -> SimResult:
+        target = {"ar": self.target_ar, "sd": self.target_sd, "ssd": self.target_ssd}[self.kind]
+        self.env.process(target())
+        if self.kind == "ssd":
+            self.env.process(self.draft_ssd())
+        self.env.run()
+        if self.progress is not None:
+            self.progress.close()
+        return SimResult(self.metrics(), self.plan, self.mode, self.workload, self.seed,
+                         ["target", *self.drafts], self.labels(), self.spans)
+
+    # ---- target device ----------------------------------------------------------------------------
+    def next_batch(self):
+        """Admit arrived requests (prefill) and wait for work; the active batch size, 0 when all are done."""
+        env, batch = self.env, self.batch
+        while not batch.done:
+            if batch.can_admit(env.now):
+                yield from self.admit()
+            if batch.size:
+                return batch.size
+            yield env.timeout(batch.next_arrival_ms - env.now)
+        return 0
+
+    def target_ar(self):
+        """Autoregressive: one target step per token for every active sequence."""
+        env, batch, step = self.env, self.batch, self.lat.ar_step
+        while b := (yield from self.next_batch()):
+            batch.begin_round()
+            if self.spans is not None:
+                self.span(env.now, step[b], "target", "step", b)
+            yield env.timeout(step[b])
+            self.phase["verify"] += step[b]
+            self.rows += b
+            batch.commit(env.now)
+
+    def target_sd(self):
+        """Synchronous SD: K draft steps, then one verification of K + 1 tokens, on the target's devices."""
+        env, batch, lat = self.env, self.batch, self.lat
+        while b := (yield from self.next_batch()):
+            batch.begin_round()
+            draft, verify = lat.sd_draft[b], lat.verify[b]
+            if self.spans is not None:
+                self.span(env.now, draft, "target", "draft", b)
+                self.span(env.now + draft, verify, "target", "verify", b)
+            yield env.timeout(draft + verify)
+            self.phase["draft_sd"] += draft
+            self.phase["verify"] += verify
+            self.rows += b
+            batch.commit(env.now)
+
+    def target_ssd(self):
+        """SSD target: send the round's request, wait for the draft's reply, verify, commit."""
+        env, batch, lat = self.env, self.batch, self.lat
+        while b := (yield from self.next_batch()):
+            n_miss = batch.begin_round()
+            reply = env.event()
+            sent = env.now
+            self._request.succeed((b, n_miss, batch.backup, self._new_prompt_tokens, self._prefill_start, reply))
+            self._new_prompt_tokens = 0
+            yield reply
+            verify = lat.verify[b]
+            if self.spans is not None:
+                self.span(sent, env.now - sent, "target", "wait", b)
+                self.span(env.now, verify, "target", "verify", b)
+            self.phase["target_wait"] += env.now - sent
+            yield env.timeout(verify)
+            self.phase["verify"] += verify
+            self.rows += b
+            batch.commit(env.now)
+
+    def admit(self):
+        """Admit arrived requests and prefill them on the target (SD: the colocated draft prefills too)."""
+        env, start = self.env, self.env.now
+        new, prompt = self.batch.admit(start)
+        t = prefill_ms(self.profile.latency, prompt)
+        if self.kind == "sd":
+            t += draft_prefill_ms(self.profile.latency, prompt)
+        if t > 0:
+            if self.spans is not None:
+                self.span(start, t, "target", "prefill", len(new), round=-1)
+            yield env.timeout(t)
+            self.phase["prefill"] += t
+        self._new_prompt_tokens += prompt
+        self._prefill_start = start
+        self.batch.started(new, env.now)
+
+    # ---- draft device(s) --------------------------------------------------------------------------
+    def draft_ssd(self):
+        """SSD draft: serve each request (lookup, backup on a miss), reply, then speculate the next round."""
+        env, lat = self.env, self.lat
+        free_at = 0.0  # when the draft finished its last speculation (ms)
+        while True:
+            b, n_miss, backup, prompt, prefill_start, reply = yield self._request
+            self._request = env.event()
+            now = ready = env.now
+            prefill = draft_prefill_ms(lat.model, prompt) if prompt else 0.0
+            if prompt:  # the draft prefills new prompts as soon as both it and the target's prefill start
+                ready = max(now, max(prefill_start, free_at) + prefill)
+            backup_ms = 0.0
+            if n_miss:
+                backup_ms = lat.fast if backup == "fast" else lat.jit[n_miss if self.per_row else b]
+                self.backup_rounds[backup] += 1
+            else:
+                self.all_hit_rounds += 1
+            if self.spans is not None:
+                self.record_serve(free_at, now, ready, prefill, prefill_start, backup, backup_ms, b, n_miss)
+            yield env.timeout(ready - now + lat.transfer + lat.lookup + backup_ms)
+            reply.succeed()
+            primary = lat.primary[b]
+            if self.spans is not None:
+                self.record_primary(env.now, b)
+            self.busy["draft"] += prefill + lat.lookup + backup_ms + primary
+            self.phase["draft_backup"] += backup_ms
+            self.phase["draft_primary"] += primary
+            yield env.timeout(primary)
+            free_at = env.now
+
+    # ---- timeline recording (only when asked for) ---------------------------------------------------
+    def span(self, start: float, dur: float, device: str, name: str, rows: int, round: int | None = None):
+        if dur > 0:
+            self.spans.append(Span(float(start), float(dur), device, name,
+                                   self.batch.round if round is None else round, rows))
+
+    def record_serve(self, free_at, now, ready, prefill, prefill_start, backup, backup_ms, b, n_miss):
+        """Draft device 0 from the end of its last speculation to its reply: wait, prefill, serve phases."""
+        d = self.drafts[0]
+        if prefill:
+            p0 = max(prefill_start, free_at)
+            self.span(free_at, p0 - free_at, d, "wait", b)
+            self.span(p0, prefill, d, "prefill", b, round=-1)
+            self.span(p0 + prefill, now - p0 - prefill, d, "wait", b)
+        else:
+            self.span(free_at, now - free_at, d, "wait", b)
+        t = ready
+        half = self.lat.transfer / 2
+        for name, dur, rows in (("request", half, b), ("lookup", self.lat.lookup, b),
+                                ("backup", backup_ms, n_miss if (self.per_row or backup == "fast") else b),
+                                ("reply", half, b)):
+            self.span(t, dur, d, name, rows)
+            t += dur
+
+    def record_primary(self, t: float, b: int):
+        """Glue over the whole batch, then each draft device's share of the branch rows."""
+        glue = self.lat.glue[b]
+        for d, rows in zip(self.drafts, self.lat.branch_rows(b), strict=True):
+            self.span(t, glue, d, "glue", b)
+            self.span(t + glue, self.lat.branch_ms(rows), d, "branch", rows)
+
+    # ---- results ----------------------------------------------------------------------------------
+    def labels(self) -> dict[str, str]:
+        tp = self.profile.latency.target_devices
+        out = {"target": f"target (TP={tp})" if tp > 1 else "target"}
+        out.update({d: d.replace("draft", "draft device ") if d != "draft" else "draft" for d in self.drafts})
+        return out
+
+    def metrics(self) -> SimMetrics:
+        batch, plan = self.batch, self.plan
+        records, counts = batch.records, batch.counts
+        wall = batch.last_finish_ms
+        per_seq, total = tok_rates(records, wall)
+        devices = self.profile.latency.target_devices + (plan.draft_devices if self.kind == "ssd" else 0)
+        tp, tt = percentiles(tpots(records)), percentiles([r.ttft_ms for r in records])
+        rounds = max(batch.round, 1)
+        self.busy["target"] = self.phase["verify"] + self.phase["draft_sd"] + self.phase["prefill"]
+        ssd = self.kind == "ssd"
+        K = plan.K if self.kind != "ar" else 0
+        drafted = counts.seq_rounds * K
+        round_ms = (self.phase["verify"] + self.phase["draft_sd"] + self.phase["target_wait"]) / rounds
+        return SimMetrics(
+            mode=self.mode, batch_size=self.workload.max_batch, num_speculative_tokens=K,
+            sequences=len(records), output_tokens=int(sum(r.output_tokens for r in records)),
+            rounds=batch.round, sim_ms=wall, per_seq_tok_s=per_seq, total_tok_s=total, devices=devices,
+            tok_s_per_device=total / devices, tpot_ms_p50=tp[0], tpot_ms_p90=tp[1], tpot_ms_p99=tp[2],
+            ttft_ms_p50=tt[0], ttft_ms_p90=tt[1], ttft_ms_p99=tt[2], mean_batch=self.rows / rounds,
+            round_ms=round_ms,
+            mean_accept_len=(counts.accepted / counts.seq_rounds + 1) if counts.seq_rounds else 1.0,
+            acceptance_rate=counts.accepted / drafted if drafted else 0.0,
+            per_position_acceptance=tuple(counts.per_position_acceptance()) if K else (),
+            hit_rate=ratio(counts.hits, counts.looked) if ssd else None,
+            primary_hit_rate=ratio(counts.after_hit[1], counts.after_hit[0]) if ssd else None,
+            backup_hit_rate=ratio(counts.after_miss[1], counts.after_miss[0]) if ssd else None,
+            tokens_per_round_hit=ratio(counts.tokens_hit, counts.hits) if ssd else None,
+            tokens_per_round_miss=ratio(counts.tokens_miss, counts.looked - counts.hits) if ssd else None,
+            all_hit_rounds=self.all_hit_rounds / rounds if ssd else None,
+            backup_rounds=dict(self.backup_rounds) if ssd else {},
+            target_busy=self.busy["target"] / wall if wall else 0.0,
+            draft_busy=self.busy["draft"] / wall if wall else 0.0,
+            target_wait_ms=self.phase["target_wait"], target_wait_share=self.phase["target_wait"] / wall if wall else 0.0,
+            phase_ms={k: v / rounds for k, v in self.phase.items() if k != "prefill"} | {"round": round_ms},
+        )
+
+
+class _Progress:
+    """A rich progress bar on stderr that appears only once a run has taken `delay_s` of wall time."""
+
+    def __init__(self, total_tokens: int, delay_s: float = 1.0):
+        self.total, self.delay_s = total_tokens, delay_s
+        self.t0 = time.perf_counter()
+        self.bar = self.task = None
+
+    def __call__(self, batch: Batcher) -> None:
+        if self.bar is None:
+            if time.perf_counter() - self.t0 < self.delay_s:
+                return
+            from rich.console import Console
+            from rich.progress import Progress
+
+            self.bar = Progress(console=Console(stderr=True), transient=True)
+            self.bar.start()
+            self.task = self.bar.add_task("simulating (tokens)", total=self.total)
+        self.bar.update(self.task, completed=batch.tokens_done())
+
+    def close(self) -> None:
+        if self.bar is not None:
+            self.bar.stop()

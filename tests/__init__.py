@@ -1,0 +1,1 @@
+"""Tests, one folder per package of the project (ssd_sim layers, runtime, app, bench)."""

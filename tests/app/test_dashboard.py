@@ -1,0 +1,280 @@
+"""The Streamlit dashboard driven headless with streamlit.testing (AppTest): every page, default and
+changed widget values, and the numbers it shows against ssd_sim's for the same inputs."""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import pytest
+
+pytest.importorskip("streamlit")
+from streamlit.testing.v1 import AppTest  # noqa: E402
+
+from ssd_sim.io.trace import read_trace  # noqa: E402
+from ssd_sim.model.presets import get_preset, list_presets  # noqa: E402
+from ssd_sim.plan import compare, whatif  # noqa: E402
+from ssd_sim.plan.planner import make_plan  # noqa: E402
+from tests.helpers.trace_samples import write_trace  # noqa: E402
+
+DASHBOARD = Path(__file__).resolve().parents[2] / "app" / "dashboard.py"
+PAGES = ["views/whatif.py", "views/timeline.py", "views/pareto.py", "views/traces.py", "views/plan.py"]
+LLAMA = "llama70b-1b-h100"
+
+
+@pytest.fixture
+def traces(tmp_path, monkeypatch) -> Path:
+    """A traces directory with one SSD and one SD trace and one calibrated-looking profile file."""
+    write_trace(tmp_path / "ssd-run.jsonl", "ssd", rounds=30)
+    write_trace(tmp_path / "sub" / "sd-run.jsonl", "sd", rounds=20)
+    (tmp_path / "mine.json").write_text(get_preset("qwen32b-0.6b-h100").to_json())
+    (tmp_path / "not-a-profile.json").write_text("{}")
+    monkeypatch.setenv("SSD_TRACES_DIR", str(tmp_path))
+    return tmp_path
+
+
+@pytest.fixture
+def at(traces) -> AppTest:
+    return AppTest.from_file(str(DASHBOARD), default_timeout=60).run()
+
+
+def ok(at: AppTest) -> None:
+    assert not at.exception, [e.value for e in at.exception]
+    assert not at.error, [e.value for e in at.error]
+
+
+def metrics(at: AppTest) -> dict[str, str]:
+    return {m.label: m.value for m in at.metric}
+
+
+def shown(res) -> dict[str, str]:
+    """The What-if metrics the page should show for a PlanResult."""
+    return {"autoregressive": f"{res.ar.per_seq_tok_s:.1f} tok/s",
+            f"SD (best K = {res.sd.num_speculative_tokens})": f"{res.sd.per_seq_tok_s:.1f} tok/s",
+            "SSD (this plan)": f"{res.ssd.per_seq_tok_s:.1f} tok/s", "p_hit": f"{res.ssd.p_hit:.3f}"}
+
+
+def test_every_page_renders(at):
+    ok(at)
+    for page in PAGES:
+        at.switch_page(page).run()
+        ok(at)
+    assert at.title[0].value == "Plan"
+
+
+@pytest.mark.parametrize("preset", sorted(set(list_presets()) - {LLAMA}))
+def test_every_preset_renders_every_page_at_t1(at, preset):
+    at.selectbox(key="profile_choice").set_value(preset).run()
+    at.slider(key="wi_T").set_value(1.0).run()
+    ok(at)
+    for page in PAGES[1:]:
+        at.switch_page(page).run()
+        ok(at)
+
+
+def test_whatif_defaults_are_the_optimised_plan(at):
+    res = make_plan(get_preset(LLAMA), 1, 0.0)
+    m = metrics(at)
+    for label, value in shown(res).items():
+        assert m[label] == value
+    assert m["b*"] == f"{res.b_star:g}"
+    assert len(at.get("plotly_chart")) == 5
+
+
+def test_whatif_changed_knobs_and_overrides(at):
+    for key, value in (("wi_T", 1.0), ("wi_b", 4), ("wi_K", 4), ("wi_B", 16), ("wi_C", 0.5),
+                       ("wi_acceptance", 0.7), ("wi_draft_latency_ratio", 0.2)):
+        at.slider(key=key).set_value(value).run()
+        ok(at)
+    at.radio(key="wi_backup").set_value("fast").run()
+    at.radio(key="wi_hm_base").set_value("sd").run()
+    ok(at)
+    assert at.session_state["wi_overridden"] == ["acceptance", "draft_latency_ratio"]
+    prof = whatif.with_overrides(get_preset(LLAMA), 1.0, acceptance=0.7, draft_latency_ratio=0.2)
+    plan = whatif.build_plan(prof, 4, 16, 1.0, 0.5, "fast", 4)
+    res = whatif.evaluate(prof, plan)
+    m = metrics(at)
+    for label, value in shown(res).items():
+        assert m[label] == value
+    # Knobs survive a visit to another page.
+    at.switch_page("views/plan.py").run()
+    at.switch_page("views/whatif.py").run()
+    assert at.slider(key="wi_K").value == 4 and metrics(at)["SSD (this plan)"] == m["SSD (this plan)"]
+    at.toggle(key="wi_uniform").set_value(True).run()
+    ok(at)
+    uni = whatif.evaluate(prof, whatif.build_plan(prof, 4, 16, 1.0, 0.5, "fast", 4, uniform=True))
+    assert metrics(at)["SSD (this plan)"] == f"{uni.ssd.per_seq_tok_s:.1f} tok/s"
+
+
+def test_reset_overrides_and_optimise(at):
+    at.slider(key="wi_acceptance").set_value(0.6).run()
+    at.slider(key="wi_K").set_value(2).run()
+    at.button(key="btn_reset").click().run()
+    ok(at)
+    base = get_preset(LLAMA)
+    assert at.session_state["wi_overridden"] == []
+    assert at.slider(key="wi_acceptance").value == pytest.approx(whatif.profile_values(base, 0.0)["acceptance"],
+                                                                  abs=1e-4)
+    at.slider(key="wi_b").set_value(8).run()
+    at.button(key="btn_optimise").click().run()
+    ok(at)
+    res = make_plan(base, 8, 0.0)
+    assert at.slider(key="wi_K").value == res.plan.K
+    assert metrics(at)["SSD (this plan)"] == f"{res.ssd.per_seq_tok_s:.1f} tok/s"
+
+
+def test_other_preset_and_calibrated_file(at):
+    at.selectbox(key="profile_choice").set_value("qwen32b-0.6b-h100").run()
+    ok(at)
+    res = make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0)
+    assert metrics(at)["SSD (this plan)"] == f"{res.ssd.per_seq_tok_s:.1f} tok/s"
+    options = at.selectbox(key="profile_choice").options
+    assert "mine.json (calibrated)" in options and not any("not-a-profile" in o for o in options)
+    at.selectbox(key="profile_choice").set_value("mine.json (calibrated)").run()
+    ok(at)
+    assert metrics(at)["SSD (this plan)"] == f"{res.ssd.per_seq_tok_s:.1f} tok/s"
+
+
+@pytest.mark.parametrize("content,needle", [(b"", "is empty"), (b"{not json", "not valid JSON"),
+                                            (b'{"schema": "ssd-profile/1"}', "name: missing")])
+def test_bad_profile_upload_is_one_line_error(at, content, needle):
+    at.sidebar.file_uploader[0].set_value(("p.json", content, "application/json")).run()
+    assert not at.exception
+    errors = [e.value for e in at.sidebar.error]
+    assert len(errors) == 1 and needle in errors[0] and "\n" not in errors[0]
+    assert metrics(at)["autoregressive"] == "54.7 tok/s"  # falls back to the selected preset
+
+
+def test_good_profile_upload(at):
+    data = get_preset("qwen32b-0.6b-h100").to_json().encode()
+    at.sidebar.file_uploader[0].set_value(("qwen.json", data, "application/json")).run()
+    ok(at)
+    res = make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0)
+    assert metrics(at)["autoregressive"] == f"{res.ar.per_seq_tok_s:.1f} tok/s"
+
+
+def test_simulate_button(at):
+    pytest.importorskip("ssd_sim.sim.des")
+    from app import sim
+
+    at.button(key="btn_simulate").click().run()
+    ok(at)
+    table = at.dataframe[0].value
+    prof = get_preset(LLAMA)
+    res = make_plan(prof, 1, 0.0)
+    want = sim.run(prof, res.plan, "ssd").metrics.per_seq_tok_s
+    assert table["simulated tok/s per seq"].iloc[2] == pytest.approx(want, abs=0.006)
+
+
+def test_timeline_page(at):
+    pytest.importorskip("ssd_sim.sim.des")
+    from app import sim
+
+    at.switch_page("views/timeline.py").run()
+    ok(at)
+    plan = make_plan(get_preset(LLAMA), 1, 0.0).plan
+    res = sim.run(get_preset(LLAMA), plan, "ssd", tokens=(plan.K + 1) * 30 + 1, timeline=True)
+    assert metrics(at)["simulated tok/s per seq"] == f"{res.metrics.per_seq_tok_s:.1f}"
+    chart = json.loads(at.get("plotly_chart")[0].proto.spec)
+    names = {t.get("name") for t in chart["data"]}
+    assert {"verify", "glue", "branch"} <= names
+    at.radio(key="tl_mode").set_value("sd").run()
+    at.slider(key="tl_rounds").set_value(10).run()
+    ok(at)
+
+
+def test_pareto_page(at):
+    at.switch_page("views/pareto.py").run()
+    ok(at)
+    data = whatif.pareto(get_preset(LLAMA), (1, 2, 4, 8, 16, 32, 64), 0.0)
+    table = at.dataframe[0].value
+    ssd = table[table["mode"] == "SSD"]
+    assert list(ssd["tok/s per seq"]) == [round(v, 2) for v in data["ssd"]["per_seq_tok_s"]]
+    at.multiselect(key="pa_batches").set_value([1, 4]).run()
+    at.radio(key="pa_x").set_value("total_tok_s").run()
+    ok(at)
+    assert len(at.dataframe[0].value) == 6
+
+
+def test_traces_page(at, traces):
+    at.switch_page("views/traces.py").run()
+    ok(at)
+    assert at.selectbox(key="tr_file").options == ["(choose a trace)", "ssd-run.jsonl", "sub/sd-run.jsonl"]
+    at.selectbox(key="tr_file").set_value("ssd-run.jsonl").run()
+    ok(at)
+    pvm = compare.predicted_vs_measured(get_preset(LLAMA), read_trace(traces / "ssd-run.jsonl"))
+    table = at.dataframe[0].value
+    assert list(table["metric"]) == [r[0] for r in pvm["rows"]]
+    assert list(table["measured"]) == pytest.approx([r[2] for r in pvm["rows"]])
+    assert list(table["predicted"]) == pytest.approx([r[1] for r in pvm["rows"]])
+    at.slider(key="tr_window").set_value(5).run()
+    at.selectbox(key="tr_file").set_value("sub/sd-run.jsonl").run()
+    ok(at)
+    assert at.dataframe[0].value["metric"].tolist() == ["tok/s (all sequences)", "mean acceptance length (tokens)"]
+
+
+def test_traces_page_simulates_the_run(at, traces):
+    pytest.importorskip("ssd_sim.sim.des")
+    from app import sim
+
+    at.switch_page("views/traces.py").run()
+    at.selectbox(key="tr_file").set_value("ssd-run.jsonl").run()
+    at.checkbox(key="tr_sim").check().run()
+    ok(at)
+    trace = read_trace(traces / "ssd-run.jsonl")
+    plan = compare.trace_plan(trace)
+    tokens = sum(s["committed"] for r in trace.rounds for s in r["seqs"]) // plan.batch_size
+    m = sim.run(get_preset(LLAMA), plan, "ssd", tokens).metrics
+    table = at.dataframe[0].value
+    assert list(table["simulated"]) == pytest.approx([m.total_tok_s, m.mean_accept_len, m.hit_rate])
+
+
+@pytest.mark.parametrize("content,needle", [
+    (b"", "is empty"), (b"\xff\xfe", "not UTF-8"), (b"hello\n", "line 1 is not JSON"),
+    (b'{"type": "round", "round": 0}\n', "round before the header"),
+    (b'{"type": "header", "schema": "ssd-trace/0", "mode": "ssd", "plan": {}, "batch_size": 1}\n', "unsupported")])
+def test_bad_trace_upload_is_one_line_error(at, content, needle):
+    at.switch_page("views/traces.py").run()
+    at.file_uploader(key="tr_upload").set_value(("bad.jsonl", content, "application/jsonl")).run()
+    assert not at.exception
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and needle in errors[0] and "\n" not in errors[0]
+
+
+def test_trace_upload_without_rounds_warns(at, traces):
+    at.switch_page("views/traces.py").run()
+    header = (traces / "ssd-run.jsonl").read_text().splitlines()[0]
+    at.file_uploader(key="tr_upload").set_value(("h.jsonl", header.encode(), "application/jsonl")).run()
+    ok(at)
+    assert any("no rounds" in w.value for w in at.warning)
+
+
+def test_plan_page_matches_ssd_plan(at, tmp_path):
+    from app.planfile import plan_file_text, report
+    from ssd_sim.cli.plan import main as ssd_plan
+
+    at.switch_page("views/plan.py").run()
+    ok(at)
+    prof = get_preset(LLAMA)
+    plan = make_plan(prof, 1, 0.0).plan
+    rep = report(prof, whatif.evaluate(prof, plan), f"preset:{LLAMA}", LLAMA, {})
+    assert [c.value for c in at.code] == [rep["engine_flags"][e]["command"] for e in ("ssd-engine", "vllm", "sglang")]
+    assert json.loads(at.json[0].value) == json.loads(json.dumps(rep))
+    assert [b.label for b in at.get("download_button")] == ["download plan.json", "download engine flags"]
+    # The downloaded plan file is what `ssd-plan --preset NAME --plan plan.json -o out.json` writes.
+    (tmp_path / "plan.json").write_text(plan_file_text(rep))
+    assert ssd_plan(["--preset", LLAMA, "--plan", str(tmp_path / "plan.json"), "-o", str(tmp_path / "o.json")]) == 0
+    assert (tmp_path / "o.json").read_text() == plan_file_text(rep)
+
+
+def test_pages_without_the_simulator(at, monkeypatch):
+    from app import sim
+
+    monkeypatch.setattr(sim, "_import", lambda: (None, "No module named 'ssd_sim.sim.des'"))
+    at.run()
+    ok(at)
+    assert any("simulator not available" in i.value for i in at.info)
+    assert "btn_simulate" not in [b.key for b in at.button]
+    at.switch_page("views/timeline.py").run()
+    ok(at)
+    assert any("not available" in i.value for i in at.info)

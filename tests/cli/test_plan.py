@@ -1,0 +1,116 @@
+"""`ssd-plan` end to end: every preset, JSON output, engine flags, plan files, one-line errors."""
+
+import json
+import subprocess
+import sys
+
+import pytest
+
+from ssd_sim.cli.plan import main
+from ssd_sim.model.presets import list_presets
+
+
+def run(capsys, *argv):
+    code = main(list(argv))
+    out = capsys.readouterr()
+    return code, out.out, out.err
+
+
+@pytest.mark.parametrize("name", list_presets())
+def test_every_preset_gives_valid_json_with_flags(capsys, name):
+    code, out, _ = run(capsys, "--preset", name, "--json")
+    assert code == 0
+    rep = json.loads(out)
+    for key in ("ar_tok_s", "sd_tok_s", "ssd_tok_s", "p_hit"):
+        assert rep["predicted"][key] > 0
+    assert rep["plan"]["num_speculative_tokens"] >= 1
+    flags = rep["engine_flags"]
+    assert "--k" in flags["ssd-engine"]["args"] and "--backup" in flags["ssd-engine"]["args"]
+    spec = json.loads(flags["vllm"]["args"][flags["vllm"]["args"].index("--speculative-config") + 1])
+    assert spec["method"] == "draft_model" and spec["num_speculative_tokens"] == rep["predicted"]["sd_num_speculative_tokens"]
+    assert "--speculative-num-steps" in flags["sglang"]["args"]
+
+
+def test_table_output_names_the_binding_constraint(capsys):
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100")
+    assert code == 0
+    assert "binding:" in out and "SSD" in out and "ssd-engine: python bench/bench.py" in out
+
+
+def test_fixed_knobs_are_evaluated(capsys):
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "-k", "7", "--fan-out", "3",
+                       "--saguaro-c", "0.5", "--backup", "fast", "-t", "1", "--json")
+    plan = json.loads(out)["plan"]
+    assert plan["fan_out"] == [3] * 8 and plan["saguaro_c"] == 0.5 and plan["backup"] == "fast"
+
+
+def test_emit_prints_one_command(capsys):
+    code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "ssd-engine")
+    assert out.count("\n") == 1 and out.startswith("python bench/bench.py --qwen --size 32 --draft 0.6")
+    code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "vllm")
+    assert out.startswith("vllm serve Qwen/Qwen3-32B") and "--speculative-config" in out
+
+
+def test_plan_file_round_trip_and_reevaluation(capsys, tmp_path):
+    f = tmp_path / "plan.json"
+    run(capsys, "--preset", "llama70b-1b-h100", "-b", "4", "-t", "1", "-o", str(f), "--json")
+    saved = json.loads(f.read_text())
+    assert saved["schema"] == "ssd-plan/1" and saved["profile"]["preset"] == "llama70b-1b-h100"
+    code, out, _ = run(capsys, "--plan", str(f), "--json")
+    again = json.loads(out)
+    assert again["plan"] == saved["plan"]
+    assert again["predicted"]["ssd_tok_s"] == pytest.approx(saved["predicted"]["ssd_tok_s"])
+
+
+@pytest.mark.parametrize("argv,needle", [
+    (["--preset", "nope"], "preset"),
+    (["--preset", "llama70b-1b-h100", "--fan-out", "x"], "--fan-out"),
+    (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "1,1"], "fan_out"),
+    (["--preset", "llama70b-1b-h100", "--saguaro-c", "2"], "--saguaro-c"),
+    (["--preset", "llama70b-1b-h100", "--backup", "slow"], "--backup"),
+    ([], "profile"),
+])
+def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
+
+
+@pytest.mark.parametrize("content,needle", [
+    ("{not json", "not valid JSON"),
+    ('{"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 3, "fan_out": [1, 1]}}', "fan_out"),
+    ('{"schema": "ssd-plan/9", "plan": {}}', "schema"),
+    ('{"schema": "ssd-plan/1", "plan": {"saguaro_c": "high"}}', "saguaro_c"),
+])
+def test_bad_plan_files_exit_2_and_write_nothing(capsys, tmp_path, content, needle):
+    bad = tmp_path / "bad.json"
+    bad.write_text(content)
+    out = tmp_path / "out.json"
+    with pytest.raises(SystemExit) as e:
+        main(["--plan", str(bad), "--preset", "llama70b-1b-h100", "-o", str(out)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err
+    assert err.count("\n") == 1 and needle in err
+    assert not out.exists()
+
+
+def test_console_script_runs_and_help_documents_units():
+    res = subprocess.run([sys.executable, "-m", "ssd_sim.cli.plan", "--help"], capture_output=True, text=True)
+    assert res.returncode == 0
+    for flag in ("--num-speculative-tokens", "--fan-out", "--saguaro-c", "--backup", "--batch-size",
+                 "--temperature", "--objective", "--draft-devices", "--emit", "--json"):
+        assert flag in res.stdout
+    assert "tokens" in res.stdout and "sequences" in res.stdout
+    bad = subprocess.run([sys.executable, "-m", "ssd_sim.cli.plan", "--preset", "x"], capture_output=True, text=True)
+    assert bad.returncode == 2 and bad.stderr.count("\n") == 1
+
+
+def test_simulate_reports_simulated_numbers_close_to_analytic(capsys):
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "-b", "4", "--simulate", "5000", "--json")
+    rep = json.loads(out)
+    sim = rep["simulated"]
+    assert sim["tokens_per_sequence"] == 5000 and len(sim["candidates"]) >= 2
+    assert sim["ar_tok_s"] == pytest.approx(rep["predicted"]["ar_tok_s"], rel=1e-6)
+    assert sim["ssd_tok_s"] == pytest.approx(rep["predicted"]["ssd_tok_s"], rel=0.05)

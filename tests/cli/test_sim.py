@@ -1,0 +1,125 @@
+"""`ssd-sim`: every preset runs, --json and --chrome-trace are valid, bad input exits 2 with one line."""
+
+from __future__ import annotations
+
+import json
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from ssd_sim.cli.sim import main
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.trace import TraceWriter
+from ssd_sim.model.presets import list_presets
+from ssd_sim.plan.plan import Plan, PlanFile
+
+
+def run_json(capsys, *argv: str) -> dict:
+    assert main(list(argv)) == 0
+    return json.loads(capsys.readouterr().out)
+
+
+@pytest.mark.parametrize("preset", list_presets())
+def test_every_preset_simulates_and_prints_valid_json(capsys, preset):
+    out = run_json(capsys, "--preset", preset, "--tokens", "64", "--json")
+    m = out["metrics"]
+    assert out["profile"] == preset and out["mode"] == "ssd"
+    assert m["output_tokens"] == 64 and m["per_seq_tok_s"] > 0
+    assert 0 <= m["hit_rate"] <= 1
+    assert out["predicted"]["mode"] == "ssd"
+
+
+@pytest.mark.parametrize("mode", ["ar", "sd", "ssd-fast", "ssd-adaptive"])
+def test_every_mode_runs(capsys, mode):
+    out = run_json(capsys, "--preset", "qwen32b-0.6b-h100", "-b", "4", "--tokens", "128", "--mode", mode, "--json")
+    assert out["mode"] == mode and out["metrics"]["sequences"] == 4
+    if mode == "ssd-fast":
+        assert out["plan"]["backup"] == "fast"
+    if mode == "ssd-adaptive":
+        assert out["plan"]["backup"] == "adaptive" and out["plan"]["backup_threshold"] >= 1
+
+
+def test_table_output_shows_simulated_and_analytic_columns(capsys):
+    assert main(["--preset", "llama70b-1b-h100", "--tokens", "256"]) == 0
+    text = capsys.readouterr().out
+    assert "tok/s per sequence" in text and "analytic" in text and "cache hit rate" in text
+
+
+def test_chrome_trace_is_valid_trace_event_json(tmp_path, capsys):
+    path = tmp_path / "trace.json"
+    assert main(["--preset", "llama70b-1b-h100", "-b", "2", "--tokens", "64", "--chrome-trace", str(path)]) == 0
+    data = json.loads(path.read_text())
+    events = data["traceEvents"]
+    spans = [e for e in events if e["ph"] == "X"]
+    names = {e["name"] for e in spans}
+    assert {"verify", "glue", "branch", "lookup", "wait", "prefill"} <= names
+    assert all(isinstance(e["ts"], (int, float)) and e["dur"] > 0 for e in spans)
+    assert {e["args"]["name"] for e in events if e["name"] == "process_name"} == {"target (TP=4)", "draft"}
+
+
+def test_plan_file_is_read_and_knob_flags_override_it(tmp_path, capsys):
+    plan = Plan(num_speculative_tokens=3, fan_out=(2, 2, 1, 3), batch_size=2)
+    path = tmp_path / "plan.json"
+    save_json_atomic(path, PlanFile(plan).to_json())
+    out = run_json(capsys, "--preset", "llama70b-1b-h100", "--plan", str(path), "--tokens", "64", "--json")
+    assert out["plan"]["fan_out"] == [2, 2, 1, 3] and out["metrics"]["sequences"] == 2
+    out = run_json(capsys, "--preset", "llama70b-1b-h100", "--plan", str(path), "--backup", "fast",
+                   "--fan-out", "1", "--tokens", "64", "--json")
+    assert out["plan"]["backup"] == "fast" and out["plan"]["fan_out"] == [1, 1, 1, 1]
+
+
+def test_poisson_workload_flags(capsys):
+    out = run_json(capsys, "--preset", "llama70b-1b-h100", "--workload", "poisson", "--rate", "5",
+                   "--num-requests", "40", "--max-batch", "4", "--tokens", "64", "--json")
+    assert out["workload"]["kind"] == "poisson" and out["metrics"]["sequences"] == 40
+    assert out["plan"]["batch_size"] == 4 and out["metrics"]["mean_batch"] <= 4
+
+
+def test_replay_of_a_trace(tmp_path, capsys):
+    path = tmp_path / "run.jsonl"
+    w = TraceWriter(path, {"mode": "ssd", "plan": Plan(num_speculative_tokens=4).to_dict(), "batch_size": 1})
+    for i in range(50):
+        seq = {"seq": 0, "accepted": 3, "bonus": 7, "committed": 4, "hit": i > 0, "backup": None,
+               "fan_out": 1, "bonus_rank": 0}
+        w.round({"round": i, "K": 4, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
+    w.close({"tokens": 200})
+    out = run_json(capsys, "--preset", "llama70b-1b-h100", "-k", "4", "--fan-out", "1", "--fan-out-miss", "1,1,1,1,1",
+                   "--replay", str(path), "--tokens", "401", "--json")
+    m = out["metrics"]
+    assert m["mean_accept_len"] == 4.0  # every replayed round accepts 3 (+ the bonus)
+    assert m["hit_rate"] == 1.0  # bonus rank 0 < fan-out 1: every lookup after the first hits
+
+
+BAD = [
+    (["--preset", "nope"], "preset"),
+    (["--preset", "llama70b-1b-h100", "-k", "4", "--fan-out", "1,2"], "fan_out"),
+    (["--preset", "llama70b-1b-h100", "--workload", "poisson"], "rate"),
+    (["--preset", "llama70b-1b-h100", "--rate", "3"], "rate"),
+    (["--preset", "llama70b-1b-h100", "--mode", "turbo"], "--mode"),
+    (["--preset", "llama70b-1b-h100", "--tokens", "0"], "--tokens"),
+    (["--preset", "llama70b-1b-h100", "--plan", "missing-plan.json"], "plan file"),
+    (["--preset", "llama70b-1b-h100", "--replay", "missing-trace.jsonl"], "trace"),
+    (["--preset", "llama70b-1b-h100", "--prompt-tokens", "-3"], "prompt_tokens"),
+    ([], "profile"),
+]
+
+
+@pytest.mark.parametrize("argv, field", BAD)
+def test_bad_input_exits_2_with_one_line_and_writes_no_trace(tmp_path, capsys, argv, field):
+    out_file = tmp_path / "trace.json"
+    with pytest.raises(SystemExit) as e:
+        main([*argv, "--chrome-trace", str(out_file)])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert len(err.splitlines()) == 1 and err.startswith("ssd-sim: error:") and field in err
+    assert not out_file.exists()
+
+
+def test_console_script_is_installed():
+    exe = Path(sys.executable).with_name("ssd-sim")
+    res = subprocess.run([str(exe), "--preset", "llama70b-1b-h100", "--tokens", "32", "--json"],
+                         capture_output=True, text=True, timeout=60)
+    assert res.returncode == 0, res.stderr
+    assert json.loads(res.stdout)["metrics"]["output_tokens"] == 32

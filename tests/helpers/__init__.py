@@ -1,0 +1,1 @@
+"""Shared test fixtures: tiny model pairs, synthetic and sample traces."""

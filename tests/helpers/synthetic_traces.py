@@ -1,0 +1,84 @@
+"""Traces with known ground truth, written in the runtime's schema (for calibration and dashboard tests)."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import numpy as np
+
+from ssd_sim.io.trace import TraceWriter
+from ssd_sim.model.latency import ForwardLatency
+from ssd_sim.plan.plan import Plan
+
+TARGET = ForwardLatency(fixed_ms=300.0, token_ms=150.0, token_exponent=0.9)
+DRAFT = ForwardLatency(fixed_ms=100.0, token_ms=40.0, token_exponent=0.85)
+OVERHEAD = {"commit": 4.0, "transfer": 1.5, "lookup": 0.3, "fast": 0.4}
+SETUP = {"models": {"target": "tiny-target", "draft": "tiny-draft"}, "dtype": {"target": "float32", "draft": "float32"},
+         "quantize": {"target": None, "draft": None}, "devices": {"target": "cpu:0", "draft": "cpu:1"}}
+
+
+def sample_rank(rng, c: float, r: float) -> int:
+    """A bonus rank with P(rank >= F) = min(1, c F^-r) for F >= 1."""
+    u = rng.random()
+    return 0 if u >= c else int(np.floor((c / u) ** (1.0 / r)))
+
+
+def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0.7, primary_hit=(0.4, 0.8),
+                backup_hit=(0.3, 0.8), seed: int = 0, noise: float = 0.01) -> Path:
+    """Simulate `rounds` rounds of plan.mode with i.i.d. acceptance and power-law bonus ranks."""
+    rng = np.random.default_rng(seed)
+    b, K = plan.batch_size, plan.K
+    w = TraceWriter(path, {**SETUP, "mode": plan.mode, "plan": plan.to_dict(), "batch_size": b,
+                           "max_new_tokens": 10_000, "prompt_source": "synthetic", "num_prompts": b})
+    prev_rank_hit = [False] * b
+
+    def jitter(x):
+        return float(x * (1 + noise * rng.standard_normal()))
+
+    for i in range(rounds):
+        seqs, missed = [], 0
+        for s in range(b):
+            hit = prev_rank_hit[s] if plan.mode == "ssd" else None
+            backup = None if hit is not False else plan.backup_for(b)
+            random_tokens = plan.mode == "ssd" and backup == "fast"
+            if plan.mode == "ar":
+                acc = 0
+            elif random_tokens:
+                acc = 0
+            else:
+                acc = int(min(K, rng.geometric(1 - acceptance) - 1))
+            entry = {"seq": s, "accepted": acc, "bonus": int(rng.integers(0, 1000)), "committed": acc + 1}
+            if plan.mode == "ssd":
+                rank = sample_rank(rng, *(backup_hit if random_tokens else primary_hit))
+                fan = (plan.fan_out if hit else plan.fan_out_miss)[acc]
+                entry.update(hit=hit, backup=backup, fan_out=int(fan), bonus_rank=rank, first=i == 0)
+                prev_rank_hit[s] = rank < fan
+                missed += hit is False
+            seqs.append(entry)
+        w.round({"round": i, "K": K if plan.mode != "ar" else 0, "batch": b, "seqs": seqs,
+                 "timings_ms": timings(plan, b, K, missed, jitter)})
+    return w.close({"tokens": 0, "wall_s": 0.0, "tok_s": 0.0, "rounds": rounds, "faults": []})
+
+
+def timings(plan: Plan, b: int, K: int, missed: int, jitter) -> dict:
+    """Phase timings (ms) of one round from the ground-truth latency functions."""
+    t = {"commit": jitter(OVERHEAD["commit"])}
+    if plan.mode == "ar":
+        t["verify"] = jitter(TARGET(b, 1))
+        t["round"] = t["verify"] + t["commit"]
+        return t
+    t["verify"] = jitter(TARGET(b, K + 1))
+    if plan.mode == "sd":
+        t["draft_sd"] = jitter(K * DRAFT(b, 1))
+        t["target_wait"] = t["draft_sd"] + OVERHEAD["transfer"]
+        t["round"] = t["target_wait"] + t["verify"] + t["commit"]
+        return t
+    backup = 0.0
+    if missed:
+        rows = b if plan.jit_redraft == "batch" else missed
+        backup = jitter(K * DRAFT(rows, 1)) if plan.backup_for(b) == "jit" else jitter(OVERHEAD["fast"])
+    t.update(draft_lookup=jitter(OVERHEAD["lookup"]), draft_backup=backup,
+             draft_glue=jitter(DRAFT(b, K + 1)), draft_branch=jitter(K * DRAFT(b * plan.budget, 1)))
+    t["target_wait"] = OVERHEAD["transfer"] + t["draft_lookup"] + backup
+    t["round"] = t["target_wait"] + max(t["verify"], t["draft_glue"] + t["draft_branch"]) + t["commit"]
+    return t

@@ -1,0 +1,73 @@
+"""Latency models: roofline + overhead forms and the least-squares fit."""
+
+import numpy as np
+import pytest
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.latency import ForwardLatency, LatencyModel, fit_forward_latency, workload_ms
+
+
+def test_roofline_from_specs():
+    # 70B bf16 over 4 GPUs at 3.35 TB/s: 35.3 GB per GPU -> 10.54 ms
+    m = ForwardLatency.roofline(70.6, 2, 4, 3.35, 989.0, mfu=0.6)
+    assert m.memory_ms == pytest.approx(70.6e9 * 2 / 4 / 3.35e12 * 1e3)
+    assert m.compute_ms_per_token == pytest.approx(2 * 70.6e9 / 4 / (989e12 * 0.6) * 1e3)
+    # memory-bound at one token, compute-bound at 1,000 tokens
+    assert m(1, 1) == pytest.approx(m.memory_ms)
+    assert m(1000, 1) == pytest.approx(1000 * m.compute_ms_per_token)
+
+
+def test_forward_latency_formula_and_broadcast():
+    m = ForwardLatency(fixed_ms=2.0, memory_ms=5.0, compute_ms_per_token=0.1, token_ms=0.5, token_exponent=0.5)
+    assert m(4, 1) == pytest.approx(2.0 + 5.0 + 0.5 * 2.0)
+    assert m(10, 10) == pytest.approx(2.0 + 10.0 + 0.5 * 10.0)
+    assert m(np.array([1, 4]), 1).shape == (2,)
+
+
+def test_negative_parameters_are_rejected_with_the_field_name():
+    with pytest.raises(ConfigError, match="fixed_ms"):
+        ForwardLatency(fixed_ms=-1.0)
+
+
+def test_latency_model_round_pieces():
+    t = ForwardLatency(fixed_ms=1.0, token_ms=1.0)  # 1 + N ms
+    d = ForwardLatency(fixed_ms=0.5, token_ms=0.1)  # 0.5 + 0.1 N ms
+    lat = LatencyModel(t, d, round_overhead_ms=0.2)
+    assert lat.ar_step_ms(2) == pytest.approx(1 + 2 + 0.2)
+    assert lat.verify_ms(1, 3) == pytest.approx(1 + 4 + 0.2)
+    assert lat.sd_draft_ms(1, 3) == pytest.approx(3 * 0.6)
+    assert lat.glue_ms(2, 3) == pytest.approx(0.5 + 0.8)
+    # primary: glue + K steps over b x budget rows, split across draft devices
+    assert lat.primary_ms(2, 3, 4) == pytest.approx(1.3 + 3 * (0.5 + 0.8))
+    assert lat.primary_ms(2, 3, 4, draft_devices=2) == pytest.approx(1.3 + 3 * (0.5 + 0.4))
+    assert lat.jit_backup_ms(0, 3) == 0.0
+
+
+def test_fit_recovers_known_parameters():
+    truth = ForwardLatency(fixed_ms=3.0, token_ms=0.8, token_exponent=0.7)
+    work = [[(r, t, 1)] for r, t in [(1, 1), (1, 4), (4, 1), (8, 1), (16, 1), (2, 8)]]
+    y = [workload_ms(truth, w) for w in work]
+    model, rep = fit_forward_latency(work, y)
+    assert model.fixed_ms == pytest.approx(3.0, rel=1e-3)
+    assert model.token_ms == pytest.approx(0.8, rel=1e-3)
+    assert model.token_exponent == pytest.approx(0.7, rel=1e-3)
+    assert rep.r2 == pytest.approx(1.0)
+    assert rep.max_abs_rel_err < 1e-6
+
+
+def test_multi_token_cost_is_paid_once_beyond_one_token():
+    # CPU kernels: 1 token uses matrix-vector products, 2+ tokens matrix-matrix ones
+    m = ForwardLatency(fixed_ms=350.0, token_ms=10.0, multi_token_ms=120.0)
+    assert m(1, 1) == pytest.approx(360.0)
+    assert m(1, 2) == pytest.approx(350.0 + 20.0 + 120.0)
+    assert m(2, 1) == pytest.approx(m(1, 2))
+    assert m(np.array([1, 5]), 1) == pytest.approx([360.0, 520.0])
+
+
+def test_fit_recovers_a_multi_token_step():
+    truth = ForwardLatency(fixed_ms=300.0, token_ms=20.0, token_exponent=1.0, multi_token_ms=90.0)
+    work = [[(r, t, 1)] for r, t in [(1, 1), (1, 2), (1, 3), (1, 5), (2, 1), (4, 1), (1, 8)]]
+    free = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")
+    model, rep = fit_forward_latency(work, [workload_ms(truth, w) for w in work], free=free)
+    assert model.multi_token_ms == pytest.approx(90.0, rel=1e-2)
+    assert rep.max_abs_rel_err < 1e-3

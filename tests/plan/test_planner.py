@@ -1,0 +1,110 @@
+"""The planner finds the best configuration of its search space and respects fixed knobs and budgets."""
+
+import itertools
+import math
+
+import pytest
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.presets import get_preset
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.planner import Knobs, budget_fit, critical_batch, make_plan
+from ssd_sim.plan.predict import predict_ssd
+from tests.helpers.combinatorics import compositions
+from tests.helpers.profiles import flat_profile
+
+
+def rowed_profile():
+    """A profile whose draft gets slower with rows, so the budget is bounded by draft time."""
+    from ssd_sim.model.latency import ForwardLatency, LatencyModel
+
+    base = flat_profile()
+    lat = LatencyModel(ForwardLatency(fixed_ms=10.0), ForwardLatency(fixed_ms=0.5, token_ms=0.25))
+    return type(base)("rowed", lat, base.acceptance)
+
+
+def test_planner_matches_brute_force_over_all_fan_outs():
+    prof = rowed_profile()
+    result = make_plan(prof, 1, 0.0, knobs=Knobs(backup="jit"), k_max=3)
+    best = 0.0
+    for K in (1, 2, 3):
+        fit = budget_fit(prof, 1, K)
+        for budget in range(1, fit + 1):
+            for fan in compositions(budget, K + 1):
+                if sum(fan) == 0:
+                    continue
+                plan = Plan(num_speculative_tokens=K, fan_out=fan, backup="jit")
+                best = max(best, predict_ssd(prof, plan).per_seq_tok_s)
+    assert result.ssd.per_seq_tok_s == pytest.approx(best, rel=1e-9)
+
+
+def test_budget_never_exceeds_what_the_draft_finishes_inside_a_verify():
+    prof = rowed_profile()
+    for b in (1, 2, 4):
+        r = make_plan(prof, b, 0.0)
+        assert r.plan.budget <= r.budget_fit
+        assert r.ssd.draft_ms <= r.ssd.verify_ms + 1e-9
+        assert "draft time" in r.binding
+
+
+def test_fixed_knobs_are_kept_and_the_rest_searched():
+    prof = get_preset("llama70b-1b-h100")
+    r = make_plan(prof, 1, 1.0, knobs=Knobs(num_speculative_tokens=7, fan_out=3, saguaro_c=0.5, backup="fast"))
+    assert r.plan.K == 7 and r.plan.fan_out == (3,) * 8 and r.plan.saguaro_c == 0.5
+    assert r.plan.backup == "fast"
+    assert r.plan.fan_out_miss[0] == 24  # searched: after a fast backup everything goes to k = 0
+    assert len(r.candidates) == 1
+
+
+def test_fan_out_list_fixes_k():
+    r = make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0, knobs=Knobs(fan_out=(4, 3, 3, 3, 3, 2, 2, 4)))
+    assert r.plan.K == 7 and r.plan.fan_out == (4, 3, 3, 3, 3, 2, 2, 4)
+    with pytest.raises(ConfigError, match="fan_out"):
+        make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0, knobs=Knobs(num_speculative_tokens=3, fan_out=(1, 1)))
+
+
+def test_greedy_plans_leave_saguaro_off_and_sampling_plans_search_it():
+    prof = get_preset("llama70b-1b-h100")
+    assert make_plan(prof, 1, 0.0).plan.saguaro_c == 1.0
+    hot = make_plan(prof, 1, 1.0)
+    assert hot.plan.saguaro_c < 1.0  # Saguaro pays at T = 1 on this preset
+    assert hot.ssd.per_seq_tok_s > make_plan(prof, 1, 1.0, knobs=Knobs(saguaro_c=1.0)).ssd.per_seq_tok_s
+
+
+def test_ssd_beats_sd_and_ar_on_the_paper_setting():
+    r = make_plan(get_preset("llama70b-1b-h100"), 1, 0.0)
+    assert r.ssd.per_seq_tok_s > r.sd.per_seq_tok_s > r.ar.per_seq_tok_s
+    assert r.recommended_mode == "ssd"
+    assert r.ar.per_seq_tok_s == pytest.approx(54.7)
+
+
+def test_adaptive_backup_picks_the_faster_backup_at_every_batch_size():
+    prof = get_preset("llama70b-1b-h100")
+    r = make_plan(prof, 1, 0.0)
+    assert r.plan.backup == "adaptive" and r.plan.backup_threshold == r.b_star
+    b_star, _ = critical_batch(prof, r.plan)
+    assert math.isfinite(b_star)
+    plan = r.plan
+    for b in (1, 2, 4, 8, 16):
+        jit = predict_ssd(prof, plan.replace(batch_size=b, backup="jit")).per_seq_tok_s
+        fast = predict_ssd(prof, plan.replace(batch_size=b, backup="fast",
+                                              fan_out_miss=(plan.budget,) + (0,) * plan.K)).per_seq_tok_s
+        if b >= b_star:
+            assert fast >= jit
+    assert r.b_star_closed_form == pytest.approx(b_star, abs=1.0)
+
+
+def test_more_draft_devices_raise_the_budget():
+    prof = get_preset("llama70b-1b-h100")
+    one = make_plan(prof, 8, 0.0, draft_devices=1, knobs=Knobs(num_speculative_tokens=4))
+    two = make_plan(prof, 8, 0.0, draft_devices=2, knobs=Knobs(num_speculative_tokens=4))
+    assert two.budget_fit > one.budget_fit and two.plan.budget > one.plan.budget
+    assert two.ssd.per_seq_tok_s > one.ssd.per_seq_tok_s
+    assert make_plan(prof, 8, 0.0, draft_devices=2).ssd.per_seq_tok_s >= two.ssd.per_seq_tok_s
+
+
+@pytest.mark.parametrize("name", ["llama70b-1b-h100", "qwen32b-0.6b-h100", "llama70b-1b-h200"])
+def test_gpu_presets_predict_ssd_between_1x_and_2x_of_sd(name):
+    for b, T in itertools.product((1, 4), (0.0, 1.0)):
+        r = make_plan(get_preset(name), b, T)
+        assert 1.0 < r.ssd.per_seq_tok_s / r.sd.per_seq_tok_s < 2.0

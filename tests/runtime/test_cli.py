@@ -1,0 +1,113 @@
+"""`ssd-run`: one-line errors with exit status 2, plan file + flag overrides, trace / output files."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ssd_runtime.cli import main
+from ssd_runtime.models import tiny_model
+from ssd_sim.io.trace import read_trace, summarize
+from ssd_sim.plan.plan import Plan, PlanFile
+from tests.helpers.runtime import DRAFT, TARGET, make_prompts, reference_greedy, target_model
+
+PROMPTS = make_prompts([3, 7, 5], TARGET["vocab"], seed=9)
+N_NEW = 12
+
+
+@pytest.fixture(scope="module")
+def files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("cli")
+    tiny_model(**TARGET).save_pretrained(d / "target")
+    tiny_model(**DRAFT).save_pretrained(d / "draft")
+    tiny_model(**{**DRAFT, "vocab": 97}).save_pretrained(d / "draft97")
+    (d / "prompts.jsonl").write_text("\n".join(json.dumps({"prompt_ids": p}) for p in PROMPTS) + "\n")
+    (d / "bad.jsonl").write_text('{"prompt_ids": [1, 2]}\n{"prompt_ids": "oops"}\n')
+    (d / "text.jsonl").write_text('{"prompt": "def f():"}\n')
+    plan = Plan(num_speculative_tokens=2, fan_out=(2, 1, 1), batch_size=2)
+    (d / "plan.json").write_text(PlanFile(plan, {"profile": "test"}).to_json())
+    return d
+
+
+def models(d, draft="draft") -> list[str]:
+    return ["--target", str(d / "target"), "--draft", str(d / draft), "--no-progress"]
+
+
+BAD = {
+    "unknown flag": (["--speed", "11"], "unrecognized arguments"),
+    "fan-out syntax": (["--fan-out", "x"], "invalid fan-out"),
+    "fan-out length": (["-k", "3", "--fan-out", "1,2", "--prompts", "{d}/prompts.jsonl"], "fan_out"),
+    "missing plan": (["--plan", "{d}/nope.json"], "does not exist"),
+    "missing model": (["--target", "{d}/nope", "--prompts", "{d}/prompts.jsonl"], "target:"),
+    "vocab mismatch": (["--draft", "{d}/draft97", "--prompts", "{d}/prompts.jsonl"], "vocabulary mismatch"),
+    "text without tokenizer": (["--prompts", "{d}/text.jsonl"], "no tokenizer"),
+    "bad prompt line": (["--prompts", "{d}/bad.jsonl"], "line 2"),
+    "forced rate": (["--forced-acceptance", "2"], "outside [0, 1]"),
+    "device": (["--draft-device", "gpu", "--prompts", "{d}/prompts.jsonl"], "draft_device"),
+    "int8 bf16": (["--draft-quantize", "int8", "--draft-dtype", "bfloat16", "--prompts", "{d}/prompts.jsonl"],
+                  "draft_quantize"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_one_line_and_exit_2(files, capsys, case):
+    argv, needle = BAD[case]
+    argv = [a.format(d=files) for a in argv]
+    if "--target" not in argv:
+        argv = models(files) + argv
+    with pytest.raises(SystemExit) as e:
+        main(argv + ["--trace", str(files / "never.jsonl")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2
+    assert len(err.splitlines()) == 1 and needle in err, err
+    assert not (files / "never.jsonl").exists()
+
+
+def test_fetched_model_names_say_how_to_fetch(tmp_path, monkeypatch, capsys):
+    monkeypatch.setenv("SSD_MODEL_CACHE", str(tmp_path))
+    with pytest.raises(SystemExit):
+        main(["--prompt-set", "code"])
+    assert "run `ssd-run fetch-models`" in capsys.readouterr().err
+
+
+def test_plan_file_with_flag_overrides_writes_trace_and_outputs(files, capsys):
+    trace, out = files / "run.jsonl", files / "out.jsonl"
+    code = main(models(files) + ["--plan", str(files / "plan.json"), "--saguaro-c", "0.5", "--backup", "fast",
+                                 "--prompts", str(files / "prompts.jsonl"), "--max-new-tokens", str(N_NEW),
+                                 "--trace", str(trace), "--output", str(out)])
+    assert code == 0
+    stdout = capsys.readouterr().out
+    assert "tok/s" in stdout and "hit rate" in stdout and str(trace) in stdout
+    tr = read_trace(trace)
+    assert tr.header["plan"]["saguaro_c"] == 0.5 and tr.header["plan"]["backup"] == "fast"
+    assert tr.header["plan"]["fan_out"] == [2, 1, 1] and tr.header["batch_size"] == 2
+    assert tr.header["prompt_source"].endswith("prompts.jsonl") and tr.header["mode"] == "ssd"
+    lines = [json.loads(x) for x in out.read_text().splitlines()]
+    model = target_model(TARGET)
+    assert [x["generated_ids"] for x in lines] == [reference_greedy(model, p, N_NEW)[0] for p in PROMPTS]
+    assert [x["prompt_ids"] for x in lines] == PROMPTS and lines[0]["text"] is None
+    m = summarize(tr)
+    assert m.tokens == len(PROMPTS) * (N_NEW - 1) and m.hit_rate is not None and m.tok_s > 0
+
+
+def test_ar_mode_needs_no_draft_and_writes_the_default_trace(files, tmp_path, monkeypatch):
+    monkeypatch.chdir(tmp_path)
+    code = main(["--target", str(files / "target"), "--draft", str(files / "missing"), "--mode", "ar",
+                 "--prompts", str(files / "prompts.jsonl"), "--max-new-tokens", "5", "--no-progress"])
+    assert code == 0
+    (path,) = (tmp_path / "traces").glob("ar-*.jsonl")
+    tr = read_trace(path)
+    assert tr.header["models"]["draft"] is None and all(r["K"] == 0 for r in tr.rounds)
+    assert summarize(tr).mean_accept_len == 1.0
+
+
+def test_forced_acceptance_of_one_accepts_every_draft_token(files, capsys):
+    trace = files / "forced.jsonl"
+    code = main(models(files) + ["--mode", "sd", "-k", "3", "--forced-acceptance", "1", "--prompts",
+                                 str(files / "prompts.jsonl"), "--max-new-tokens", "9", "--trace", str(trace)])
+    assert code == 0
+    tr = read_trace(trace)
+    m = summarize(tr)
+    assert tr.header["forced_acceptance"] == 1.0
+    assert m.acceptance_rate == 1.0 and m.mean_accept_len == 4.0
