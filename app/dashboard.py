@@ -34,7 +34,7 @@ def sidebar_profile() -> tuple[Profile, str] | None:
     choices = state.profile_choices()
     label = side.selectbox("preset or calibrated profile", list(choices), key="profile_choice",
                            help="built-in presets (ssd_sim/model/presets) and calibrated profiles found as "
-                                f"*.json in {state.traces_dir()} (`ssd-plan calibrate TRACES -o traces/NAME.json`)")
+                                f"*.json in {state.traces_dir()} (`ssd-plan calibrate TRACES -o traces/SETUP/NAME.json`)")
     upload = side.file_uploader("or upload a profile JSON", type=["json"], key="profile_upload",
                                 help="a profile written by `ssd-plan calibrate` (schema ssd-profile/1)")
     if upload is not None:

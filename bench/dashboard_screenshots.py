@@ -8,7 +8,8 @@ DevTools protocol (the `websockets` client that ships with streamlit), waits on 
 title is shown, the "running" indicator is gone and the expected Plotly charts are drawn, then saves
 <out>/<page>.png and prints one table row per page (load time, charts, PNG size). Exit status 1 if a
 page fails to render (an exception box, a missing title, or fewer charts than expected).
-Traces: the real traces/*.jsonl if there are any, else a small synthetic trace in a temporary dir.
+Traces: the real traces/ (the *.jsonl of every setup folder, traces/README.md) if there are any, else a small
+synthetic trace in a temporary dir.
 """
 
 from __future__ import annotations

@@ -1,9 +1,10 @@
 """Fidelity of the simulator: calibrate on some real traces, predict held-out runs, compare with measurements.
 
-    .venv/bin/python bench/fidelity.py                    # traces/cpu/manifest.json
+    .venv/bin/python bench/fidelity.py                    # traces/cpu-fp32-grid/manifest.json
     .venv/bin/python bench/fidelity.py --json             # {"runs": [...], "median_abs_err_pct", "worst_abs_err_pct"}
 
-The manifest lists which traces calibrate the profile ("calibrate") and which are held out ("holdout");
+The manifest (schema ssd-traces-manifest/1, traces/README.md) lists which traces calibrate the profile
+("calibrate") and which are held out ("holdout"), as file names in the manifest's folder;
 each held-out run differs from every calibration run in K, fan-out, batch size, mode or temperature.
 A held-out run is predicted by the discrete-event simulator with the calibrated profile, the run's own
 plan and mode, and its workload replayed exactly (the runtime's static batches of plan.batch_size and each
@@ -118,7 +119,7 @@ def print_table(res: dict) -> None:
 
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    ap.add_argument("--manifest", type=Path, default=ROOT / "traces" / "cpu" / "manifest.json")
+    ap.add_argument("--manifest", type=Path, default=ROOT / "traces" / "cpu-fp32-grid" / "manifest.json")
     ap.add_argument("--json", action="store_true", help="print one JSON object")
     args = ap.parse_args()
     res = run(args.manifest)

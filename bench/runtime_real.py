@@ -1,11 +1,13 @@
 """Real-model benchmark: AR vs SD (each K) vs SSD (the planner's plan) on one target/draft pair, b = 1.
 
     .venv/bin/python bench/runtime_real.py                       # 8 code prompts x 64 tokens, fp32, K = 1..4
-    .venv/bin/python bench/runtime_real.py --quantize int8 --preset qwen-coder-1.5b-0.5b-cpu-int8 --tag cpu-int8
+    .venv/bin/python bench/runtime_real.py --quantize int8 --preset qwen-coder-1.5b-0.5b-cpu-int8
 
 All modes run in one process pair (models loaded once, one warm-up job first), greedy, same prompts, so the
-outputs must be identical; the script checks it. Traces go to traces/<tag>-<mode>-b1.jsonl and the table to
-traces/<tag>-bench.json. Not part of CI (needs `ssd-run fetch-models` and tens of minutes on 2 CPU cores).
+outputs must be identical; the script checks it. Traces go to <traces>/[<tag>-]<run>-b1.jsonl and the table to
+<traces>/[<tag>-]bench.json; <traces> defaults to the setup's folder, traces/cpu-<setup>-bench with <setup> =
+fp32, int8draft, int8 (both models) or int8target (traces/README.md; list new files in the folder's manifest.json).
+Not part of CI (needs `ssd-run fetch-models` and tens of minutes on 2 CPU cores).
 """
 
 from __future__ import annotations
@@ -31,6 +33,13 @@ def planner_plan(preset: str) -> tuple[Plan, dict]:
     pred = {"ar_tok_s": res.ar.per_seq_tok_s, "sd_tok_s": res.sd.per_seq_tok_s, "ssd_tok_s": res.ssd.per_seq_tok_s,
             "sd_K": res.sd.num_speculative_tokens}
     return res.plan, pred
+
+
+def default_folder(target_quantize: str, draft_quantize: str) -> str:
+    """traces/cpu-<setup>-bench: one folder per setup (traces/README.md)."""
+    setup = {("none", "none"): "fp32", ("none", "int8"): "int8draft", ("int8", "int8"): "int8",
+             ("int8", "none"): "int8target"}[(target_quantize, draft_quantize)]
+    return f"traces/cpu-{setup}-bench"
 
 
 def row(name: str, K: int, s: dict) -> dict:
@@ -74,8 +83,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--max-new-tokens", type=int, default=64)
     ap.add_argument("--sd-ks", default="1,2,3,4", help="SD runs, one per K")
     ap.add_argument("--skip-ar", action="store_true")
-    ap.add_argument("--tag", default="cpu-fp32", help="trace name prefix")
-    ap.add_argument("--traces", default="traces")
+    ap.add_argument("--tag", default="", help="file name prefix inside the folder (e.g. a second run: cal)")
+    ap.add_argument("--traces", help="output folder (default traces/cpu-<setup>-bench, from the quantisation)")
     args = ap.parse_args(argv)
 
     if args.quantize:
@@ -90,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     print(f"SSD plan: {json.dumps(ssd_plan.to_dict())}")
     if predicted:
         print(f"planner prediction ({args.preset}): {json.dumps(predicted)}")
-    out = Path(args.traces)
+    out = Path(args.traces or default_folder(args.target_quantize, args.draft_quantize))
+    prefix = f"{args.tag}-" if args.tag else ""
     t0 = time.time()
     with Session(ModelSpec(path=str(tpath), quantize=args.target_quantize),
                  ModelSpec(path=str(dpath), quantize=args.draft_quantize)) as session:
@@ -108,7 +118,7 @@ def main(argv: list[str] | None = None) -> int:
         rows, outputs = [], {}
         for name, K, plan, mode in runs:
             t = time.time()
-            path = out / f"{args.tag}-{name}-b1.jsonl"
+            path = out / f"{prefix}{name}-b1.jsonl"
             res = session.run(Job(plan, mode, prompts, args.max_new_tokens, trace_path=str(path),
                                   header={"prompt_source": "prompt-set:code", "bench": "bench/runtime_real.py"}))
             outputs[name] = res.outputs
@@ -121,7 +131,7 @@ def main(argv: list[str] | None = None) -> int:
     print(f"\n{args.num_prompts} code prompts x {args.max_new_tokens} new tokens, b = 1, greedy, target "
           f"{args.target_quantize}, draft {args.draft_quantize}; outputs identical across runs: {same}")
     print_table(rows, ar_tok_s, sd_best)
-    (out / f"{args.tag}-bench.json").write_text(json.dumps(
+    (out / f"{prefix}bench.json").write_text(json.dumps(
         {"rows": rows, "ssd_plan": ssd_plan.to_dict(), "predicted": predicted, "outputs_identical": same,
          "num_prompts": args.num_prompts, "max_new_tokens": args.max_new_tokens,
          "quantize": {"target": args.target_quantize, "draft": args.draft_quantize},

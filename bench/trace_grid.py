@@ -1,13 +1,14 @@
 """Record a grid of real-model runs (AR / SD / SSD, several K, fan-outs, batch sizes, temperatures) as traces.
 
-    .venv/bin/python bench/trace_grid.py bench/grids/cpu.json            # -> traces/cpu/<name>.jsonl
+    .venv/bin/python bench/trace_grid.py bench/grids/cpu.json            # -> traces/cpu-fp32-grid/<name>.jsonl
     .venv/bin/python bench/trace_grid.py bench/grids/cpu.json --only planner-k2
 
-The grid file is JSON: {"out": "traces/cpu", "num_prompts": 8, "max_new_tokens": 64, "runs": [{"name", "mode",
+The grid file is JSON: {"out": "traces/cpu-fp32-grid", "num_prompts": 8, "max_new_tokens": 64, "runs": [{"name", "mode",
 plus any Plan field (num_speculative_tokens, fan_out, fan_out_miss, saguaro_c, backup, batch_size,
 temperature, ...) or "plan_file": a plan written by ssd-plan}]}. All runs share one process pair (models
 loaded once, one warm-up job), the built-in code prompts and seed 0. Existing traces are kept unless
---force. Prints one line per run and writes <out>/grid.json with the summaries.
+--force. Prints one line per run and writes <out>/grid.json with the summaries. A new trace must also be
+listed in <out>/manifest.json and described in <out>/README.md (tests/test_traces.py checks it).
 Not part of CI: needs `ssd-run fetch-models` and ~2-3 minutes per run on this machine's 2 cores.
 """
 
@@ -43,7 +44,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--force", action="store_true", help="re-run runs whose trace exists")
     args = ap.parse_args(argv)
     grid = json.loads(args.grid.read_text())
-    out = Path(grid.get("out", "traces/cpu"))
+    out = Path(grid.get("out", "traces/cpu-fp32-grid"))
     out.mkdir(parents=True, exist_ok=True)
     runs = [r for r in grid["runs"] if not args.only or r["name"] in args.only]
     todo = [r for r in runs if args.force or not (out / f"{r['name']}.jsonl").exists()]

@@ -1,7 +1,7 @@
 """`ssd-run`: run AR / SD / SSD on real models with two processes, print a summary table, write a trace.
 
     ssd-run --plan plan.json --prompt-set code --max-new-tokens 64 --batch-size 1 --mode ssd \\
-            --trace traces/ssd.jsonl
+            --trace runs/ssd.jsonl
     ssd-run fetch-models            # download, verify and convert the default Qwen2.5-Coder pair once
 
 Knob flags (-k, --fan-out, --saguaro-c, --backup, -t, ...) behave exactly as in ssd-plan and override
@@ -64,7 +64,7 @@ def build_parser() -> OneLineParser:
     w.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens tokens")
     w.add_argument("--output", metavar="FILE", help="write one JSON line per prompt: prompt, generated ids, text")
     w.add_argument("--trace", metavar="FILE",
-                   help="JSONL trace path (default traces/<mode>-<UTC time>.jsonl under the current directory)")
+                   help="JSONL trace path (default runs/<mode>-<UTC time>.jsonl under the current directory; the repository's traces/ holds curated runs, one folder per setup)")
     r = p.add_argument_group("run")
     r.add_argument("--seed", type=int, default=0, help="seed of the target's and draft's samplers (default 0)")
     r.add_argument("--forced-acceptance", type=_rate, metavar="RATE",

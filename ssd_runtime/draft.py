@@ -1,12 +1,13 @@
 """The draft side of a round (ssd-notes.md section 4): lookup, backup, reply; then glue, fork, branch decode.
 
 The draft owns its KV cache (one BatchKV row per sequence) and the one-round speculation cache keyed by
-(sequence, k accepted, bonus token). Per round, `reply(spec)` is the critical path:
-  lookup   each key (seq, k, t*) in the cache built during the previous round (the first round misses);
+(sequence, k accepted, bonus token). Per round, `reply(spec) = propose(lookup(spec))` is the critical path:
+  lookup   mirror the committed tokens of each key (seq, k, t*) and find it in the cache built during the
+           previous round (the first round misses);
   backup   misses are redrafted: jit (the draft model, only the rows that missed; the whole batch with
            jit_redraft = "batch", as the reference engine) or fast (uniform random tokens, sent as a point-mass
            proposal q = delta so the target's ratio test stays exact);
-and the reply goes out. Then `speculate()` runs while the target verifies:
+and the reply goes out. Then `speculate() = glue(); branch()` runs while the target verifies:
   glue     one forward over [t*, s_1..s_K] at their true positions: fixes the KV of any accepted prefix and
            gives the draft's logits at every stopping position k = 0..K;
   fork     at each k, the top-F_k tokens of row k excluding s_{k+1} (F = fan_out if this round's proposal
@@ -15,23 +16,20 @@ and the reply goes out. Then `speculate()` runs while the target verifies:
            prefix + s_1..s_k (positions explicit, holes masked), sampling with Saguaro C;
   cache    replaced by {(seq, k, candidate): (K tokens, their q)}.
 In SD mode the draft simply drafts K tokens on request (no cache, no speculation).
+The trace's bookkeeping (phase timings, bonus ranks) is not done here: see draft_trace.DraftRecorder.
 """
 
 from __future__ import annotations
 
-import time
 from dataclasses import dataclass, field
 
 import torch
 
 from ssd_sim.plan.plan import Plan
 
+from .device import model_device
 from .kv import BatchKV
-from .sampling import candidate_order, draft_token, probs_from_logits, rank_of
-
-
-def now_ms() -> float:
-    return time.perf_counter() * 1e3
+from .sampling import candidate_order, draft_token
 
 
 @dataclass
@@ -54,21 +52,29 @@ class SeqState:
     cache: dict[tuple[int, int], Entry] = field(default_factory=dict)  # (k, bonus) -> speculation
 
 
+@dataclass
+class Lookup:
+    """The result of looking up one SPEC's keys, in key order: what propose() needs."""
+
+    keys: list[tuple[int, int, int]]  # (seq, k, t*)
+    states: list[SeqState]
+    cached: list[Entry | None]  # the speculation cached for the key, None on a miss
+    pending: list[list[int]]  # per row, the committed tokens the draft KV has not seen yet
+
+
 class Drafter:
     """Draft-side state machine of one job. Methods are called in order: start_batch, (reply, speculate)*."""
 
     def __init__(self, model: torch.nn.Module, plan: Plan, mode: str, seed: int, vocab: int,
-                 debug: dict | None = None, compact_slack: int = 32):
+                 compact_slack: int = 32):
         self.model, self.plan, self.mode, self.vocab = model, plan, mode, vocab
         self.K = plan.num_speculative_tokens
         self.T = plan.temperature
-        self.gen = torch.Generator(device=_device(model)).manual_seed(int(seed) + 1)
-        self.debug = debug or {}
+        self.gen = torch.Generator(device=model_device(model)).manual_seed(int(seed) + 1)
         self.compact_slack = compact_slack
         self.seqs: dict[int, SeqState] = {}
         self.order: list[int] = []  # sequence id of each KV row
         self.kv: BatchKV | None = None
-        self.spec_timings = {"draft_glue": 0.0, "draft_branch": 0.0}  # of the last speculate()
 
     # ---- batch start ---------------------------------------------------------------------------
     def start_batch(self, seqs: list[tuple[int, list[int]]]) -> None:
@@ -78,81 +84,77 @@ class Drafter:
         self.kv = BatchKV(self.model, len(seqs), self.compact_slack)
         if seqs:
             self.kv.forward([p for _, p in seqs], keep=1)
-        self.spec_timings = {"draft_glue": 0.0, "draft_branch": 0.0}
 
     # ---- critical path -------------------------------------------------------------------------
     def reply(self, spec: dict) -> dict:
         """Answer a SPEC: per key (seq, k, t*) the next K tokens and their q. Nothing speculative here.
 
         spec = {"keys": [(seq, k or -1 on a sequence's first round, t*)], "done": [(seq, k, t*)]}.
-        Reply: tokens [n, K] long; q [m, K, V] for the rows listed in q_rows (T > 0, rows not from the fast
-        backup; those are point masses); hit / lookup_hit / backup per row; ranks {seq: rank of the
-        previous round's bonus in the candidate order}; timings of this reply and of the last speculation.
+        Reply: see propose().
         """
-        t0 = now_ms()
-        ranks = {sid: self._observe(sid, k, t) for sid, k, t in spec.get("done", [])}
+        return self.propose(self.lookup(spec))
+
+    def lookup(self, spec: dict) -> Lookup:
+        """Forget finished sequences, mirror each key's committed tokens, find each key in the cache."""
         for sid, _, _ in spec.get("done", []):
             self.seqs.pop(sid, None)
         keys = spec["keys"]
-        lookup_hit = []
+        cached = []
         for sid, k, t in keys:
-            ranks[sid] = self._observe(sid, k, t)
-            lookup_hit.append(self.mode == "ssd" and k >= 0 and (k, t) in self.seqs[sid].cache)
-        prev = dict(self.spec_timings)
-        self.spec_timings = {"draft_glue": 0.0, "draft_branch": 0.0}
+            st = self.seqs[sid]
+            self._commit(st, k, t)
+            cached.append(st.cache.get((k, t)) if self.mode == "ssd" and k >= 0 else None)
         if not keys:
             self.order, self.kv = [], None
-            return {"tokens": None, "ranks": ranks, "timings": {}, "prev_timings": prev}
+            return Lookup([], [], [], [])
         self._align_rows([sid for sid, _, _ in keys])
         states = [self.seqs[sid] for sid, _, _ in keys]
         pending = self.kv.rollback_to([st.committed for st in states])
-        t1 = now_ms()
-        backup = self.plan.backup_for(len(keys)) if self.mode == "ssd" else "sd"
-        redraft = [i for i, h in enumerate(lookup_hit) if not h]
+        return Lookup(list(keys), states, cached, pending)
+
+    def propose(self, found: Lookup) -> dict:
+        """The K tokens per key: the cached speculation on a hit, the backup's on a miss.
+
+        Reply: tokens [n, K] long (None when there are no keys); q [m, K, V] for the rows listed in q_rows
+        (T > 0, rows not from the fast backup; those are point masses); per row hit (served from the cache),
+        lookup_hit (found in the cache, even if jit_redraft = "batch" threw it away) and backup (its kind, or
+        None). hit and backup are None outside SSD mode.
+        """
+        n = len(found.keys)
+        if not n:
+            return {"tokens": None}
+        backup = self.plan.backup_for(n) if self.mode == "ssd" else "sd"
+        redraft = [i for i, e in enumerate(found.cached) if e is None]
         if redraft and backup == "jit" and self.plan.jit_redraft == "batch":
-            redraft = list(range(len(keys)))
-        tokens = torch.zeros(len(keys), self.K, dtype=torch.long)
-        q: list[torch.Tensor | None] = [None] * len(keys)
-        for i, (_sid, k, t) in enumerate(keys):
+            redraft = list(range(n))
+        tokens = torch.zeros(n, self.K, dtype=torch.long)
+        q: list[torch.Tensor | None] = [None] * n
+        for i, entry in enumerate(found.cached):
             if i not in redraft:
-                entry = states[i].cache[(k, t)]
                 tokens[i], q[i] = torch.tensor(entry.tokens), entry.q
-        for st in states:
+        for st in found.states:
             st.known = {}
         if redraft:
-            self._backup(backup, redraft, states, pending, tokens, q)
+            self._backup(backup, redraft, found.states, found.pending, tokens, q)
         redrafted = set(redraft)
-        for i, st in enumerate(states):
+        for i, st in enumerate(found.states):
             st.proposal, st.from_cache = tokens[i].tolist(), i not in redrafted
             st.cache = {}
-        t2 = now_ms()
-        phase = "draft_sd" if self.mode == "sd" else "draft_backup"
+        ssd = self.mode == "ssd"
         q_rows = [i for i, x in enumerate(q) if x is not None]
         return {
             "tokens": tokens,
             "q": torch.stack([q[i] for i in q_rows]) if q_rows else None,
             "q_rows": q_rows,
-            "hit": [None if self.mode != "ssd" else i not in redrafted for i in range(len(keys))],
-            "lookup_hit": lookup_hit,
-            "backup": [None if (self.mode != "ssd" or i not in redrafted) else backup for i in range(len(keys))],
-            "ranks": ranks,
-            "timings": {"draft_lookup": t1 - t0, phase: t2 - t1},
-            "prev_timings": prev,
+            "hit": [i not in redrafted if ssd else None for i in range(n)],
+            "lookup_hit": [e is not None for e in found.cached],
+            "backup": [backup if ssd and i in redrafted else None for i in range(n)],
         }
 
-    def _observe(self, sid: int, k: int, bonus: int) -> int | None:
-        """Mirror the committed tokens of (k, t*) and return t*'s rank among last round's candidates at k."""
-        st = self.seqs[sid]
-        if k < 0:
-            st.committed.append(int(bonus))
-            return None
-        rank = None
-        if st.glue is not None:
-            exclude = st.proposal[k] if k < self.K else None
-            rank = rank_of(st.glue[k], int(bonus), exclude)
-        st.committed.extend(st.proposal[:k] + [int(bonus)])
+    def _commit(self, st: SeqState, k: int, bonus: int) -> None:
+        """Mirror the target's commit of round (k accepted, bonus t*): s_1..s_k of the last proposal, then t*."""
+        st.committed.extend(([] if k < 0 else st.proposal[:k]) + [int(bonus)])
         st.glue = None
-        return rank
 
     def _align_rows(self, sids: list[int]) -> None:
         """Keep only the KV rows of these sequences, in this order (finished sequences drop out)."""
@@ -191,8 +193,6 @@ class Drafter:
         for i in range(self.K):
             logits = kv.forward(inputs, keep=1)[:, -1]
             tok, qi = draft_token(logits, self.T, fan[i], self.plan.saguaro_c, self.plan.downweight, self.gen)
-            if qi is not None and self.debug.get("report_unscaled_q"):
-                qi = probs_from_logits(logits, self.T)  # deliberately wrong q (exactness test only)
             toks.append(tok.cpu())
             qs.append(qi)
             if keep_logits:
@@ -202,21 +202,20 @@ class Drafter:
         return torch.stack(toks, dim=1), q, torch.stack(lgs, dim=1) if keep_logits else None
 
     # ---- off the critical path -----------------------------------------------------------------
+    @property
+    def speculating(self) -> bool:
+        """speculate() has work to do: SSD mode with sequences in flight."""
+        return self.mode == "ssd" and bool(self.order)
+
     def speculate(self) -> None:
         """Glue, fork and branch decode for every sequence of the last reply; replaces the cache."""
-        if self.mode != "ssd" or not self.order:
-            return
-        t0 = now_ms()
-        states = [self.seqs[sid] for sid in self.order]
-        self._glue(states)
-        t1 = now_ms()
-        branches = self._fork(states)
-        if branches:
-            self._branch_decode(states, branches)
-        self.spec_timings = {"draft_glue": t1 - t0, "draft_branch": now_ms() - t1}
+        if self.speculating:
+            self.glue()
+            self.branch()
 
-    def _glue(self, states: list[SeqState]) -> None:
+    def glue(self) -> None:
         """Forward [t*, s_1..s_K] (minus what a jit backup already cached); keep logits at k = 0..K."""
+        states = [self.seqs[sid] for sid in self.order]
         pending = self.kv.rollback_to([st.committed + st.proposal for st in states])
         width = max(len(p) for p in pending)
         out = self.kv.forward(pending, keep=width)
@@ -224,6 +223,13 @@ class Drafter:
             m = len(pending[r])  # the glue computed stopping positions K+1-m .. K for this row
             rows = [st.known[j] for j in range(self.K + 1 - m)] + list(out[r, width - m:])
             st.glue, st.known = torch.stack(rows), {}
+
+    def branch(self) -> None:
+        """Fork the glued proposals into branches and decode them all; they become the cache."""
+        states = [self.seqs[sid] for sid in self.order]
+        branches = self._fork(states)
+        if branches:
+            self._branch_decode(states, branches)
 
     def _fork(self, states: list[SeqState]) -> list[tuple[int, int, int]]:
         """Branches (row, k, candidate): top-F_k of glue row k excluding s_{k+1} (nothing excluded at k = K)."""
@@ -242,9 +248,3 @@ class Drafter:
         toks, qs, _ = self.decode(kv, [[c] for _, _, c in branches], self.plan.fan_out)
         for n, (r, k, c) in enumerate(branches):
             states[r].cache[(k, c)] = Entry(toks[n].tolist(), None if qs is None else qs[n])
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")

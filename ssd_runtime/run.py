@@ -1,7 +1,7 @@
 """Spawn the target and draft processes, run jobs on them, collect outputs, summaries and traces.
 
     with Session(ModelSpec(path=...), ModelSpec(path=...)) as s:     # loads each model once
-        result = s.run(Job(plan, "ssd", prompts, max_new_tokens=64, trace_path="traces/x.jsonl"))
+        result = s.run(Job(plan, "ssd", prompts, max_new_tokens=64, trace_path="runs/x.jsonl"))
 
 Processes: this one (the controller: prompts, progress, results) <-pipe-> target (rank 0) <-torch.distributed->
 draft (rank 1). On CPU the target is pinned to the first allowed core and the draft to the second, one
@@ -15,7 +15,6 @@ from __future__ import annotations
 import multiprocessing as mp
 import os
 import platform
-import signal
 import sys
 import time
 import traceback
@@ -26,6 +25,7 @@ from pathlib import Path
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.plan.plan import Plan
 
+from .hooks import TestHooks
 from .models import ModelSpec
 
 TRACE_META = ("prompt_source",)
@@ -47,7 +47,7 @@ class Job:
     header: dict = field(default_factory=dict)  # extra trace-header fields (prompt_source, ...)
     target: ModelSpec | None = None  # None = the session's model
     draft: ModelSpec | None = None
-    debug: dict = field(default_factory=dict)  # test hooks: greedy_fast, report_unscaled_q, draft_fault
+    hooks: TestHooks | None = None  # tests only: attached to the target and the draft when set
     compact_slack: int = 32
 
 
@@ -230,7 +230,7 @@ class _TargetWorker:
                                           "(no draft model, or it failed earlier); use --mode ar or restart")
             link = ProcessLink(self.chan, job.draft_timeout_s)
             msg = {"op": "job", "plan": job.plan.to_dict(), "mode": job.mode, "seed": job.seed,
-                   "model": job.draft, "debug": job.debug, "compact_slack": job.compact_slack}
+                   "model": job.draft, "hooks": job.hooks, "compact_slack": job.compact_slack}
             try:
                 answer = link.job(msg)
             except DraftFault as e:
@@ -250,10 +250,11 @@ class _TargetWorker:
                 writer.round(rec)
 
         cfg = TargetConfig(job.plan, job.mode, job.max_new_tokens, job.seed,
-                           () if job.ignore_eos else tuple(lm.eos_token_ids), job.forced_acceptance,
-                           dict(job.debug))
+                           () if job.ignore_eos else tuple(lm.eos_token_ids), job.forced_acceptance)
         target = Target(lm.model, cfg, link, on_round, lambda n: self.conn.send(("progress", n)),
                         job.compact_slack)
+        if job.hooks is not None:
+            job.hooks.attach_target(target)
         try:
             outputs = target.generate(job.prompts)
         except BaseException:
@@ -270,6 +271,7 @@ class _TargetWorker:
 def draft_worker(draft: ModelSpec, port: int, backend: str, core: int | None) -> None:
     """Rank 1: load the draft, then answer the target until 'stop' (or until the target goes away)."""
     from .draft import Drafter
+    from .draft_trace import DraftRecorder
     from .models import describe, load_model
     from .transport import Channel, DraftFault, init
 
@@ -283,7 +285,7 @@ def draft_worker(draft: ModelSpec, port: int, backend: str, core: int | None) ->
     init(1, port, backend)
     chan = Channel(0, draft.device, backend)
     chan.send(info)
-    drafter, fault, rounds = None, {}, 0
+    recorder = None
     try:
         while True:
             msg = chan.recv(None)
@@ -299,18 +301,17 @@ def draft_worker(draft: ModelSpec, port: int, backend: str, core: int | None) ->
                     chan.send({"error": (e.field, str(e).split(": ", 1)[-1])})
                     continue
                 lm = models[spec]
-                drafter = Drafter(lm.model, Plan.from_dict(msg["plan"]), msg["mode"], msg["seed"], lm.vocab_size,
-                                  msg["debug"], msg.get("compact_slack", 32))
-                fault, rounds = msg["debug"].get("draft_fault") or {}, 0
+                drafter = Drafter(lm.model, Plan.from_dict(msg["plan"]), msg["mode"], msg["seed"],
+                                  lm.vocab_size, msg.get("compact_slack", 32))
+                if msg.get("hooks") is not None:
+                    msg["hooks"].attach_drafter(drafter)
+                recorder = DraftRecorder(drafter)  # its replies carry the trace's ranks and timings
                 chan.send({"ok": True, "info": describe(lm)})
             elif op == "batch":
-                drafter.start_batch(msg["seqs"])
+                recorder.start_batch(msg["seqs"])
             elif op == "spec":
-                if fault and rounds == fault.get("round", 0):
-                    _inject_fault(fault.get("kind", "kill"))
-                chan.send(drafter.reply(msg))
-                drafter.speculate()
-                rounds += 1
+                chan.send(recorder.reply(msg))
+                recorder.speculate()
     except DraftFault:
         _leave(healthy=False)  # the target went away: nothing left to do
     except Exception:  # noqa: BLE001
@@ -342,13 +343,6 @@ def _use_device(device: str, core: int | None) -> None:
         torch.cuda.set_device(torch.device(device))
     elif core is not None:
         pin_cpu(core)
-
-
-def _inject_fault(kind: str) -> None:
-    """Test hook: die (SIGKILL, like an OOM kill) or stop answering."""
-    if kind == "hang":
-        time.sleep(1e6)
-    os.kill(os.getpid(), signal.SIGKILL)
 
 
 # ---- trace header and summary ------------------------------------------------------------------------
@@ -392,6 +386,6 @@ def _summary(header: dict, rounds: list[dict], target, outputs: list[list[int]])
 
 
 def default_trace_path(mode: str) -> Path:
-    """traces/<mode>-<UTC timestamp>.jsonl under the current directory."""
+    """runs/<mode>-<UTC timestamp>.jsonl under the current directory."""
     stamp = time.strftime("%Y%m%d-%H%M%S", time.gmtime())
-    return Path("traces") / f"{mode}-{stamp}.jsonl"
+    return Path("runs") / f"{mode}-{stamp}.jsonl"

@@ -3,8 +3,8 @@
 One round for the active sequences of a batch:
   request   SPEC with one key per sequence (seq, k accepted last round, bonus t*) -> the draft's reply
             (skipped in AR mode and after a draft fault: the proposal is then empty, K = 0);
-  verify    one target forward over [t*, s_1..s_K] per row (explicit positions, holes masked) and the
-            ratio test with the exact q each s_i was sampled from (greedy matching at T = 0);
+  verify    one target forward over [t*, s_1..s_K] per row (explicit positions, holes masked), then
+            `accept`: the ratio test with the exact q each s_i was sampled from (greedy matching at T = 0);
   commit    append s_1..s_k + bonus (cut at EOS / max new tokens), roll the KV back to the committed
             tokens, drop finished sequences.
 AR, SD and SSD run this same code, so their timings compare fairly. A trace record for round i is
@@ -13,7 +13,6 @@ written once the draft's timings of the speculation it did during round i arrive
 
 from __future__ import annotations
 
-import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,6 +21,7 @@ import torch
 from ssd_sim.io.trace import PHASES
 from ssd_sim.plan.plan import Plan
 
+from .device import model_device, now_ms
 from .kv import BatchKV
 from .sampling import (
     greedy,
@@ -33,10 +33,6 @@ from .sampling import (
     verify_sample,
 )
 from .transport import DraftFault
-
-
-def now_ms() -> float:
-    return time.perf_counter() * 1e3
 
 
 @dataclass
@@ -65,7 +61,6 @@ class TargetConfig:
     seed: int = 0
     eos_token_ids: tuple[int, ...] = ()
     forced_acceptance: float | None = None  # synthetic acceptance rate (not exact; pipeline tests)
-    debug: dict = field(default_factory=dict)  # {"greedy_fast": True}: the reference engine's inexact fast path
 
 
 class Target:
@@ -76,7 +71,8 @@ class Target:
                  on_progress: Callable[[int], None] | None = None, compact_slack: int = 32):
         self.model, self.cfg, self.link = model, cfg, link
         self.plan, self.T = cfg.plan, cfg.plan.temperature
-        self.gen = torch.Generator(device=_device(model)).manual_seed(int(cfg.seed))
+        self.device = model_device(model)
+        self.gen = torch.Generator(device=self.device).manual_seed(int(cfg.seed))
         self.on_round = on_round or (lambda rec: None)
         self.on_progress = on_progress or (lambda n: None)
         self.compact_slack = compact_slack
@@ -104,14 +100,14 @@ class Target:
         """Prefill, then rounds until every sequence is done (EOS or max new tokens)."""
         if self.speculative:
             self._call(lambda: self.link.batch([(s.sid, s.prompt) for s in seqs]))
-        t0 = now_ms()
+        t0 = now_ms(self.device)
         kv = BatchKV(self.model, len(seqs), self.compact_slack)
         logits = kv.forward([s.prompt for s in seqs], keep=1)[:, -1]
         first = greedy(logits) if self.T == 0 else sample(probs_from_logits(logits, self.T), self.gen)
         for s, tok in zip(seqs, first.tolist(), strict=True):
             self._commit_tokens(s, [tok])
             s.last_bonus = tok
-        self.prefill_ms += now_ms() - t0
+        self.prefill_ms += now_ms(self.device) - t0
         self.on_progress(len(seqs))
         active, kv, just_done = self._drop_finished(seqs, kv)
         while active:
@@ -123,17 +119,17 @@ class Target:
 
     def round(self, active: list[Seq], kv: BatchKV, just_done: list) -> tuple[list[Seq], BatchKV, list]:
         """One verification round for the active sequences; returns (still active, their KV, finished keys)."""
-        t0 = now_ms()
+        t0 = now_ms(self.device)
         reply = None
         if self.speculative:
             keys = [(s.sid, s.last_k, s.last_bonus) for s in active]
             reply = self._call(lambda: self.link.request({"round": self.rounds, "keys": keys, "done": just_done}))
-        t1 = now_ms()
+        t1 = now_ms(self.device)
         self._finish_pending(reply)
         K = self.plan.num_speculative_tokens if reply is not None else 0
         drafts = reply["tokens"] if reply is not None else torch.zeros(len(active), 0, dtype=torch.long)
         accepted, bonus = self.verify(kv, active, drafts, reply)
-        t2 = now_ms()
+        t2 = now_ms(self.device)
         first = [s.last_k < 0 for s in active]
         committed = []
         for i, s in enumerate(active):
@@ -142,32 +138,34 @@ class Target:
             s.last_k, s.last_bonus = k, int(bonus[i])
         kv.rollback_to([s.tokens for s in active])
         still, kv, finished = self._drop_finished(active, kv)
-        t3 = now_ms()
+        t3 = now_ms(self.device)
         self.on_progress(sum(committed))
         timings = {ph: 0.0 for ph in PHASES}
         timings.update(target_wait=t1 - t0, verify=t2 - t1, commit=t3 - t2, round=t3 - t0)
         if reply is not None:
-            timings.update(reply["timings"])
+            timings.update(reply.get("timings", {}))
         self._pending = self._record(active, K, accepted, bonus, committed, first, reply, timings)
         self.rounds += 1
         return still, kv, finished
 
     # ---- verify --------------------------------------------------------------------------------
     def verify(self, kv: BatchKV, active: list[Seq], drafts: torch.Tensor, reply: dict | None):
-        """Target forward over [t*, s_1..s_K] per row and the acceptance rule -> (accepted [b], bonus [b])."""
+        """Target forward over [t*, s_1..s_K] per row, then the acceptance rule -> (accepted [b], bonus [b])."""
         K = drafts.shape[1]
         pending = kv.rollback_to([s.tokens for s in active])  # [t*]: everything else is cached
         inputs = [p + d for p, d in zip(pending, drafts.tolist(), strict=True)]
         logits = kv.forward(inputs, keep=K + 1)
-        drafts = drafts.to(logits.device)
+        return self.accept(logits, drafts.to(logits.device), reply)
+
+    def accept(self, logits: torch.Tensor, drafts: torch.Tensor, reply: dict | None):
+        """The acceptance rule: target logits [b, K+1, V], drafts [b, K] -> (accepted [b] in 0..K, bonus [b])."""
+        K = drafts.shape[1]
         if self.cfg.forced_acceptance is not None and K:
             return verify_forced(logits, drafts, self.cfg.forced_acceptance, self.T, self.gen)
         if self.T == 0:
             return verify_greedy(logits, drafts)
         p = probs_from_logits(logits, self.T)
         q = self._proposal_q(reply, drafts, p.shape[-1]) if K else p[:, :0]
-        if K and self.cfg.debug.get("greedy_fast"):
-            return _greedy_fast_rows(logits, p, drafts, q, reply, self.gen)
         return verify_sample(p, drafts, q, self.gen)
 
     @staticmethod
@@ -240,23 +238,3 @@ class Target:
                 if self.cfg.mode == "ssd":
                     e["bonus_rank"] = ranks.get(e["seq"])
         self.on_round(rec)
-
-
-def _greedy_fast_rows(logits, p, drafts, q, reply, gen):
-    """The reference engine's fast-backup verification at T > 0 (NOT exact; kept to show the test catches it).
-
-    Rows proposed by the fast backup are accepted while s_i == argmax p_i and the bonus is argmax p at the
-    first mismatch; the other rows use the exact ratio test.
-    """
-    acc, bonus = verify_sample(p, drafts, q, gen)
-    fast = torch.tensor([b == "fast" for b in reply["backup"]], device=drafts.device)
-    if fast.any():
-        g_acc, g_bonus = verify_greedy(logits, drafts)
-        acc, bonus = torch.where(fast, g_acc, acc), torch.where(fast, g_bonus, bonus)
-    return acc, bonus
-
-
-def _device(model: torch.nn.Module) -> torch.device:
-    for p in model.parameters():
-        return p.device
-    return torch.device("cpu")

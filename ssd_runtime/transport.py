@@ -9,9 +9,10 @@ On CPU each process is pinned to its own core with one thread (`pin_cpu`), so th
 run in parallel, like two devices.
 
 Protocol (target -> draft; the draft answers only "job" and "spec"):
-    {"op": "job", "plan": Plan dict, "mode", "seed", "model": ModelSpec, "debug": {...}} -> {"ok", info}
+    {"op": "job", "plan": Plan dict, "mode", "seed", "model": ModelSpec, "hooks": TestHooks | None,
+     "compact_slack"} -> {"ok", info}
     {"op": "batch", "seqs": [(seq, prompt ids)]}                     (draft prefills, no answer)
-    {"op": "spec", "round", "keys": [(seq, k | -1, t*)], "done": [...]} -> Drafter.reply(...)
+    {"op": "spec", "round", "keys": [(seq, k | -1, t*)], "done": [...]} -> DraftRecorder.reply(...)
     {"op": "stop"}
 """
 
@@ -171,7 +172,10 @@ class ProcessLink:
 
 
 class LocalLink:
-    """The draft in this process, run synchronously (reply, then speculate): for tests and debugging."""
+    """The draft in this process, run synchronously (reply, then speculate): for tests and in-process runs.
+
+    The factory builds the draft for a job message: a Drafter, or a DraftRecorder when the trace needs the
+    draft's bonus ranks and timings."""
 
     def __init__(self, drafter_factory: Callable[[dict], object]):
         self.factory, self.drafter = drafter_factory, None

@@ -1,4 +1,4 @@
-"""Traces page: a runtime trace (traces/*.jsonl or an upload): per-round acceptance, hit rate over time,
+"""Traces page: a runtime trace (traces/<setup>/*.jsonl or an upload): per-round acceptance, hit rate over time,
 phase timings, and predicted vs measured for that run on the sidebar's profile."""
 
 from __future__ import annotations
@@ -49,7 +49,7 @@ def choose_trace() -> Trace | None:
         st.error(str(e))
         return None
     if not files:
-        st.info("no traces in traces/ yet: record one with `ssd-run ... --trace traces/NAME.jsonl`, or upload one")
+        st.info("no traces in traces/ yet: record one with `ssd-run ... --trace traces/SETUP/NAME.jsonl`, or upload one")
     return None
 
 

@@ -183,7 +183,7 @@ def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> Accep
         src = "derived" if "sd" in e or "p_hit" in e["hit"] else e.get("source", "assumed")
         acc = tuple(float(a) for a in alpha) if isinstance(alpha, list) else (float(alpha),)
         points.append(AcceptancePoint(T, acc, primary, backup, 1.0, src))
-    prov["acceptance.saguaro"] = "assumed: C response from the synthetic draft/target family (acceptance.py)"
+    prov["acceptance.saguaro"] = "assumed: C response from the synthetic draft/target family (model/acceptance.py)"
     return AcceptanceModel(tuple(points))
 
 

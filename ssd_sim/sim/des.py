@@ -10,9 +10,9 @@ LatencyModel at that row count, precomputed per batch size in RoundLatency):
                -> reply transfer -> glue (b x (K+1)) + branch decode (b x budget rows, K steps)
 
 The request is a rendezvous (a blocking send): the draft serves it once its previous speculation is
-done, so an SSD round lasts transfer + lookup + [backup] + max(T_v, T_p), the round model of predict.py.
+done, so an SSD round lasts transfer + lookup + [backup] + max(T_v, T_p), the round model of plan/predict.py.
 Backups: jit redrafts K tokens for the rows that missed (plan.jit_redraft = "rows") or for the whole
-batch ("batch"; either way a row's next cache follows its own lookup, as in predict.py); fast returns
+batch ("batch"; either way a row's next cache follows its own lookup, as in plan/predict.py); fast returns
 random tokens after fast_backup_ms (never accepted); adaptive picks by the active batch size
 (plan.backup_for(b)). transfer_ms is split evenly between the request and the reply. Several draft devices split the branch rows (each
 runs the glue for the whole batch); device 0 also runs lookups and backups. Prefill of newly admitted

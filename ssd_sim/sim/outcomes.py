@@ -10,7 +10,7 @@ position k_j:
     served by the jit backup -> F = fan_out_miss[k_j], curve = primary_hit   (same model and sampler)
     served by the fast backup -> k_j = 0 (random tokens), F = fan_out_miss[0], curve = backup_hit
 
-This is predict.py's hit chain, drawn instead of averaged. A sequence's rounds depend only on its own
+This is plan/predict.py's hit chain, drawn instead of averaged. A sequence's rounds depend only on its own
 draws, so its whole stream is drawn at once when it is admitted (`build_stream`); the event model only
 reads it. Sources of draws: `ModelOutcomes` (an AcceptancePoint + plan), `ReplayOutcomes` (the empirical
 (accepted, bonus_rank) sequences of an ssd-run trace) and `ForcedOutcomes` (fixed lists, for tests).

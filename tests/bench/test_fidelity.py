@@ -11,7 +11,7 @@ from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan.planner import make_plan
 
 ROOT = Path(__file__).resolve().parents[2]
-CPU = ROOT / "traces" / "cpu"
+CPU = ROOT / "traces" / "cpu-fp32-grid"
 
 
 def load_bench():

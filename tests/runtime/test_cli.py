@@ -96,7 +96,7 @@ def test_ar_mode_needs_no_draft_and_writes_the_default_trace(files, tmp_path, mo
     code = main(["--target", str(files / "target"), "--draft", str(files / "missing"), "--mode", "ar",
                  "--prompts", str(files / "prompts.jsonl"), "--max-new-tokens", "5", "--no-progress"])
     assert code == 0
-    (path,) = (tmp_path / "traces").glob("ar-*.jsonl")
+    (path,) = (tmp_path / "runs").glob("ar-*.jsonl")
     tr = read_trace(path)
     assert tr.header["models"]["draft"] is None and all(r["K"] == 0 for r in tr.rounds)
     assert summarize(tr).mean_accept_len == 1.0

@@ -1,4 +1,4 @@
-"""The draft side in-process: branch decode equals decoding each branch alone; cache hit semantics."""
+"""The draft side in-process: branch decode equals decoding each branch alone; cache hit semantics; the recorder."""
 
 from __future__ import annotations
 
@@ -6,6 +6,7 @@ import pytest
 import torch
 
 from ssd_runtime.draft import Drafter
+from ssd_runtime.draft_trace import DraftRecorder
 from ssd_runtime.models import tiny_model
 from ssd_runtime.sampling import candidate_order, probs_from_logits, saguaro_probs
 from ssd_runtime.target import Target, TargetConfig
@@ -27,9 +28,9 @@ def target_model():
     return tiny_model(**TARGET)
 
 
-def first_round(model, plan: Plan, prompts: list[list[int]], seed: int = 0) -> tuple[Drafter, dict]:
+def first_round(model, plan: Plan, prompts: list[list[int]], seed: int = 0) -> tuple[DraftRecorder, dict]:
     """A drafter after its first SPEC (bonus tokens 5, 6, ...) and the speculation that follows the reply."""
-    d = Drafter(model, plan, "ssd", seed, V)
+    d = DraftRecorder(Drafter(model, plan, "ssd", seed, V))
     d.start_batch(list(enumerate(prompts)))
     reply = d.reply({"keys": [(i, -1, 5 + i) for i in range(len(prompts))], "done": []})
     d.speculate()
@@ -45,7 +46,7 @@ def test_branch_tokens_equal_greedy_decoding_of_each_branch_alone(draft_model):
     prompts = make_prompts([4, 7], V)
     d, _ = first_round(draft_model, PLAN, prompts)
     n = 0
-    for st in d.seqs.values():
+    for st in d.drafter.seqs.values():
         for (k, c), entry in st.cache.items():
             context = st.committed + st.proposal[:k] + [c]
             for tok in entry.tokens:
@@ -60,7 +61,7 @@ def test_branch_distributions_equal_each_branch_alone_with_saguaro(draft_model):
     plan = PLAN.replace(temperature=0.8, saguaro_c=0.4)
     prompts = make_prompts([3, 8], V, seed=1)
     d, _ = first_round(draft_model, plan, prompts)
-    for st in d.seqs.values():
+    for st in d.drafter.seqs.values():
         for (k, c), entry in st.cache.items():
             context = st.committed + st.proposal[:k] + [c]
             for i, tok in enumerate(entry.tokens):
@@ -72,7 +73,7 @@ def test_branch_distributions_equal_each_branch_alone_with_saguaro(draft_model):
 def test_glue_rows_are_the_drafts_logits_at_every_stopping_position(draft_model):
     prompts = make_prompts([5], V, seed=2)
     d, reply = first_round(draft_model, PLAN, prompts)
-    st = d.seqs[0]
+    st = d.drafter.seqs[0]
     for k in range(PLAN.K + 1):
         torch.testing.assert_close(st.glue[k], alone(draft_model, st.committed + st.proposal[:k]), atol=1e-4, rtol=0)
     assert reply["tokens"][0].tolist() == st.proposal
@@ -88,7 +89,7 @@ def test_first_round_after_prefill_always_misses(draft_model):
 def test_lookup_hits_iff_the_bonus_was_among_the_candidates_at_k(draft_model, k):
     prompts = make_prompts([4], V, seed=5)
     d, _ = first_round(draft_model, PLAN, prompts)
-    st = d.seqs[0]
+    st = d.drafter.seqs[0]
     exclude = st.proposal[k] if k < PLAN.K else None
     cands = candidate_order(st.glue[k], exclude, PLAN.fan_out_miss[k])
     outsiders = [t for t in range(V) if t not in cands and t != exclude][:3]
@@ -119,7 +120,7 @@ def test_jit_redraft_rows_keeps_hits_and_batch_mode_redrafts_everyone(draft_mode
 
 def run_local(target_model, draft_model, plan: Plan, prompts, n: int) -> list[dict]:
     recs: list[dict] = []
-    link = LocalLink(lambda msg: Drafter(draft_model, plan, "ssd", 0, V))
+    link = LocalLink(lambda msg: DraftRecorder(Drafter(draft_model, plan, "ssd", 0, V)))
     link.job({})
     Target(target_model, TargetConfig(plan, "ssd", n), link, on_round=recs.append).generate(prompts)
     return recs
@@ -141,3 +142,40 @@ def test_trace_hit_follows_the_previous_rounds_bonus_rank(draft_model, target_mo
             pairs += 1
     hits = [s["hit"] for e in by_seq.values() for s in e[1:]]
     assert pairs >= 10 and any(hits) and not all(hits)
+
+
+
+def test_recorder_adds_ranks_and_timings_to_the_plain_reply(draft_model):
+    """Same seed, same SPECs: the recorded replies are the plain ones plus ranks, timings and prev_timings."""
+    plan = PLAN.replace(temperature=0.8, saguaro_c=0.5)
+    plain, rec = Drafter(draft_model, plan, "ssd", 0, V), DraftRecorder(Drafter(draft_model, plan, "ssd", 0, V))
+
+    def both(spec: dict, speculated: bool) -> dict:
+        want = plain.reply(spec)
+        ranks = {sid: rec.bonus_rank(sid, k, t) for sid, k, t in spec["done"] + spec["keys"]}  # before lookup
+        got = rec.reply(spec)
+        assert set(got) == set(want) | {"ranks", "timings", "prev_timings"}
+        for key, value in want.items():
+            if isinstance(value, torch.Tensor):
+                torch.testing.assert_close(got[key], value, atol=0, rtol=0)
+            else:
+                assert got[key] == value, key
+        assert got["ranks"] == ranks
+        assert set(got["timings"]) == ({"draft_lookup", "draft_backup"} if spec["keys"] else set())
+        assert set(got["prev_timings"]) == {"draft_glue", "draft_branch"}
+        assert (min(got["prev_timings"].values()) > 0) == speculated
+        plain.speculate()
+        rec.speculate()
+        return got
+
+    for d in (plain, rec):
+        d.start_batch(list(enumerate(make_prompts([4, 6], V, seed=8))))
+    both({"keys": [(0, -1, 5), (1, -1, 6)], "done": []}, speculated=False)
+    st = rec.drafter.seqs
+    top = candidate_order(st[0].glue[1], st[0].proposal[1], 1)[0]  # sequence 0 hits at k = 1, 1 misses at k = 0
+    got = both({"keys": [(0, 1, top), (1, 0, st[1].proposal[0])], "done": []}, speculated=True)
+    assert got["hit"] == [True, False]
+    assert isinstance(rec.bonus_rank(1, 3, 7), int)
+    both({"keys": [(1, 3, 7)], "done": [(0, 0, 9)]}, speculated=True)  # sequence 0 finishes
+    both({"keys": [], "done": [(1, 2, 4)]}, speculated=True)  # then sequence 1: no keys left
+    assert plain.seqs.keys() == rec.drafter.seqs.keys() == set()

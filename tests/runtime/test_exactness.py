@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import pytest
 
+from ssd_runtime.hooks import TestHooks
 from ssd_runtime.run import Job, Session
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.plan.plan import Plan
@@ -122,9 +123,9 @@ def exact():
     return exact_continuations(target_model(SMALL_TARGET), SMALL_PROMPT, SMALL_NEW, 1.0)
 
 
-def sampled(session, plan: Plan, debug: dict | None = None, seed: int = 0, mode: str = "ssd"):
+def sampled(session, plan: Plan, hooks: TestHooks | None = None, seed: int = 0, mode: str = "ssd"):
     res = session.run(Job(plan, mode, [SMALL_PROMPT] * SAMPLES, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
-                          draft=spec(SMALL_DRAFT), debug=debug or {}))
+                          draft=spec(SMALL_DRAFT), hooks=hooks))
     assert res.faults == []
     return [tuple(o) for o in res.outputs], res
 
@@ -146,11 +147,11 @@ def test_sd_sampling_matches_the_target_distribution(session, exact):
 
 def test_verifier_testing_with_the_unscaled_q_fails_the_same_test(session, exact):
     """Draft samples from Saguaro q_C (C = 0.3) but reports the plain q: the ratio test is then biased."""
-    samples, _ = sampled(session, SAMPLING_PLAN.replace(saguaro_c=0.3), {"report_unscaled_q": True})
+    samples, _ = sampled(session, SAMPLING_PLAN.replace(saguaro_c=0.3), TestHooks(report_unscaled_q=True))
     assert continuation_pvalue(samples, exact) < ALPHA
 
 
 def test_greedy_matching_of_fast_backup_rows_fails_the_same_test(session, exact):
     """The reference engine's fast path at T > 0 (greedy matching instead of q = delta) is not exact."""
-    samples, _ = sampled(session, SAMPLING_PLAN.replace(backup="fast"), {"greedy_fast": True})
+    samples, _ = sampled(session, SAMPLING_PLAN.replace(backup="fast"), TestHooks(greedy_fast=True))
     assert continuation_pvalue(samples, exact) < ALPHA

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import pytest
 
+from ssd_runtime.hooks import TestHooks
 from ssd_runtime.run import Job, Session
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import read_trace, summarize
@@ -27,7 +28,7 @@ def test_run_completes_autoregressively_when_the_draft_fails(reference, tmp_path
     path = tmp_path / f"{kind}.jsonl"
     with Session(spec(TARGET), spec(DRAFT)) as session:
         res = session.run(Job(PLAN, "ssd", PROMPTS, N_NEW, draft_timeout_s=timeout_s, trace_path=str(path),
-                              debug={"draft_fault": {"round": 3, "kind": kind}}))
+                              hooks=TestHooks(draft_fault=kind, fault_round=3)))
         assert res.outputs == reference  # nothing lost, still exact
         assert len(res.faults) == 1 and "round 3" in res.faults[0] and "autoregressively" in res.faults[0]
         tr = read_trace(path)
