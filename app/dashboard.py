@@ -59,6 +59,9 @@ def main() -> None:
     st.session_state["_scenario"] = None
     if chosen is not None:
         profile, key = chosen
+        warning = state.profile_host_warning(profile)
+        if warning:
+            st.sidebar.warning(warning, icon=":material/computer:")
         try:
             state.ensure_defaults(profile, key)
             state.sync_profile_values(profile)

@@ -15,6 +15,7 @@ from pathlib import Path
 import streamlit as st
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host, current_host, host_warning
 from ssd_sim.model.presets import get_preset, list_presets
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
@@ -30,6 +31,17 @@ UPLOADED = "uploaded profile"
 def traces_dir() -> Path:
     """Where calibrated profiles (*.json) and runtime traces (*.jsonl) are looked for ($SSD_TRACES_DIR)."""
     return Path(os.environ.get("SSD_TRACES_DIR", REPO / "traces"))
+
+
+@st.cache_resource(show_spinner=False)
+def this_host() -> Host:
+    """The host the dashboard runs on (read once per server)."""
+    return current_host()
+
+
+def profile_host_warning(profile: Profile) -> str | None:
+    """ssd_sim.io.host.host_warning for the chosen profile on this host: one line, or None."""
+    return host_warning(profile.name, profile.host, this_host())
 
 
 def keep_widget_state() -> None:

@@ -16,7 +16,15 @@ import re
 import sys
 from pathlib import Path
 
-from ssd_sim.cli.args import OneLineParser, add_knob_args, fail, nonneg_float, plan_from_args, positive_int
+from ssd_sim.cli.args import (
+    OneLineParser,
+    add_knob_args,
+    fail,
+    nonneg_float,
+    nonneg_int,
+    plan_from_args,
+    positive_int,
+)
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.plan.plan import MODES, load_plan
@@ -30,11 +38,34 @@ PROG = "ssd-run"
 
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Run autoregressive, SD or SSD decoding on a target/draft pair "
-                      "(two processes: two GPUs, or two CPU cores) and record a trace. "
-                      f"Subcommand: `{PROG} fetch-models` downloads the default model pair.")
+                      "(two processes: two GPUs, or two CPU cores) and record a trace. Subcommands: "
+                      f"`{PROG} fetch-models` downloads the default model pair; `{PROG} calibrate-here` "
+                      "measures this host and writes a calibrated profile and its plan.")
     p.add_argument("--plan", metavar="FILE", help="plan file from ssd-plan; knob flags below override it")
     p.add_argument("--mode", choices=MODES, help="ar (target alone), sd (draft then verify) or ssd "
                    "(speculation cache, draft on its own device); default: the plan's mode (ssd)")
+    add_model_args(p)
+    w = add_prompt_args(p, default_tokens=64)
+    w.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens tokens")
+    w.add_argument("--output", metavar="FILE", help="write one JSON line per prompt: prompt, generated ids, text")
+    w.add_argument("--trace", metavar="FILE",
+                   help="JSONL trace path (default runs/<mode>-<UTC time>.jsonl under the current directory; "
+                        "the repository's traces/ holds curated runs, one folder per setup)")
+    r = p.add_argument_group("run")
+    r.add_argument("--seed", type=int, default=0, help="seed of the target's and draft's samplers (default 0)")
+    r.add_argument("--forced-acceptance", type=_rate, metavar="RATE",
+                   help="synthetic acceptance: accept each draft token with this probability (output NOT exact; "
+                        "exercises the pipeline with controlled outcomes)")
+    r.add_argument("--draft-timeout", type=nonneg_float, default=120.0, metavar="SECONDS",
+                   help="if the draft does not answer within this time, finish autoregressively (default 120; 0 = wait forever)")
+    r.add_argument("--no-pin", action="store_true", help="do not pin the CPU processes to one core each")
+    r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    add_knob_args(p)
+    return p
+
+
+def add_model_args(p: OneLineParser) -> None:
+    """--target / --draft and their dtype, int8, device and Linear-kernel flags (shared with calibrate-here)."""
     m = p.add_argument_group("models")
     m.add_argument("--target", default="qwen-coder-1.5b", metavar="PATH|NAME",
                    help="HF model directory, .gguf file, or a fetched name (default qwen-coder-1.5b)")
@@ -54,28 +85,24 @@ def build_parser() -> OneLineParser:
         m.add_argument(f"--{role}-linear", choices=LINEAR, default="auto",
                        help="CPU float32 matmul kernels: onednn (prepacked weights; multi-token forwards cost "
                             "little more than one token) or dense (torch default); auto = onednn where possible")
+
+
+def add_prompt_args(p: OneLineParser, default_tokens: int, default_num: int | None = None):
+    """The prompt source, which of its prompts, and how many new tokens; returns the argument group."""
     w = p.add_argument_group("prompts and output")
     src = w.add_mutually_exclusive_group()
     src.add_argument("--prompts", metavar="FILE", help="JSONL, one {\"prompt\": text} or {\"prompt_ids\": [..]} per line")
     src.add_argument("--prompt-set", choices=list(PROMPT_SETS), help="built-in prompts (default: code)")
-    w.add_argument("--num-prompts", type=positive_int, metavar="N", help="use only the first N prompts")
-    w.add_argument("--max-new-tokens", type=positive_int, default=64, metavar="N",
-                   help="tokens to generate per prompt (default 64)")
-    w.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens tokens")
-    w.add_argument("--output", metavar="FILE", help="write one JSON line per prompt: prompt, generated ids, text")
-    w.add_argument("--trace", metavar="FILE",
-                   help="JSONL trace path (default runs/<mode>-<UTC time>.jsonl under the current directory; the repository's traces/ holds curated runs, one folder per setup)")
-    r = p.add_argument_group("run")
-    r.add_argument("--seed", type=int, default=0, help="seed of the target's and draft's samplers (default 0)")
-    r.add_argument("--forced-acceptance", type=_rate, metavar="RATE",
-                   help="synthetic acceptance: accept each draft token with this probability (output NOT exact; "
-                        "exercises the pipeline with controlled outcomes)")
-    r.add_argument("--draft-timeout", type=nonneg_float, default=120.0, metavar="SECONDS",
-                   help="if the draft does not answer within this time, finish autoregressively (default 120; 0 = wait forever)")
-    r.add_argument("--no-pin", action="store_true", help="do not pin the CPU processes to one core each")
-    r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    add_knob_args(p)
-    return p
+    w.add_argument("--prompt-offset", type=nonneg_int, default=0, metavar="N",
+                   help="skip the first N prompts (e.g. to run on prompts a calibration did not see)")
+    w.add_argument("--prompt-stride", type=positive_int, default=1, metavar="S",
+                   help="then take every S-th prompt (e.g. calibrate on --prompt-stride 2, check on "
+                        "--prompt-offset 1 --prompt-stride 2)")
+    w.add_argument("--num-prompts", type=positive_int, default=default_num, metavar="N",
+                   help="use only N prompts (after offset and stride)" + (f"; default {default_num}" if default_num else ""))
+    w.add_argument("--max-new-tokens", type=positive_int, default=default_tokens, metavar="N",
+                   help=f"tokens to generate per prompt (default {default_tokens})")
+    return w
 
 
 def build_fetch_parser() -> OneLineParser:
@@ -99,6 +126,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "fetch-models":
         return fetch_main(argv[1:])
+    if argv and argv[0] == "calibrate-here":
+        from .calibrate_here import main as calibrate_here_main
+
+        return calibrate_here_main(argv[1:])
     args = build_parser().parse_args(argv)
     try:
         plan, job_kw, specs = _prepare(args)
@@ -129,9 +160,20 @@ def _prepare(args):
     if plan.draft_devices != 1:
         raise ConfigError("draft_devices", "ssd-run runs the draft on one device; use --draft-devices 1 "
                                            "(more draft devices exist only in ssd-plan / ssd-sim)")
+    specs = model_specs(args, with_draft=mode != "ar")
+    job_kw = prompt_ids(args, Path(specs["target"].path), need_tokenizer=bool(args.output))
+    trace = Path(args.trace) if args.trace else None
+    for flag, path in (("--trace", trace), ("--output", Path(args.output) if args.output else None)):
+        if path is not None and path.is_dir():
+            raise ConfigError(flag.lstrip("-"), f"{path} is a directory; give a file name")
+    return plan, job_kw, specs
+
+
+def model_specs(args, with_draft: bool) -> dict[str, ModelSpec | None]:
+    """The target's and (with_draft) the draft's ModelSpec from the model flags; ConfigError on bad input."""
     devices = {role: _device(getattr(args, f"{role}_device"), f"{role}_device") for role in ("target", "draft")}
     tpath = resolve_path(args.target, "target")
-    dpath = resolve_path(args.draft, "draft") if mode != "ar" else None
+    dpath = resolve_path(args.draft, "draft") if with_draft else None
     if dpath is not None:
         _early_vocab_check(tpath, dpath)
     specs = {"target": ModelSpec(path=str(tpath), dtype=args.target_dtype, quantize=args.target_quantize,
@@ -147,18 +189,27 @@ def _prepare(args):
                 linear_kernels(spec)
             except ConfigError as e:
                 raise ConfigError(f"{role}_linear", str(e).split(": ", 1)[-1]) from None
-    prompts = load_prompts(args.prompts) if args.prompts else prompt_set(args.prompt_set or "code")
-    if args.num_prompts:
-        prompts = prompts[:args.num_prompts]
-    tokenizer = _tokenizer(tpath) if any(p.text is not None for p in prompts) or args.output else None
+    return specs
+
+
+def prompt_ids(args, tpath: Path, need_tokenizer: bool = False) -> dict:
+    """The selected prompts as token ids (+ texts, tokenizer and a source label for the trace header)."""
+    every = load_prompts(args.prompts) if args.prompts else prompt_set(args.prompt_set or "code")
+    if args.prompt_offset >= len(every):
+        raise ConfigError("prompt_offset", f"{args.prompt_offset} skips all {len(every)} prompts; use a smaller offset")
+    index = list(range(len(every)))[args.prompt_offset::args.prompt_stride][:args.num_prompts]
+    prompts = [every[i] for i in index]
+    tokenizer = _tokenizer(tpath) if any(p.text is not None for p in prompts) or need_tokenizer else None
     ids = encode(prompts, tokenizer, _config_vocab(tpath))
-    trace = Path(args.trace) if args.trace else None
-    for flag, path in (("--trace", trace), ("--output", Path(args.output) if args.output else None)):
-        if path is not None and path.is_dir():
-            raise ConfigError(flag.lstrip("-"), f"{path} is a directory; give a file name")
-    job_kw = {"prompts": ids, "texts": prompts, "tokenizer": tokenizer,
-              "source": args.prompts or f"prompt-set:{args.prompt_set or 'code'}"}
-    return plan, job_kw, specs
+    base = args.prompts or f"prompt-set:{args.prompt_set or 'code'}"
+    return {"prompts": ids, "texts": prompts, "tokenizer": tokenizer, "index": index, "base": base,
+            "source": base + (slice_label(index) if len(index) < len(every) else "")}
+
+
+def slice_label(index: list[int]) -> str:
+    """'[3:7]' for a contiguous selection, '[1:24:2]' for a strided one (Python slice notation)."""
+    step = index[1] - index[0] if len(index) > 1 else 1
+    return f"[{index[0]}:{index[-1] + 1}" + (f":{step}]" if step != 1 else "]")
 
 
 def _device(text: str, flag: str) -> str:

@@ -1,10 +1,14 @@
-"""Where a model lives, and the wall clock the phase timings of a round are read from."""
+"""Where a model lives, the wall clock the phase timings of a round are read from, and the host record."""
 
 from __future__ import annotations
 
+import re
 import time
+from dataclasses import replace
 
 import torch
+
+from ssd_sim.io.host import Host, current_host
 
 
 def model_device(model: torch.nn.Module) -> torch.device:
@@ -20,3 +24,14 @@ def now_ms(device: torch.device | None = None) -> float:
     if device is not None and device.type == "cuda":
         torch.cuda.synchronize(device)
     return time.perf_counter() * 1e3
+
+
+def host_record(kernels: dict[str, str], cores: int) -> Host:
+    """This host for a trace header: what ssd_sim sees without torch, plus torch's oneDNN version, the ISA
+    its CPU kernels dispatch to, CUDA devices (when nvidia-smi is missing), each model's kernel path and the
+    cores the run had (counted before the processes were pinned to one core each)."""
+    host = replace(current_host(), cores=cores)
+    gpus = host.gpus or tuple(torch.cuda.get_device_name(i) for i in range(torch.cuda.device_count()))
+    onednn = re.search(r"(?:oneDNN|MKL-DNN) v([\d.]+)", torch.__config__.show())
+    return replace(host, gpus=gpus, torch=torch.__version__, onednn=onednn.group(1) if onednn else "",
+                   cpu_capability=torch.backends.cpu.get_cpu_capability(), kernels=dict(kernels))

@@ -133,7 +133,7 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         pack_linears(model)
         own_memory(model)
     return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,
-                       {"parameters": params, "linear": kernels})
+                       {"parameters": params, "linear": kernels, "kernels": kernel_path(model)})
 
 
 def _load_hf(path: Path, dtype: torch.dtype):
@@ -189,13 +189,37 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
 
 
 def linear_kernels(spec: ModelSpec) -> str:
-    """The Linear kernels a spec gets: onednn (prepacked) for plain float32 on CPU under 'auto'."""
+    """The Linear kernels a spec gets: onednn (prepacked) for plain float32 on CPU under 'auto', when this
+    torch build has oneDNN (otherwise auto falls back to dense, and kernel_path() shows it)."""
     plain_cpu = spec.device == "cpu" and spec.dtype == "float32" and spec.quantize == "none"
     if spec.linear == "onednn" and not plain_cpu:
         raise ConfigError("linear", "onednn kernels need a cpu device, float32 and no int8 quantisation")
+    if spec.linear == "onednn" and not torch.backends.mkldnn.is_available():
+        raise ConfigError("linear", "this torch build has no oneDNN (mkldnn); use --*-linear dense or auto")
     if spec.linear == "auto":
-        return "onednn" if plain_cpu else "dense"
+        return "onednn" if plain_cpu and torch.backends.mkldnn.is_available() else "dense"
     return spec.linear
+
+
+def kernel_path(model: torch.nn.Module) -> str:
+    """The Linear kernels the loaded model really runs, read off its modules (not the flags that asked for
+    them): onednn-prepacked, int8-dynamic (<quantized engine>), dense (torch's default, MKL on CPU) or cuda;
+    several kinds are joined with '+' (e.g. an lm_head left dense)."""
+    from torch.ao.nn.quantized.dynamic import Linear as DynamicInt8Linear
+
+    kinds: list[str] = []
+    for m in model.modules():
+        if isinstance(m, PackedLinear):
+            kind = "onednn-prepacked"
+        elif isinstance(m, DynamicInt8Linear):
+            kind = f"int8-dynamic ({torch.backends.quantized.engine})"
+        elif type(m) is torch.nn.Linear:
+            kind = "cuda" if m.weight.is_cuda else "dense"
+        else:
+            continue
+        if kind not in kinds:
+            kinds.append(kind)
+    return "+".join(kinds) or "none"
 
 
 class PackedLinear(torch.nn.Module):

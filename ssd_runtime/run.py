@@ -23,6 +23,7 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import usable_cores
 from ssd_sim.plan.plan import Plan
 
 from .hooks import TestHooks
@@ -158,6 +159,7 @@ def target_worker(conn, target: ModelSpec, draft: ModelSpec | None, port: int, b
 
     worker = None
     try:
+        cores = usable_cores()  # before pinning: the cores this run has, for the trace's host record
         _use_device(target.device, core)
         models = {target: load_model(target, "target")}
         chan, draft_info = None, None
@@ -169,7 +171,7 @@ def target_worker(conn, target: ModelSpec, draft: ModelSpec | None, port: int, b
                 conn.send(("config_error", tuple(draft_info["error"])))
                 os._exit(0)
         conn.send(("ready", {"target": describe(models[target]), "draft": draft_info}))
-        worker = _TargetWorker(conn, models, target, draft, chan)
+        worker = _TargetWorker(conn, models, target, draft, chan, cores)
         while True:
             kind, job = conn.recv()
             if kind == "stop":
@@ -186,8 +188,9 @@ def target_worker(conn, target: ModelSpec, draft: ModelSpec | None, port: int, b
 class _TargetWorker:
     """Job execution inside the target process."""
 
-    def __init__(self, conn, models: dict, target: ModelSpec, draft: ModelSpec | None, chan):
+    def __init__(self, conn, models: dict, target: ModelSpec, draft: ModelSpec | None, chan, cores: int):
         self.conn, self.models, self.target, self.draft, self.chan = conn, models, target, draft, chan
+        self.cores = cores
         self.draft_alive = chan is not None
 
     def run_job(self, job: Job) -> None:
@@ -240,7 +243,7 @@ class _TargetWorker:
                 raise ConfigError(*answer["error"])
             draft_info = answer["info"]
             check_same_vocab(describe(lm), draft_info)
-        header = _header(job, describe(lm), draft_info)
+        header = _header(job, describe(lm), draft_info, self.cores)
         writer = TraceWriter(job.trace_path, header) if job.trace_path else None
         rounds: list[dict] = []
 
@@ -346,11 +349,12 @@ def _use_device(device: str, core: int | None) -> None:
 
 
 # ---- trace header and summary ------------------------------------------------------------------------
-def _header(job: Job, target: dict, draft: dict | None) -> dict:
+def _header(job: Job, target: dict, draft: dict | None, cores: int) -> dict:
     import torch
     import transformers
 
     from . import __version__
+    from .device import host_record
 
     speculative = job.mode != "ar"
     return {
@@ -367,6 +371,8 @@ def _header(job: Job, target: dict, draft: dict | None) -> dict:
         "batch_size": job.plan.batch_size, "max_new_tokens": job.max_new_tokens,
         "machine": f"{platform.machine()} {platform.system()}, {os.cpu_count()} cpus, "
                    f"torch threads 1 per process",
+        "host": host_record({"target": target["kernels"], **({"draft": draft["kernels"]} if speculative else {})},
+                            cores).to_dict(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seed": job.seed, "forced_acceptance": job.forced_acceptance, "ignore_eos": job.ignore_eos,
         **{k: v for k, v in job.header.items() if k != "prompt_source"},

@@ -4,10 +4,12 @@
 from __future__ import annotations
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
+from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.trace import read_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
@@ -82,3 +84,11 @@ def test_every_trace_parses_and_matches_the_manifest(folder):
 def test_json_files_parse(folder):
     for path in sorted(folder.rglob("*.json")):
         assert isinstance(json.loads(path.read_text()), dict), path.name
+
+
+@pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
+def test_a_folder_holds_one_host(folder):
+    """Traces that record their host (ssd-run since 2026-12) all name the same one: one folder per machine."""
+    hosts = [Host.from_dict(h) for p in sorted(folder.rglob("*.jsonl")) if (h := read_trace(p).header.get("host"))]
+    for h in hosts[1:]:  # kernels may differ between runs of one host (e.g. an AR run loads no draft)
+        assert host_differences(replace(hosts[0], kernels={}), replace(h, kernels={})) == []

@@ -63,6 +63,13 @@ def positive_int(text: str) -> int:
     return v
 
 
+def nonneg_int(text: str) -> int:
+    v = _number(text, int, "integer")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 0")
+    return v
+
+
 def nonneg_float(text: str) -> float:
     v = _number(text, float, "number")
     if not (v >= 0 and math.isfinite(v)):

@@ -51,12 +51,16 @@ def print_report(profile: Profile, report: CalibrationReport) -> None:
     for col in ("model", "samples", "R^2", "median |err|", "max |err|", "fixed ms", "token ms", "exponent"):
         t.add_column(col, justify="left" if col == "model" else "right")
     for role, f in report.latency.items():
+        if role == "interference":
+            continue
         pr = f["params"]
         t.add_row(role, str(f["samples"]), f"{f['r2']:.3f}", f"{f['median_abs_rel_err']:.1%}",
                   f"{f['max_abs_rel_err']:.1%}", f"{pr['fixed_ms']:.2f}", f"{pr['token_ms']:.3f}",
                   f"{pr['token_exponent']:.3f}")
     con.print(t)
     con.print("overheads (ms): " + ", ".join(f"{k}={v:.2f}" for k, v in report.overheads.items()))
+    con.print(f"target beside the draft: {report.latency['interference']['source']}")
+    con.print(f"draft beside the target: {report.latency['interference']['draft_source']}")
     t = Table(title="acceptance and hit curves")
     for col in ("T", "C", "per-position acceptance (95% CI)", "primary miss(1), r", "backup miss(1), r"):
         t.add_column(col)

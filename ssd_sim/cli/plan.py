@@ -16,6 +16,7 @@ import sys
 
 from ssd_sim.cli.args import OneLineParser, add_knob_args, fail, knobs_from_args, positive_int
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import current_host, host_warning
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
@@ -83,6 +84,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, e)
     simulated = _simulate(profile, result, args) if args.simulate else None
     report = build_report(profile, result, simulated, source=base_extra)
+    if report["host"]["warning"]:
+        print(f"{PROG}: warning: {report['host']['warning']}", file=sys.stderr)
     if args.output:
         save_json_atomic(args.output, PlanFile(result.plan, {k: v for k, v in report.items() if k != "plan"}).to_json())
     if args.json:
@@ -188,7 +191,15 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
     }
     if simulated:
         report["simulated"] = simulated
+    report["host"] = host_report(profile)
     return report
+
+
+def host_report(profile: Profile) -> dict:
+    """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
+    here = current_host()
+    return {"measured_on": profile.host.to_dict() if profile.host is not None else None, "here": here.to_dict(),
+            "warning": host_warning(profile.name, profile.host, here)}
 
 
 def _print_presets() -> int:
@@ -256,6 +267,8 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
         con.print(t)
         for src in profile.sources:
             con.print(f"- {src}")
+        host = profile.host.label() if profile.host is not None else "not host-specific (datasheets, published numbers)"
+        con.print(f"measured on: {host}; this host: {current_host().label()}")
 
 
 if __name__ == "__main__":

@@ -24,6 +24,7 @@ from ssd_sim.cli.args import (
     positive_int,
 )
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import current_host, host_warning
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.presets import load_profile
@@ -88,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
                           chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay)
     except ConfigError as e:
         fail(PROG, e)
+    warning = host_warning(profile.name, profile.host, current_host())
+    if warning:
+        print(f"{PROG}: warning: {warning}", file=sys.stderr)
     predicted = predict(profile, result.plan, "ssd" if args.mode.startswith("ssd") else args.mode)
     if args.chrome_trace:
         save_json_atomic(args.chrome_trace, json.dumps(result.chrome_trace(), separators=(",", ":")))

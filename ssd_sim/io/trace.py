@@ -6,7 +6,9 @@ Line 1, the header:
      "quantize": {"target": str|null, "draft": str|null}, "devices": {"target": str, "draft": str|null},
      "versions": {"python": str, "torch": str, "transformers": str, "ssd": str},
      "prompt_source": str, "num_prompts": int, "batch_size": int, "max_new_tokens": int,
-     "machine": str, "started_at": ISO-8601 str}
+     "machine": str, "started_at": ISO-8601 str,
+     "host": {Host.to_dict()} (ssd_sim.io.host: CPU, ISA, cores, memory, GPUs, torch / oneDNN versions, the
+             Linear kernel path each model ran; optional: traces made before it was recorded lack it)}
 One line per round (one target verification, or one target step in AR mode):
     {"type": "round", "round": int, "K": int, "batch": int (active sequences),
      "seqs": [{"seq": int, "accepted": int (draft tokens accepted, 0..K; 0 in AR),

@@ -17,15 +17,16 @@ from __future__ import annotations
 import math
 from collections import defaultdict
 from collections.abc import Sequence
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from pathlib import Path
 
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.latency import FitReport, ForwardLatency, LatencyModel, fit_forward_latency
+from ssd_sim.model.latency import FitReport, ForwardLatency, LatencyModel, fit_forward_latency, overlapped_ms
 from ssd_sim.model.profile import Profile
 
 SETUP_KEYS = ("models", "dtype", "quantize", "devices")
@@ -70,6 +71,27 @@ def check_setup(traces: Sequence[Trace]) -> dict:
     return setup
 
 
+def common_host(traces: Sequence[Trace]) -> tuple[Host | None, str]:
+    """The host all traces were measured on (kernels merged over roles) and a provenance line.
+
+    ConfigError if two traces name different hosts (latencies are per host: calibrate one host at a time).
+    Traces made before ssd-run recorded hosts have none; they mix with recorded ones, and the line says so.
+    """
+    recorded = [(t, Host.from_dict(t.header["host"], f"{t.path} host")) for t in traces if t.header.get("host")]
+    if not recorded:
+        return None, "not recorded in the traces (made before ssd-run recorded hosts)"
+    (first, host), kernels = recorded[0], {}
+    for t, h in recorded:
+        diffs = host_differences(host, h)
+        if diffs:
+            raise ConfigError("host", f"{t.path} was measured on another host or kernel setup than {first.path} ({'; '.join(diffs)}): "
+                                      "latencies are per host, calibrate each host separately")
+        kernels.update(h.kernels)
+    missing = len(traces) - len(recorded)
+    note = f"recorded in the traces: {host.label()}" + (f" ({missing} older traces have no record)" if missing else "")
+    return replace(host, kernels=kernels), note
+
+
 def _k(r: dict) -> int:
     return int(r["K"])
 
@@ -78,9 +100,29 @@ def _rows(r: dict) -> int:
     return int(r.get("batch", len(r["seqs"])))
 
 
-def latency_samples(traces: Sequence[Trace]) -> tuple[list, list, list, list]:
-    """(target workloads, target ms, draft workloads, draft ms) from the phase timings of every round."""
-    tw, tms, dw, dms = [], [], [], []
+@dataclass
+class LatencySamples:
+    """Timed phases as (workload, ms) pairs: a workload is [(rows, tokens, repeats)] forwards of one model.
+
+    draft_concurrent flags the draft phases that ran beside a verify (SSD glue and branch decode); SD drafting
+    and jit backups run while the target waits.
+    """
+
+    target_work: list = field(default_factory=list)
+    target_ms: list = field(default_factory=list)
+    draft_work: list = field(default_factory=list)
+    draft_ms: list = field(default_factory=list)
+    draft_concurrent: list = field(default_factory=list)
+
+    def add_draft(self, work: list, ms: float, concurrent: bool) -> None:
+        self.draft_work.append(work)
+        self.draft_ms.append(ms)
+        self.draft_concurrent.append(concurrent)
+
+
+def latency_samples(traces: Sequence[Trace]) -> LatencySamples:
+    """The timed phases of every round of the traces (see LatencySamples)."""
+    out = LatencySamples()
     for t in traces:
         plan = t.plan
         budget = sum(plan.get("fan_out") or [1])
@@ -88,45 +130,119 @@ def latency_samples(traces: Sequence[Trace]) -> tuple[list, list, list, list]:
             ms, b = r["timings_ms"], _rows(r)
             K = 0 if t.mode == "ar" else _k(r)
             if ms.get("verify", 0) > 0:
-                tw.append([(b, K + 1, 1)])
-                tms.append(ms["verify"])
+                out.target_work.append([(b, K + 1, 1)])
+                out.target_ms.append(ms["verify"])
             if t.mode == "sd" and ms.get("draft_sd", 0) > 0:
-                dw.append([(b, 1, K)])
-                dms.append(ms["draft_sd"])
+                out.add_draft([(b, 1, K)], ms["draft_sd"], False)
             if t.mode != "ssd":
                 continue
             if ms.get("draft_glue", 0) > 0:
-                dw.append([(b, K + 1, 1)])
-                dms.append(ms["draft_glue"])
+                out.add_draft([(b, K + 1, 1)], ms["draft_glue"], True)
             if ms.get("draft_branch", 0) > 0:
-                dw.append([(b * budget, 1, K)])
-                dms.append(ms["draft_branch"])
+                out.add_draft([(b * budget, 1, K)], ms["draft_branch"], True)
             missed = [s for s in r["seqs"] if s.get("hit") is False and s.get("backup") == "jit"]
             if missed and ms.get("draft_backup", 0) > 0:
                 rows = b if plan.get("jit_redraft") == "batch" else len(missed)
-                dw.append([(rows, 1, K)])
-                dms.append(ms["draft_backup"])
-    return tw, tms, dw, dms
+                out.add_draft([(rows, 1, K)], ms["draft_backup"], False)
+    return out
 
 
 def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyModel:
-    """Target and draft ForwardLatency fits plus median overheads."""
-    tw, tms, dw, dms = latency_samples(traces)
+    """Target and draft ForwardLatency fits, how much each slows the other in SSD, median overheads.
+
+    The target is fitted to verifies with the draft idle (AR and SD traces) when there are any, and the SSD
+    verifies then measure its slowdown (fit_interference); with SSD traces only it is fitted to those and the
+    slowdown is absorbed in it (reported as assumed 0). The draft is fitted to all its phases, the SSD glue
+    and branch decode (beside a verify) carrying one extra factor, draft_slowdown, against its idle phases.
+    """
+    idle = latency_samples([t for t in traces if t.mode != "ssd"])
+    every = latency_samples(traces)
+    separate = len(idle.target_ms) >= 3 and len(idle.target_ms) < len(every.target_ms)
+    tw, tms = (idle.target_work, idle.target_ms) if separate else (every.target_work, every.target_ms)
     if len(tms) < 3:
         raise ConfigError("traces", "need at least 3 rounds with verify timings to fit the target latency")
+    if len(every.draft_ms) < 3:
+        raise ConfigError("traces", "need sd or ssd traces with draft timings to fit the draft latency")
     target, trep = fit_forward_latency(tw, tms, free=FREE)
     report.latency["target"] = _fit_dict(trep, len(tms), target)
-    if len(dms) >= 3:
-        draft, drep = fit_forward_latency(dw, dms, free=FREE)
-        report.latency["draft"] = _fit_dict(drep, len(dms), draft)
-    else:
-        raise ConfigError("traces", "need sd or ssd traces with draft timings to fit the draft latency")
+    draft, drep = fit_forward_latency(every.draft_work, every.draft_ms, free=FREE, concurrent=every.draft_concurrent)
+    report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
+    slow = fit_interference(traces, target) if separate else {
+        "one_row": 0.0, "rows": 0.0, "source": "assumed 0: " + ("no SSD traces" if not any(every.draft_concurrent)
+                                                               else "no AR / SD traces to compare the SSD verifies with")}
+    d_slow = drep.params.get("concurrent_slowdown", 0.0)
+    slow["draft"] = d_slow
+    slow["draft_source"] = (f"measured: SSD glue and branch decode +{d_slow:.0%} against SD drafting and jit backups"
+                            if "concurrent_slowdown" in drep.params else
+                            "assumed 0: no draft phases with the target idle (SD traces or jit backups) to compare with")
+    report.latency["interference"] = slow
     ov = _overheads(traces)
     report.overheads = ov
     sd_remote = any(t.mode == "sd" for t in traces)
     return LatencyModel(target, draft, target_devices=1, round_overhead_ms=ov["round_overhead_ms"],
                         transfer_ms=ov["transfer_ms"], lookup_ms=ov["lookup_ms"],
-                        fast_backup_ms=ov["fast_backup_ms"], sd_transfer=sd_remote)
+                        fast_backup_ms=ov["fast_backup_ms"], sd_transfer=sd_remote,
+                        verify_slowdown_one_row=slow["one_row"], verify_slowdown_rows=slow["rows"],
+                        draft_slowdown=d_slow)
+
+
+def _branch_rows(t: Trace, r: dict) -> int:
+    """Branch rows the draft decoded during this round's verify: each sequence's budget (hit: fan_out)."""
+    hit, miss = sum(t.plan.get("fan_out") or [0]), sum(t.plan.get("fan_out_miss") or t.plan.get("fan_out") or [0])
+    return sum(hit if s.get("hit") else miss for s in r["seqs"])
+
+
+def interference_samples(traces: Sequence[Trace], target: ForwardLatency) -> dict[str, np.ndarray]:
+    """Per SSD round: measured verify, the idle-draft prediction, the draft's glue and branch ms, branch rows."""
+    cols: dict[str, list] = {"verify": [], "alone": [], "glue": [], "branch": [], "rows": []}
+    for t in traces:
+        if t.mode != "ssd":
+            continue
+        for r in t.rounds:
+            ms = r["timings_ms"]
+            if ms.get("verify", 0) <= 0 or _k(r) == 0:
+                continue
+            cols["verify"].append(ms["verify"])
+            cols["alone"].append(float(target(_rows(r), _k(r) + 1)))
+            cols["glue"].append(ms.get("draft_glue", 0.0))
+            cols["branch"].append(ms.get("draft_branch", 0.0))
+            cols["rows"].append(_branch_rows(t, r))
+    return {k: np.asarray(v, dtype=float) for k, v in cols.items()}
+
+
+def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds: int = 10) -> dict:
+    """The target's slowdown while the draft runs its glue and branch decode (fractions, robust least squares).
+
+    Model per SSD round (latency.overlapped_ms): the verify measured alone (`target`) progresses at 1 / (1 + s)
+    during the draft's glue (s = rows) and branch (s = one_row if one branch row per step, else rows). With
+    fewer than `min_rounds` rounds of a kind its fraction is copied from the other (and said so).
+    """
+    from scipy.optimize import least_squares
+
+    x = interference_samples(traces, target)
+    one = x["rows"] == 1
+    n_one, n_rows = int(one.sum()), int((~one).sum())
+    if n_one + n_rows < min_rounds:
+        return {"one_row": 0.0, "rows": 0.0, "source": f"assumed 0: only {n_one + n_rows} SSD rounds"}
+
+    both = min(n_one, n_rows) >= min_rounds  # else one fraction serves both kinds
+
+    def fractions(p) -> tuple[float, float]:
+        return (p[0], p[1]) if both else (p[0], p[0])
+
+    def residuals(p):
+        s_one, s_rows = fractions(p)
+        model = overlapped_ms(x["alone"], [(x["glue"], s_rows), (x["branch"], np.where(one, s_one, s_rows))])
+        return (model - x["verify"]) / x["verify"]
+
+    fit = least_squares(residuals, x0=[0.1, 0.1], bounds=([0.0, 0.0], [3.0, 3.0]), loss="soft_l1", f_scale=0.05)
+    s_one, s_rows = fractions(fit.x)
+    note = (f"measured on {n_one + n_rows} SSD rounds: verify +{s_one:.0%} while the draft decodes one branch row per "
+            f"step ({n_one} rounds), +{s_rows:.0%} during its glue and multi-row steps ({n_rows} rounds)")
+    if min(n_one, n_rows) < min_rounds:
+        note += f"; the kind with fewer than {min_rounds} rounds copies the other"
+    return {"one_row": float(s_one), "rows": float(s_rows), "source": note, "samples": n_one + n_rows,
+            "median_abs_rel_err": float(np.median(np.abs(residuals(fit.x))))}
 
 
 def _fit_dict(rep: FitReport, n: int, model: ForwardLatency) -> dict:
@@ -253,26 +369,40 @@ def _hit_or_default(ranks: list[int], fallback: HitCurve | None) -> tuple[HitCur
                                                        else "assumed miss_at_one=0.5, r=0.8")}
 
 
-def calibrate(paths: Sequence[str | Path], name: str | None = None) -> tuple[Profile, CalibrationReport]:
-    """Fit a Profile to traces; returns it with the fit report."""
+def calibrate(paths: Sequence[str | Path], name: str | None = None,
+              acceptance_from: Sequence[str | Path] | None = None) -> tuple[Profile, CalibrationReport]:
+    """Fit a Profile to traces; returns it with the fit report.
+
+    Latencies come from every trace; acceptance and hit curves from `acceptance_from` (default: every trace),
+    e.g. only the runs made on a whole prompt sample when others ran on a few prompts to time shapes.
+    """
     if not paths:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
     traces = [read_trace(p) for p in paths]
     setup = check_setup(traces)
+    host, host_note = common_host(traces)
     report = CalibrationReport([str(p) for p in paths])
     latency = fit_latency(traces, report)
-    acceptance = fit_acceptance(traces, report)
+    chosen = {str(p) for p in acceptance_from} if acceptance_from is not None else None
+    unknown = sorted(chosen - {str(p) for p in paths}) if chosen is not None else []
+    if unknown:
+        raise ConfigError("acceptance_from", f"{unknown[0]} is not one of the calibrated traces")
+    acceptance = fit_acceptance([t for p, t in zip(paths, traces, strict=True) if chosen is None or str(p) in chosen],
+                                report)
     models = setup.get("models") or {}
     max_b = max(int(t.header.get("batch_size", 1)) for t in traces)
-    prov = {"latency": f"calibrated: least-squares fits to {len(report.latency)} models over "
-                       f"{sum(v['samples'] for v in report.latency.values())} timed phases",
+    prov = {"latency": "calibrated: least-squares fits to the target and the draft over "
+                       f"{sum(report.latency[m]['samples'] for m in ('target', 'draft'))} timed phases",
             "acceptance": f"calibrated: {len(acceptance.points)} (temperature, C) groups from traces",
-            "acceptance.saguaro": "calibrated where traces exist at that C; synthetic response elsewhere"}
+            "acceptance.saguaro": "calibrated where traces exist at that C; synthetic response elsewhere",
+            "latency.interference": report.latency["interference"]["source"],
+            "latency.draft_slowdown": report.latency["interference"]["draft_source"],
+            "host": host_note}
     profile = Profile(
         name=name or f"calibrated-{Path(paths[0]).parent.name or 'traces'}",
         latency=latency, acceptance=acceptance,
         description=f"calibrated from {len(traces)} traces",
         target_model=str(models.get("target", "")), draft_model=str(models.get("draft", "")),
         hardware=str(traces[0].header.get("machine", "")), max_batch_size=max(2 * max_b, 8),
-        sources=tuple(str(p) for p in paths), provenance=prov)
+        sources=tuple(str(p) for p in paths), provenance=prov, host=host)
     return profile, report

@@ -12,6 +12,14 @@ One forward of a model on its device(s), in ms, with N = rows * tokens processed
 - multi_token_ms: paid once when a forward processes more than one token (on CPUs the Linear layers switch
   from matrix-vector to matrix-matrix kernels, so 2 tokens cost much more than 1 but 5 barely more than 2).
 A GPU preset is mostly roofline + fixed; a CPU profile is mostly fixed + token term (see presets/).
+
+Interference: in SSD the draft computes while the target verifies. On a CPU the two cores share memory
+bandwidth, so the target's forward runs slower while the draft works: measured on a 2-core host, +37% while
+the draft decodes one branch row per step (a matrix-vector stream of its weights) but +5% while it decodes
+several rows or a multi-token glue. LatencyModel keeps the two fractions (verify_slowdown_one_row,
+verify_slowdown_rows) and `overlapped_ms` turns them into the verify's duration given the draft's phases;
+the draft's glue and branch decode, which only ever run beside a verify, take draft_slowdown longer than
+its idle forwards (SD drafting, jit backups).
 """
 
 from __future__ import annotations
@@ -96,14 +104,18 @@ class LatencyModel:
     lookup_ms: float = 0.0  # SSD: speculation-cache lookup on the draft
     fast_backup_ms: float = 0.0  # SSD: producing random backup tokens
     sd_transfer: bool = False  # SD drafts on another device/process and pays transfer_ms per round
+    verify_slowdown_one_row: float = 0.0  # SSD: target forward slower by this fraction while the draft decodes 1 row
+    verify_slowdown_rows: float = 0.0  # ... while it decodes several rows per step or its multi-token glue
+    draft_slowdown: float = 0.0  # SSD: the draft's glue and branch decode slower by this fraction (target busy)
 
     def __post_init__(self):
         if int(self.target_devices) != self.target_devices or self.target_devices < 1:
             raise ConfigError("target_devices", f"must be an integer >= 1, got {self.target_devices!r}")
-        for name in ("round_overhead_ms", "transfer_ms", "lookup_ms", "fast_backup_ms"):
+        for name in ("round_overhead_ms", "transfer_ms", "lookup_ms", "fast_backup_ms", "verify_slowdown_one_row",
+                     "verify_slowdown_rows", "draft_slowdown"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ConfigError(name, f"must be a finite number >= 0 (ms), got {v!r}")
+                raise ConfigError(name, f"must be a finite number >= 0, got {v!r}")
 
     def ar_step_ms(self, b: ArrayLike):
         """One autoregressive step of the target for b sequences (ms)."""
@@ -131,7 +143,20 @@ class LatencyModel:
         With several draft devices each runs the glue for the whole batch and its share of branches.
         """
         rows = np.ceil(np.asarray(b) * np.asarray(budget) / draft_devices)
-        return self.glue_ms(b, K) + np.where(np.asarray(budget) > 0, self.branch_ms(rows, K), 0.0)
+        alone = self.glue_ms(b, K) + np.where(np.asarray(budget) > 0, self.branch_ms(rows, K), 0.0)
+        return alone * (1.0 + self.draft_slowdown)  # it runs while the target verifies
+
+    def ssd_verify_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+        """SSD verification while the draft runs its glue, then its branch decode (ms): verify_ms slowed by
+        interference for as long as the draft works (see overlapped_ms). Equals verify_ms without interference."""
+        t_v = self.verify_ms(b, K)
+        if not (self.verify_slowdown_one_row or self.verify_slowdown_rows):
+            return t_v
+        rows = np.ceil(np.asarray(b) * np.asarray(budget) / draft_devices)
+        d = 1.0 + self.draft_slowdown  # the draft's phases as they run beside the verify
+        branch = np.where(rows > 0, self.branch_ms(np.maximum(rows, 1), K), 0.0) * d
+        s_branch = np.where(rows == 1, self.verify_slowdown_one_row, self.verify_slowdown_rows)
+        return overlapped_ms(t_v, [(self.glue_ms(b, K) * d, self.verify_slowdown_rows), (branch, s_branch)])
 
     def jit_backup_ms(self, rows: ArrayLike, K: ArrayLike):
         """Neural just-in-time backup: the draft decodes K tokens for `rows` missed sequences (ms)."""
@@ -152,6 +177,23 @@ class LatencyModel:
             raise ConfigError("latency", f"unknown or missing field ({e}); see ssd_sim/model/latency.py") from e
 
 
+def overlapped_ms(work_ms: ArrayLike, phases: Sequence[tuple[ArrayLike, ArrayLike]]):
+    """How long `work_ms` of computation (measured alone) takes while the other device runs `phases`.
+
+    phases: (duration ms, slowdown s) in order from the start; during a phase the work progresses at rate
+    1 / (1 + s), after the last phase at full rate. Vectorised over arrays. Example: 300 ms of verify during
+    a 100 ms glue at s = 0.05 then a 250 ms branch at s = 0.4 ends at 100 + 250 + (300 - 95.2 - 178.6) ms.
+    """
+    left = np.asarray(work_ms, dtype=float)
+    elapsed = np.zeros_like(left)
+    for dur, s in phases:
+        dur, rate = np.asarray(dur, dtype=float), 1.0 / (1.0 + np.asarray(s, dtype=float))
+        done_here = np.minimum(left, dur * rate)
+        elapsed = elapsed + np.where(left > dur * rate, dur, left / rate)
+        left = left - done_here
+    return elapsed + left
+
+
 # A workload is what one measured time covered: a list of (rows, tokens, repeats) forwards.
 Workload = Sequence[tuple[float, float, float]]
 
@@ -166,37 +208,41 @@ def fit_forward_latency(
     measured_ms: ArrayLike,
     fixed: dict | None = None,
     free: Sequence[str] = ("fixed_ms", "token_ms", "token_exponent"),
+    concurrent: Sequence[bool] | None = None,
 ):
     """Least-squares fit of a ForwardLatency to measured times of workloads (scipy.optimize.least_squares).
 
     `fixed` pins parameters (e.g. a roofline memory_ms from specs); `free` are fitted, all >= 0.
     Relative residuals, so a 20 ms and a 2 s measurement weigh alike, with a robust (soft L1) loss.
-    Returns (model, FitReport).
+    `concurrent` flags measurements made while the other device computed: with both kinds present they are
+    modelled as (1 + concurrent_slowdown) x the returned (idle) model, and the fraction is fitted too
+    (FitReport.params["concurrent_slowdown"]). Returns (model, FitReport).
     """
     from scipy.optimize import least_squares
 
     fixed = dict(fixed or {})
     y = np.asarray(measured_ms, dtype=float)
-    upper = {"token_exponent": 1.5}
-    lo = [0.05 if n == "token_exponent" else 0.0 for n in free]
-    hi = [upper.get(n, np.inf) for n in free]
+    flags = np.zeros(len(y), dtype=bool) if concurrent is None else np.asarray(concurrent, dtype=bool)
+    names = list(free) + (["concurrent_slowdown"] if flags.any() and not flags.all() else [])
+    upper = {"token_exponent": 1.5, "concurrent_slowdown": 3.0}
+    lo = [0.05 if n == "token_exponent" else 0.0 for n in names]
+    hi = [upper.get(n, np.inf) for n in names]
     start = {"fixed_ms": max(float(y.min()) * 0.3, 1e-3), "token_ms": max(float(y.min()) * 0.1, 1e-3),
              "token_exponent": 1.0, "memory_ms": float(y.min()) * 0.3, "compute_ms_per_token": 1e-3,
-             "multi_token_ms": float(y.min()) * 0.05}
-    x0 = [start[n] for n in free]
+             "multi_token_ms": float(y.min()) * 0.05, "concurrent_slowdown": 0.1}
+    x0 = [start[n] for n in names]
 
     def build(x):
-        return ForwardLatency(**{**fixed, **{n: float(v) for n, v in zip(free, np.maximum(x, 0.0), strict=True)}})
+        return ForwardLatency(**{**fixed, **{n: float(v) for n, v in zip(free, np.maximum(x[:len(free)], 0.0), strict=True)}})
 
-    def residuals(x):
-        m = build(x)
-        return np.array([workload_ms(m, w) for w in workloads]) / y - 1.0
+    def predicted(x):
+        slow = 1.0 + flags * (x[-1] if len(names) > len(free) else 0.0)
+        return np.array([workload_ms(build(x), w) for w in workloads]) * slow
 
     # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the fit
-    sol = least_squares(residuals, x0, bounds=(lo, hi), method="trf", loss="soft_l1", f_scale=0.05)
-    model = build(sol.x)
-    pred = np.array([workload_ms(model, w) for w in workloads])
-    return model, FitReport.from_prediction(y, pred, free, sol)
+    sol = least_squares(lambda x: predicted(x) / y - 1.0, x0, bounds=(lo, hi), method="trf", loss="soft_l1",
+                        f_scale=0.05)
+    return build(sol.x), FitReport.from_prediction(y, predicted(sol.x), names, sol)
 
 
 @dataclass(frozen=True)

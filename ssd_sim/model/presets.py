@@ -16,6 +16,7 @@ import numpy as np
 from scipy.optimize import brentq
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import ForwardLatency, LatencyModel, fit_forward_latency
 from ssd_sim.model.profile import Profile, load_profile_file
@@ -71,7 +72,11 @@ def get_preset(name: str) -> Profile:
         lookup_ms=float(ov.get("lookup_ms", 0.0)),
         fast_backup_ms=float(ov.get("fast_backup_ms", 0.0)),
         sd_transfer=bool(ov.get("sd_transfer", False)),
+        verify_slowdown_one_row=float(src.get("interference", {}).get("one_row", 0.0)),
+        verify_slowdown_rows=float(src.get("interference", {}).get("rows", 0.0)),
     )
+    prov["latency.interference"] = src.get("interference", {}).get(
+        "source", "assumed 0: the draft has its own device (shared host resources are not modelled)")
     prov["overheads"] = ov.get("source", "assumed") + ": " + ", ".join(
         f"{k}={v}" for k, v in ov.items() if k != "source")
     if "acceptance_from" in src:
@@ -80,6 +85,9 @@ def get_preset(name: str) -> Profile:
         prov["acceptance"] = f"assumed: taken from preset {src['acceptance_from']} (same model pair)"
     else:
         acceptance = _acceptance(src.get("acceptance", []), latency, prov)
+    host = Host.from_dict(src["host"], "host") if "host" in src else None
+    prov["host"] = (f"measured on {host.label()}" if host is not None else
+                    "not host-specific: datasheets and published measurements of the setup it names")
     return Profile(
         name=src["name"],
         latency=latency,
@@ -91,6 +99,7 @@ def get_preset(name: str) -> Profile:
         max_batch_size=int(src.get("max_batch_size", 64)),
         sources=tuple(src.get("sources", ())),
         provenance=prov,
+        host=host,
     )
 
 

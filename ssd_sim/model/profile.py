@@ -12,6 +12,7 @@ from pathlib import Path
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import read_json_object
 from ssd_sim.model.acceptance import AcceptanceModel
 from ssd_sim.model.latency import LatencyModel
@@ -33,6 +34,7 @@ class Profile:
     max_batch_size: int = 64
     sources: tuple[str, ...] = ()
     provenance: dict[str, str] = field(default_factory=dict)  # quantity -> measured/derived/assumed + how
+    host: Host | None = None  # where the latencies were measured; None = not host-specific (datasheets, papers)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -45,6 +47,7 @@ class Profile:
             "max_batch_size": self.max_batch_size,
             "sources": list(self.sources),
             "provenance": dict(self.provenance),
+            "host": self.host.to_dict() if self.host is not None else None,
             "latency": self.latency.to_dict(),
             "acceptance": self.acceptance.to_dict(),
         }
@@ -67,6 +70,7 @@ class Profile:
             max_batch_size=int(d.get("max_batch_size", 64)),
             sources=tuple(d.get("sources", ())),
             provenance=dict(d.get("provenance", {})),
+            host=Host.from_dict(d["host"], "host") if d.get("host") is not None else None,
         )
 
     def to_json(self) -> str:

@@ -77,10 +77,12 @@ def objective_value(p: Prediction, objective: str) -> float:
 
 
 def budget_fit(profile: Profile, b: int, K: int, draft_devices: int = 1, cap: int = 256) -> int:
-    """Largest per-sequence budget whose primary speculation (glue + branches) fits in one verify; 0 if none."""
+    """Largest per-sequence budget whose primary speculation (glue + branches) fits in one verify (as slowed by
+    the draft's interference); 0 if none."""
     budgets = np.arange(1, cap + 1)
-    t_p = profile.latency.primary_ms(b, K, budgets, draft_devices)
-    fits = budgets[t_p <= profile.latency.verify_ms(b, K)]
+    lat = profile.latency
+    t_p = lat.primary_ms(b, K, budgets, draft_devices)
+    fits = budgets[t_p <= lat.ssd_verify_ms(b, K, budgets, draft_devices)]
     return int(fits.max()) if fits.size else 0
 
 

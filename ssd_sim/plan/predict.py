@@ -7,7 +7,10 @@ A round is a hit round when every sequence hits (Corollary 16: probability pi^b 
 Hit chain per sequence: after a cache-served round the next hits with h_p = sum_k P_p(k) (1 - miss_p(F^p_k));
 after a backup-served round with h_b = sum_k P_b(k) (1 - miss_b(F^b_k)). The stationary share of cache-served
 rounds is pi = h_b / (1 - h_p + h_b). Tokens per round per sequence: pi E_hit + (1 - pi) E_miss.
-With zero overheads, T_p <= T_v and h_p = h_b this is exactly analytic.ssd_speedup times the AR rate.
+T_v is the verification as it runs while the draft speculates: slowed by the profile's interference, if
+any (LatencyModel.ssd_verify_ms); SD and AR verifications run with the draft idle.
+With zero overheads and interference, T_p <= T_v and h_p = h_b this is exactly analytic.ssd_speedup times the
+AR rate.
 """
 
 from __future__ import annotations
@@ -91,7 +94,7 @@ def ssd_rates(profile: Profile, b: int, K: int, budget, h_p, h_b, e_hit: float, 
     h_p, h_b = np.asarray(h_p, dtype=float), np.asarray(h_b, dtype=float)
     pi = h_b / np.maximum(1.0 - h_p + h_b, 1e-12)
     p_all = pi**b
-    t_v = float(lat.verify_ms(b, K))
+    t_v = lat.ssd_verify_ms(b, K, budget, draft_devices) * np.ones_like(budget)  # slowed while the draft works
     t_p = lat.primary_ms(b, K, budget, draft_devices)
     if backup == "fast":
         t_b = np.full_like(pi, lat.fast_backup_ms)
@@ -140,5 +143,5 @@ def predict_ssd(profile: Profile, plan: Plan) -> Prediction:
     per_seq = float(r["per_seq"])
     dev = profile.latency.target_devices + plan.draft_devices
     return Prediction("ssd", b, K, per_seq, per_seq * b, dev, per_seq * b / dev, float(r["round_ms"]),
-                      float(r["tokens"]), r["t_v"], float(r["t_p"]), float(r["t_b"]), float(r["pi"]),
+                      float(r["tokens"]), float(r["t_v"]), float(r["t_p"]), float(r["t_b"]), float(r["pi"]),
                       float(r["p_all"]), e_hit, e_miss, backup)

@@ -135,7 +135,8 @@ class RoundLatency:
         b = np.arange(max_batch + 1)
         self.model = lat
         self.ar_step = np.asarray(lat.ar_step_ms(b), dtype=float).tolist()  # AR step
-        self.verify = np.asarray(lat.verify_ms(b, K), dtype=float).tolist()  # T_v
+        verify = lat.ssd_verify_ms(b, K, plan.budget, plan.draft_devices) if plan.mode == "ssd" else lat.verify_ms(b, K)
+        self.verify = np.asarray(verify, dtype=float).tolist()  # T_v (SSD: slowed while the draft speculates)
         self.sd_draft = np.asarray(lat.sd_draft_ms(b, K), dtype=float).tolist()  # SD drafting
         self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
         self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()

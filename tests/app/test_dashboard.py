@@ -278,3 +278,12 @@ def test_pages_without_the_simulator(at, monkeypatch):
     at.switch_page("views/timeline.py").run()
     ok(at)
     assert any("not available" in i.value for i in at.info)
+
+
+def test_a_profile_from_another_or_an_unrecorded_host_shows_one_warning(at):
+    assert not at.sidebar.warning  # the default (GPU, datasheet) preset is not host-specific
+    at.selectbox(key="profile_choice").set_value("qwen-coder-1.5b-0.5b-cpu").run()
+    ok(at)
+    (warning,) = at.sidebar.warning
+    assert "qwen-coder-1.5b-0.5b-cpu was measured on an unrecorded host" in warning.value
+    assert "ssd-run calibrate-here" in warning.value

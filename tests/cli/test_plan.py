@@ -3,11 +3,13 @@
 import json
 import subprocess
 import sys
+from dataclasses import replace
 
 import pytest
 
 from ssd_sim.cli.plan import main
-from ssd_sim.model.presets import list_presets
+from ssd_sim.io.host import Host
+from ssd_sim.model.presets import get_preset, list_presets
 
 
 def run(capsys, *argv):
@@ -114,3 +116,42 @@ def test_simulate_reports_simulated_numbers_close_to_analytic(capsys):
     assert sim["tokens_per_sequence"] == 5000 and len(sim["candidates"]) >= 2
     assert sim["ar_tok_s"] == pytest.approx(rep["predicted"]["ar_tok_s"], rel=1e-6)
     assert sim["ssd_tok_s"] == pytest.approx(rep["predicted"]["ssd_tok_s"], rel=0.05)
+
+
+# ---- the host a profile was measured on ---------------------------------------------------------------
+HERE = Host(cpu="AMD EPYC", cpu_id="AuthenticAMD family 26 model 2 stepping 1", isa=("avx2", "avx512f"), cores=2,
+            memory_gib=23.5, torch="2.13.0+cpu")
+
+
+@pytest.fixture
+def here(monkeypatch):
+    monkeypatch.setattr("ssd_sim.cli.plan.current_host", lambda: HERE)
+    return HERE
+
+
+def test_cpu_preset_of_an_unrecorded_host_warns_in_one_line(here, capsys):
+    assert main(["--preset", "qwen-coder-1.5b-0.5b-cpu", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("ssd-plan: warning: profile qwen-coder-1.5b-0.5b-cpu was measured")
+    assert "CPU model and ISA not recorded" in err and "ssd-run calibrate-here" in err
+    rep = json.loads(out)["host"]
+    assert rep["warning"] in err and rep["here"]["cpu_id"] == HERE.cpu_id and rep["measured_on"]["cores"] == 2
+
+
+def test_gpu_preset_is_not_host_specific(here, capsys):
+    assert main(["--preset", "llama70b-1b-h100", "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err == "" and json.loads(out)["host"]["measured_on"] is None
+
+
+@pytest.mark.parametrize("measured,warns", [(HERE, False), (replace(HERE, cpu_id="AuthenticAMD family 25 model 1 "
+                                                                      "stepping 1", isa=("avx2",)), True)])
+def test_calibrated_profile_warns_only_on_another_host(here, tmp_path, capsys, measured, warns):
+    path = tmp_path / "profile.json"
+    path.write_text(replace(get_preset("qwen-coder-1.5b-0.5b-cpu"), host=measured).to_json())
+    assert main(["--profile", str(path)]) == 0
+    err = capsys.readouterr().err
+    assert bool(err) == warns
+    if warns:
+        assert "another host (CPU AMD EPYC [AuthenticAMD family 25 model 1 stepping 1] there" in err
+        assert "ISA avx512f only here" in err

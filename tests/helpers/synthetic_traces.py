@@ -7,7 +7,7 @@ from pathlib import Path
 import numpy as np
 
 from ssd_sim.io.trace import TraceWriter
-from ssd_sim.model.latency import ForwardLatency
+from ssd_sim.model.latency import ForwardLatency, overlapped_ms
 from ssd_sim.plan.plan import Plan
 
 TARGET = ForwardLatency(fixed_ms=300.0, token_ms=150.0, token_exponent=0.9)
@@ -24,12 +24,15 @@ def sample_rank(rng, c: float, r: float) -> int:
 
 
 def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0.7, primary_hit=(0.4, 0.8),
-                backup_hit=(0.3, 0.8), seed: int = 0, noise: float = 0.01) -> Path:
-    """Simulate `rounds` rounds of plan.mode with i.i.d. acceptance and power-law bonus ranks."""
+                backup_hit=(0.3, 0.8), seed: int = 0, noise: float = 0.01, header: dict | None = None,
+                interference: tuple[float, float] = (0.0, 0.0)) -> Path:
+    """Simulate `rounds` rounds of plan.mode with i.i.d. acceptance and power-law bonus ranks; `header` adds
+    or replaces header fields (e.g. a host record); SSD verifies are slowed by `interference` = (one-row,
+    multi-row) while the draft's glue and branch run (latency.overlapped_ms)."""
     rng = np.random.default_rng(seed)
     b, K = plan.batch_size, plan.K
     w = TraceWriter(path, {**SETUP, "mode": plan.mode, "plan": plan.to_dict(), "batch_size": b,
-                           "max_new_tokens": 10_000, "prompt_source": "synthetic", "num_prompts": b})
+                           "max_new_tokens": 10_000, "prompt_source": "synthetic", "num_prompts": b, **(header or {})})
     prev_rank_hit = [False] * b
 
     def jitter(x):
@@ -56,11 +59,11 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
                 missed += hit is False
             seqs.append(entry)
         w.round({"round": i, "K": K if plan.mode != "ar" else 0, "batch": b, "seqs": seqs,
-                 "timings_ms": timings(plan, b, K, missed, jitter)})
+                 "timings_ms": timings(plan, b, K, missed, jitter, interference)})
     return w.close({"tokens": 0, "wall_s": 0.0, "tok_s": 0.0, "rounds": rounds, "faults": []})
 
 
-def timings(plan: Plan, b: int, K: int, missed: int, jitter) -> dict:
+def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 0.0)) -> dict:
     """Phase timings (ms) of one round from the ground-truth latency functions."""
     t = {"commit": jitter(OVERHEAD["commit"])}
     if plan.mode == "ar":
@@ -79,6 +82,9 @@ def timings(plan: Plan, b: int, K: int, missed: int, jitter) -> dict:
         backup = jitter(K * DRAFT(rows, 1)) if plan.backup_for(b) == "jit" else jitter(OVERHEAD["fast"])
     t.update(draft_lookup=jitter(OVERHEAD["lookup"]), draft_backup=backup,
              draft_glue=jitter(DRAFT(b, K + 1)), draft_branch=jitter(K * DRAFT(b * plan.budget, 1)))
+    s_one, s_rows = interference
+    s_branch = s_one if b * plan.budget == 1 else s_rows
+    t["verify"] = float(overlapped_ms(t["verify"], [(t["draft_glue"], s_rows), (t["draft_branch"], s_branch)]))
     t["target_wait"] = OVERHEAD["transfer"] + t["draft_lookup"] + backup
     t["round"] = t["target_wait"] + max(t["verify"], t["draft_glue"] + t["draft_branch"]) + t["commit"]
     return t

@@ -1,10 +1,14 @@
 """Calibration recovers known latency and acceptance parameters from traces written in the runtime schema."""
 
 
+from dataclasses import replace
+
 import pytest
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host
 from ssd_sim.model.calibrate import calibrate, fit_hit_curve, wilson
+from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from tests.helpers.synthetic_traces import DRAFT, OVERHEAD, TARGET, sample_rank, write_trace
 
@@ -88,3 +92,72 @@ def test_ar_traces_without_a_draft_mix_with_sd_and_ssd_traces(traces, tmp_path):
 def test_ar_only_traces_cannot_fit_acceptance(traces):
     with pytest.raises(ConfigError, match="draft"):
         calibrate(traces[:2])
+
+
+# ---- the host the traces were measured on --------------------------------------------------------------
+ZEN5 = Host(cpu="AMD EPYC", cpu_id="AuthenticAMD family 26 model 2 stepping 1", isa=("avx2", "avx512f"), cores=2,
+            memory_gib=23.5, torch="2.13.0+cpu")
+
+
+def hosted(tmp_path, name: str, plan: Plan, host: Host) -> str:
+    return str(write_trace(tmp_path / f"{name}.jsonl", plan, rounds=60, header={"host": host.to_dict()}))
+
+
+def test_the_profile_records_the_traces_host_with_every_role_s_kernels(tmp_path):
+    ar = hosted(tmp_path, "ar", Plan(mode="ar"), replace(ZEN5, kernels={"target": "onednn-prepacked"}))
+    sd = hosted(tmp_path, "sd", Plan(mode="sd", num_speculative_tokens=2),
+                replace(ZEN5, kernels={"target": "onednn-prepacked", "draft": "onednn-prepacked"}))
+    prof, _ = calibrate([ar, sd])
+    assert prof.host == replace(ZEN5, kernels={"target": "onednn-prepacked", "draft": "onednn-prepacked"})
+    assert prof.provenance["host"].startswith("recorded in the traces: AMD EPYC [AuthenticAMD family 26")
+    assert Profile.from_dict(prof.to_dict()).host == prof.host
+
+
+def test_traces_of_two_hosts_are_refused(tmp_path):
+    avx2 = replace(ZEN5, cpu_id="AuthenticAMD family 25 model 1 stepping 1", isa=("avx2",))
+    a = hosted(tmp_path, "a", Plan(mode="sd", num_speculative_tokens=2), ZEN5)
+    b = hosted(tmp_path, "b", Plan(mode="sd", num_speculative_tokens=3), avx2)
+    with pytest.raises(ConfigError, match=r"^host: .*b\.jsonl was measured on another host .* ISA no avx512f here"):
+        calibrate([a, b])
+
+
+def test_traces_without_a_host_record_give_a_profile_without_one(traces):
+    prof, _ = calibrate(traces[2:4])
+    assert prof.host is None
+    assert prof.provenance["host"] == "not recorded in the traces (made before ssd-run recorded hosts)"
+
+
+# ---- interference: the target's verify while the draft speculates ------------------------------------------
+def test_interference_is_recovered_per_kind_of_draft_step(tmp_path):
+    plans = [Plan(mode="ar"), Plan(mode="sd", num_speculative_tokens=2), Plan(mode="sd", num_speculative_tokens=3),
+             Plan(num_speculative_tokens=2, fan_out=(0, 0, 1)), Plan(num_speculative_tokens=2, fan_out=(1, 1, 2))]
+    paths = [write_trace(tmp_path / f"i{i}.jsonl", p, rounds=150, seed=i, interference=(0.40, 0.10))
+             for i, p in enumerate(plans)]
+    prof, rep = calibrate(paths)
+    lat = prof.latency
+    assert lat.verify_slowdown_one_row == pytest.approx(0.40, abs=0.03)
+    assert lat.verify_slowdown_rows == pytest.approx(0.10, abs=0.03)
+    assert rep.latency["interference"]["samples"] == 300
+    assert prof.provenance["latency.interference"].startswith("measured on 300 SSD rounds: verify +4")
+    for r, t in ((1, 1), (1, 3), (2, 4)):  # the target fit is the idle one, not biased by the SSD verifies
+        assert float(lat.target(r, t)) == pytest.approx(float(TARGET(r, t)), rel=0.02)
+
+
+def test_interference_without_idle_verifies_is_assumed_zero(tmp_path):
+    paths = [write_trace(tmp_path / f"s{i}.jsonl", Plan(num_speculative_tokens=2, fan_out=f), rounds=80, seed=i,
+                         interference=(0.4, 0.1)) for i, f in enumerate([(0, 0, 1), (1, 1, 2)])]
+    prof, rep = calibrate(paths)
+    assert prof.latency.verify_slowdown_one_row == prof.latency.verify_slowdown_rows == 0.0
+    assert rep.latency["interference"]["source"] == "assumed 0: no AR / SD traces to compare the SSD verifies with"
+
+
+def test_acceptance_can_come_from_a_subset_of_the_traces(tmp_path):
+    easy = write_trace(tmp_path / "easy.jsonl", Plan(mode="sd", num_speculative_tokens=3), rounds=300, acceptance=0.95)
+    usual = write_trace(tmp_path / "usual.jsonl", Plan(mode="sd", num_speculative_tokens=3), rounds=300, seed=1)
+    both, _ = calibrate([easy, usual])
+    only, _ = calibrate([easy, usual], acceptance_from=[usual])
+    assert only.acceptance.at(0.0).acceptance[0] == pytest.approx(0.7, abs=0.04)
+    assert both.acceptance.at(0.0).acceptance[0] > only.acceptance.at(0.0).acceptance[0] + 0.05
+    assert only.latency == both.latency  # latencies still come from every trace
+    with pytest.raises(ConfigError, match="acceptance_from: .*nope.jsonl is not one of the calibrated traces"):
+        calibrate([easy, usual], acceptance_from=[tmp_path / "nope.jsonl"])

@@ -4,7 +4,13 @@ import numpy as np
 import pytest
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.model.latency import ForwardLatency, LatencyModel, fit_forward_latency, workload_ms
+from ssd_sim.model.latency import (
+    ForwardLatency,
+    LatencyModel,
+    fit_forward_latency,
+    overlapped_ms,
+    workload_ms,
+)
 
 
 def test_roofline_from_specs():
@@ -71,3 +77,23 @@ def test_fit_recovers_a_multi_token_step():
     model, rep = fit_forward_latency(work, [workload_ms(truth, w) for w in work], free=free)
     assert model.multi_token_ms == pytest.approx(90.0, rel=1e-2)
     assert rep.max_abs_rel_err < 1e-3
+
+
+def test_overlapped_work_runs_slower_only_while_the_other_device_works():
+    assert overlapped_ms(300.0, []) == 300.0
+    assert overlapped_ms(300.0, [(1000.0, 0.5)]) == pytest.approx(450.0)  # overlapped throughout
+    # 100 ms at 1/1.05, 250 ms at 1/1.4, then alone
+    assert overlapped_ms(300.0, [(100.0, 0.05), (250.0, 0.4)]) == pytest.approx(350 + 300 - 100 / 1.05 - 250 / 1.4)
+    np.testing.assert_allclose(overlapped_ms(np.array([50.0, 300.0]), [(100.0, 1.0)]), [100.0, 350.0])
+
+
+def test_ssd_verify_is_slowed_by_the_kind_of_branch_step():
+    lat = LatencyModel(ForwardLatency(fixed_ms=300.0), ForwardLatency(fixed_ms=100.0),
+                       verify_slowdown_one_row=0.5, verify_slowdown_rows=0.1)
+    # b = 1, K = 2: glue 100 ms (+10%), branch 2 x 100 ms (one row: +50%), then the verify runs alone
+    assert float(lat.ssd_verify_ms(1, 2, 1)) == pytest.approx(300 + (300 - 100 / 1.1 - 200 / 1.5))
+    assert float(lat.ssd_verify_ms(1, 2, 3)) == pytest.approx(300 + (300 - 300 / 1.1))  # three rows per step
+    assert float(lat.ssd_verify_ms(1, 2, 0)) == pytest.approx(100 + (300 - 100 / 1.1))  # glue only
+    assert float(LatencyModel(lat.target, lat.draft).ssd_verify_ms(1, 2, 1)) == float(lat.verify_ms(1, 2))
+    with pytest.raises(ConfigError, match="verify_slowdown_rows"):
+        LatencyModel(lat.target, lat.draft, verify_slowdown_rows=-0.1)

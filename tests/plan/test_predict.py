@@ -1,5 +1,7 @@
 """The analytic round model agrees with the paper's closed forms where those are exact."""
 
+from dataclasses import replace
+
 import pytest
 
 from ssd_sim.plan.plan import Plan
@@ -54,3 +56,17 @@ def test_saguaro_c_cannot_act_without_cached_guesses_at_drafted_positions():
     assert effective_saguaro_c(hot) == 1.0  # drafts at positions 1, 2 down-weight top-0 sets
     assert effective_saguaro_c(hot.replace(fan_out=(1, 0, 2))) == 0.5
     assert effective_saguaro_c(hot.replace(fan_out=(1, 0, 2), temperature=0.0)) == 1.0  # greedy drafting
+
+
+def test_interference_slows_the_ssd_verify_but_not_sd():
+    base = flat_profile(verify_ms=10.0, draft_ms=1.0)
+    slowed = with_interference(base, 0.3)
+    plan = Plan(num_speculative_tokens=4, fan_out=(1, 1, 1, 1, 2))  # glue + 4 branch steps: 5 ms of the 10 ms verify
+    fast, slow = predict_ssd(base, plan), predict_ssd(slowed, plan)
+    assert slow.verify_ms == pytest.approx(5 + (10 - 5 / 1.3))
+    assert slow.per_seq_tok_s == pytest.approx(fast.per_seq_tok_s * fast.round_ms / slow.round_ms)
+    assert predict_sd(slowed, 1, 4).per_seq_tok_s == predict_sd(base, 1, 4).per_seq_tok_s
+
+
+def with_interference(profile, s: float):
+    return replace(profile, latency=replace(profile.latency, verify_slowdown_one_row=s, verify_slowdown_rows=s))

@@ -3,13 +3,17 @@
 from __future__ import annotations
 
 import json
+import os
 
 import pytest
+import torch
 
 from ssd_runtime.cli import main
 from ssd_runtime.models import tiny_model
+from ssd_sim.io.host import Host, current_host, host_differences
 from ssd_sim.io.trace import read_trace, summarize
-from ssd_sim.plan.plan import Plan, PlanFile
+from ssd_sim.model.profile import load_profile_file
+from ssd_sim.plan.plan import Plan, PlanFile, load_plan
 from tests.helpers.runtime import DRAFT, TARGET, make_prompts, reference_greedy, target_model
 
 PROMPTS = make_prompts([3, 7, 5], TARGET["vocab"], seed=9)
@@ -111,3 +115,51 @@ def test_forced_acceptance_of_one_accepts_every_draft_token(files, capsys):
     m = summarize(tr)
     assert tr.header["forced_acceptance"] == 1.0
     assert m.acceptance_rate == 1.0 and m.mean_accept_len == 4.0
+
+
+def test_traces_record_the_host_and_the_kernels_that_ran(files, tmp_path):
+    path = tmp_path / "sd.jsonl"
+    assert main(models(files) + ["--mode", "sd", "-k", "2", "--prompts", str(files / "prompts.jsonl"),
+                                 "--max-new-tokens", "4", "--trace", str(path)]) == 0
+    host = Host.from_dict(read_trace(path).header["host"])
+    assert host.kernels == {"target": "onednn-prepacked", "draft": "onednn-prepacked"}
+    assert host.cores == len(os.sched_getaffinity(0))  # the run's cores, not the one each process is pinned to
+    assert host.torch == torch.__version__ and host.cpu_capability and host.recorded
+    assert host_differences(host, current_host()) == []
+
+
+@pytest.mark.parametrize("flags,selected,label", [(["--prompt-offset", "1", "--num-prompts", "1"], [1], "[1:2]"),
+                                                   (["--prompt-stride", "2"], [0, 2], "[0:3:2]")])
+def test_prompt_offset_and_stride_select_prompts(files, tmp_path, flags, selected, label):
+    path, out = tmp_path / "ar.jsonl", tmp_path / "out.jsonl"
+    assert main(models(files) + ["--mode", "ar", "--prompts", str(files / "prompts.jsonl"), *flags,
+                                 "--max-new-tokens", "3", "--trace", str(path), "--output", str(out)]) == 0
+    tr = read_trace(path)
+    assert tr.header["num_prompts"] == len(selected) and tr.header["prompt_source"].endswith(f"prompts.jsonl{label}")
+    assert [json.loads(line)["prompt_ids"] for line in out.read_text().splitlines()] == [PROMPTS[i] for i in selected]
+    with pytest.raises(SystemExit) as e:
+        main(models(files) + ["--prompts", str(files / "prompts.jsonl"), "--prompt-offset", "3"])
+    assert e.value.code == 2
+
+
+def test_calibrate_here_writes_traces_a_profile_of_this_host_and_its_plan(files, tmp_path, capsys):
+    out = tmp_path / "here"
+    argv = ["calibrate-here", "--target", str(files / "target"), "--draft", str(files / "draft"), "--prompts",
+            str(files / "prompts.jsonl"), "--num-prompts", "2", "--max-new-tokens", "6", "--out", str(out),
+            "--no-progress"]
+    assert main(argv) == 0
+    names = sorted(p.name for p in out.iterdir())
+    assert names == ["ar-b1-t0.jsonl", "manifest.json", "plan.json", "profile.json", "sd-k2-b1-t0.jsonl",
+                     "sd-k4-b1-t0.jsonl", "sd-k6-b1-t0.jsonl", "ssd-k2-f001-b1-t0.jsonl", "ssd-k2-f111-b2-t0.jsonl",
+                     "ssd-k2-f112-b1-t0.jsonl"]
+    prof = load_profile_file(out / "profile.json")
+    assert prof.host is not None and host_differences(prof.host, current_host()) == []
+    assert prof.host.kernels == {"target": "onednn-prepacked", "draft": "onednn-prepacked"}
+    assert load_plan(out / "plan.json").extra["profile"]["path"] == str(out / "profile.json")
+    manifest = json.loads((out / "manifest.json").read_text())
+    assert set(manifest["files"]) == set(names) - {"manifest.json"}
+    printed = capsys.readouterr()
+    assert "warning" not in printed.err and "plan written to" in printed.out
+    with pytest.raises(SystemExit) as e:  # the folder is not empty now: refused, nothing overwritten
+        main(argv)
+    assert e.value.code == 2 and sorted(p.name for p in out.iterdir()) == names

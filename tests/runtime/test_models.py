@@ -2,10 +2,20 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 import torch
 
-from ssd_runtime.models import ModelSpec, check_same_vocab, describe, load_model, resolve_path, tiny_model
+from ssd_runtime.models import (
+    ModelSpec,
+    check_same_vocab,
+    describe,
+    kernel_path,
+    load_model,
+    resolve_path,
+    tiny_model,
+)
 from ssd_sim.io.errors import ConfigError
 from tests.helpers.runtime import TARGET
 
@@ -66,3 +76,19 @@ def test_vocabulary_mismatch_is_a_clear_error():
     with pytest.raises(ConfigError, match="different ids"):
         check_same_vocab(t, {"vocab_size": 151936, "tokenizer": "xyz"})
     check_same_vocab(t, {"vocab_size": 151936, "tokenizer": None})  # no tokenizer on one side: sizes decide
+
+
+@pytest.mark.parametrize("linear,quantize,want", [("auto", "none", "onednn-prepacked"), ("dense", "none", "dense"),
+                                                  ("auto", "int8", "int8-dynamic (")])
+def test_kernel_path_reports_what_the_loaded_model_runs(linear, quantize, want):
+    lm = load_model(replace(ModelSpec.tiny_spec(**TARGET), linear=linear, quantize=quantize))
+    assert kernel_path(lm.model).startswith(want)
+    assert describe(lm)["kernels"] == kernel_path(lm.model)
+
+
+def test_auto_falls_back_to_dense_kernels_without_onednn_and_the_path_shows_it(monkeypatch):
+    monkeypatch.setattr(torch.backends.mkldnn, "is_available", lambda: False)
+    lm = load_model(ModelSpec.tiny_spec(**TARGET))
+    assert describe(lm)["linear"] == "dense" and describe(lm)["kernels"] == "dense"
+    with pytest.raises(ConfigError, match="no oneDNN"):
+        load_model(replace(ModelSpec.tiny_spec(**TARGET), linear="onednn"))

@@ -9,6 +9,8 @@ rounds, statistical error ~0.1-0.3%, well under the 1% tolerance).
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -115,6 +117,16 @@ def test_ssd_matches_predict_ssd_in_the_general_case_within_1pct(backup, redraft
     assert m.per_seq_tok_s == pytest.approx(pred.per_seq_tok_s, rel=0.01)
     assert m.round_ms == pytest.approx(pred.round_ms, rel=0.01)
     assert m.hit_rate == pytest.approx(pred.p_hit, abs=0.01)
+
+
+def test_interference_slows_the_simulated_verify_as_predicted():
+    prof = general_profile()
+    prof = Profile(prof.name, replace(prof.latency, verify_slowdown_one_row=0.4, verify_slowdown_rows=0.1), prof.acceptance)
+    for fan_out in ((0, 0, 0, 0, 1), (1, 1, 1, 1, 2)):  # one branch row per step / several
+        plan = Plan(num_speculative_tokens=K, fan_out=fan_out)
+        pred, m = predict_ssd(prof, plan), decode(prof, plan, "ssd", 100_000)
+        assert pred.verify_ms > float(prof.latency.verify_ms(1, K))
+        assert m.round_ms == pytest.approx(pred.round_ms, rel=0.01)
 
 
 def test_two_draft_devices_fit_a_budget_one_device_cannot():
