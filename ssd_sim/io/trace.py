@@ -42,6 +42,7 @@ from pathlib import Path
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import read_text_file
 
 TRACE_SCHEMA = "ssd-trace/1"
 PHASES = ("target_wait", "verify", "commit", "draft_lookup", "draft_backup", "draft_glue", "draft_branch",
@@ -72,10 +73,7 @@ class Trace:
 def read_trace(path: str | Path) -> Trace:
     """Parse and validate a JSONL trace file; problems raise ConfigError naming the line and field."""
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except FileNotFoundError as e:
-        raise ConfigError("trace", f"{p} does not exist") from e
+    lines = read_text_file(p, "trace", "record one with `ssd-run --trace FILE`").splitlines()
     return parse_trace(lines, source=str(p))
 
 

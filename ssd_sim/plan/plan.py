@@ -21,6 +21,7 @@ PLAN_SCHEMA = "ssd-plan/1"
 BACKUPS = ("jit", "fast", "adaptive")
 JIT_REDRAFT = ("rows", "batch")
 MODES = ("ar", "sd", "ssd")
+MAX_BUDGET = 1024  # cached guesses per sequence and round: each is a branch row the draft decodes K steps
 
 
 @dataclass(frozen=True)
@@ -54,6 +55,7 @@ class Plan:
         _check(sum(fm) == sum(fo), "fan_out_miss",
                f"sums to {sum(fm)} but fan_out sums to {sum(fo)}: both lists share one cache budget")
         _check(sum(fo) >= 1, "fan_out", "must cache at least one guess (sum >= 1)")
+        check_budget(fo)
         _check(_num(self.saguaro_c) and 0.0 <= self.saguaro_c <= 1.0, "saguaro_c",
                f"must be in [0, 1] (1 = plain sampling), got {self.saguaro_c!r}")
         _check(self.downweight in DOWNWEIGHT_SETS, "downweight", f"must be one of {DOWNWEIGHT_SETS}")
@@ -119,6 +121,12 @@ class Plan:
 def _check(ok: bool, name: str, message: str) -> None:
     if not ok:
         raise ConfigError(name, message)
+
+
+def check_budget(fan_out: tuple[int, ...], name: str = "fan_out") -> None:
+    """ConfigError unless the fan-out caches at most MAX_BUDGET guesses per sequence (the cache budget)."""
+    _check(sum(fan_out) <= MAX_BUDGET, name, f"caches {sum(fan_out)} guesses per sequence per round, at most "
+           f"{MAX_BUDGET} (each is a branch row the draft decodes every round): use a smaller fan-out")
 
 
 def _num(v) -> bool:

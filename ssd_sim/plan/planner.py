@@ -16,7 +16,7 @@ import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.profile import Profile
-from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.plan import Plan, check_budget
 from ssd_sim.plan.predict import (
     Prediction,
     backup_outcomes,
@@ -174,6 +174,7 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
     pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
     if knobs.fan_out is not None:
         fixed = knobs.fan_out if isinstance(knobs.fan_out, tuple) else (int(knobs.fan_out),) * (K + 1)
+        check_budget(fixed)  # before the allocation tables, whose size grows with the budget squared
         budgets = np.array([sum(fixed)])
     else:
         fixed = None

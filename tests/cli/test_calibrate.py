@@ -32,9 +32,15 @@ def test_cli_writes_a_profile_usable_by_the_planner(traces, tmp_path, capsys):
     assert rep["predicted"]["ssd_tok_s"] > 0
 
 
-def test_cli_bad_trace_exits_2_and_writes_nothing(tmp_path, capsys):
+@pytest.mark.parametrize("kind", ["not json", "binary", "folder"])
+def test_cli_bad_trace_exits_2_and_writes_nothing(tmp_path, capsys, kind):
     bad = tmp_path / "bad.jsonl"
-    bad.write_text("not json\n")
+    if kind == "folder":
+        bad.mkdir()
+    elif kind == "binary":
+        bad.write_bytes(bytes(range(128, 256)))
+    else:
+        bad.write_text("not json\n")
     out = tmp_path / "p.json"
     with pytest.raises(SystemExit) as e:
         main([str(bad), "-o", str(out)])

@@ -70,6 +70,8 @@ def test_plan_file_round_trip_and_reevaluation(capsys, tmp_path):
     (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "1,1"], "fan_out"),
     (["--preset", "llama70b-1b-h100", "--saguaro-c", "2"], "--saguaro-c"),
     (["--preset", "llama70b-1b-h100", "--backup", "slow"], "--backup"),
+    (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "1000000"], "fan_out: caches 4000000 guesses"),
+    (["--preset", "llama70b-1b-h100", "--fan-out", "0,0,0,5000"], "at most 1024"),
     ([], "profile"),
 ])
 def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
@@ -155,3 +157,16 @@ def test_calibrated_profile_warns_only_on_another_host(here, tmp_path, capsys, m
     if warns:
         assert "another host (CPU AMD EPYC [AuthenticAMD family 25 model 1 stepping 1] there" in err
         assert "ISA avx512f only here" in err
+
+
+@pytest.mark.parametrize("kind,needle", [("binary", "is not a text file"), ("folder", "is a folder")])
+def test_unreadable_plan_files_exit_2_with_one_line(capsys, tmp_path, kind, needle):
+    bad = tmp_path / "bad.json"
+    if kind == "binary":
+        bad.write_bytes(bytes(range(128, 256)))
+    else:
+        bad.mkdir()
+    with pytest.raises(SystemExit) as e:
+        main(["--plan", str(bad)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and f"plan file: {bad} {needle}" in err
