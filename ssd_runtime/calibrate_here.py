@@ -10,15 +10,16 @@ command runs a small fixed grid on this host, in one process pair (models loaded
     sd-k6   b = 1, every prompt       verifies of 7 tokens, per-position acceptance up to position 6
     ssd-k2  b = 1, fan-out [0, 0, 1], every prompt
                                       one branch row per draft step while the target verifies (the
-                                      interference of a matrix-vector draft stream, +10-45% on the verify of
-                                      an AVX-512 EPYC host), lookups, transfers, bonus-token ranks (hit curves)
+                                      interference of a matrix-vector draft stream: +46% on the verify of an
+                                      AVX-512 EPYC host), lookups, transfers, bonus-token ranks (hit curves)
     ssd-k2  b = 1, fan-out [1, 1, 2]  four rows per step: the interference of multi-row steps
     ssd-k2  b = 2, fan-out [1, 1, 1]  two sequences: how latencies grow with the batch
 
 (per --temperatures value but AR and b = 2), the latency-only runs on the first 4 selected prompts, then
 fits a profile as `ssd-plan calibrate` does (it records this host), with acceptance and hit curves from the
-runs on every prompt only (a few prompts would bias them), and plans with it as `ssd-plan --profile`. Acceptance varies more between prompts than between hosts (per prompt, 0.45 to 0.98
-of the drafted tokens on the built-in code set), so the default samples every other prompt of the set
+runs on every prompt only (a few prompts would bias them), and plans with it as `ssd-plan --profile`.
+Acceptance varies more between prompts than between hosts (per prompt, 0.45 to 0.98 of the drafted tokens
+on the built-in code set), so the default samples every other prompt of the set
 (12 x 32 tokens; about 5 minutes on a 2-core CPU host): pass --prompts with a sample of your own workload
 to plan for it. Writes into --out: one trace per run, manifest.json, profile.json and plan.json.
 """
@@ -29,12 +30,13 @@ import json
 import shlex
 import sys
 import time
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ssd_sim.cli.args import OneLineParser, fail
 from ssd_sim.cli.plan import main as ssd_plan
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host, isa_summary
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.plan.plan import Plan
@@ -108,12 +110,13 @@ def main(argv: list[str]) -> int:
     profile_path, plan_path = out / "profile.json", out / "plan.json"
     try:
         every = [str(p) for p, r in zip(paths, runs, strict=True) if r.all_prompts]
-        profile, report = calibrate([str(p) for p in paths], args.name or _default_name(paths[0]), every)
+        profile, report = calibrate([str(p) for p in paths], args.name, every)
     except ConfigError as e:
         fail(PROG, e)
+    profile = replace(profile, name=args.name or _default_name(profile.host))
     save_json_atomic(profile_path, json.dumps({**profile.to_dict(), "calibration": report.to_dict()}, indent=2))
-    _write_manifest(out, runs, paths, argv)
-    print(f"profile written to {profile_path} (measured on {profile.host.label() if profile.host else 'this host'})\n")
+    _write_manifest(out, runs, paths, argv, profile.host)
+    print(f"profile written to {profile_path} (measured on {profile.host.label()})\n")
     code = ssd_plan(["--profile", str(profile_path), "-t", f"{args.temperatures[0]:g}", "-o", str(plan_path)])
     print(f"\nnext: ssd-plan --profile {profile_path} [-b B -t T]   |   ssd-run --plan {plan_path} "
           "--prompt-offset N   (check it on prompts the calibration did not see)")
@@ -165,18 +168,14 @@ def _measure(runs: list[Run], specs: dict, job_kw: dict, args, out: Path) -> lis
     return paths
 
 
-def _default_name(trace: Path) -> str:
-    from ssd_sim.io.host import Host, isa_summary
-    from ssd_sim.io.trace import read_trace
-
-    host = Host.from_dict(read_trace(trace).header["host"])
+def _default_name(host: Host) -> str:
+    """calibrated-here-<cpu words>-<widest ISA>, e.g. calibrated-here-amd-epyc-avx-512."""
     cpu = "-".join(host.cpu.lower().replace("(r)", "").replace("(tm)", "").split()[:3]) or "host"
     return f"calibrated-here-{cpu}" + (f"-{isa_summary(host.isa).lower()}" if host.isa else "")
 
 
-def _write_manifest(out: Path, runs: list[Run], paths: list[Path], argv: list[str]) -> None:
+def _write_manifest(out: Path, runs: list[Run], paths: list[Path], argv: list[str], host: Host) -> None:
     """manifest.json in the traces/ schema (ssd-traces-manifest/1), so the folder can be shipped as it is."""
-    from ssd_sim.io.host import Host
     from ssd_sim.io.trace import read_trace
 
     head = read_trace(paths[-1]).header
@@ -189,7 +188,7 @@ def _write_manifest(out: Path, runs: list[Run], paths: list[Path], argv: list[st
     manifest = {"schema": "ssd-traces-manifest/1",
                 "setup": {"machine": head["machine"], "target": head["models"]["target"],
                           "draft": head["models"]["draft"], "quantize": head["quantize"],
-                          "versions": head["versions"], "host": Host.from_dict(head["host"]).label()},
+                          "versions": head["versions"], "host": host.label()},
                 "files": files}
     save_json_atomic(out / "manifest.json", json.dumps(manifest, indent=2))
 

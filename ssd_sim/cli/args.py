@@ -1,4 +1,4 @@
-"""Argument parsing shared by ssd-plan, ssd-sim and ssd-run: the knob flags and one-line errors."""
+"""What ssd-plan, ssd-sim and ssd-run share: the knob flags, one-line errors and the host report."""
 
 from __future__ import annotations
 
@@ -7,6 +7,8 @@ import math
 import sys
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import current_host, host_warning
+from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import BACKUPS, JIT_REDRAFT, Plan
 from ssd_sim.plan.planner import Knobs
 from ssd_sim.theory.saguaro import DOWNWEIGHT_SETS
@@ -164,3 +166,10 @@ def plan_from_args(args: argparse.Namespace, base: Plan | None = None) -> Plan:
             d[key] = v
     d["fan_out"], d["fan_out_miss"] = tuple(d["fan_out"]), tuple(d["fan_out_miss"])
     return Plan(**d)
+
+
+def host_report(profile: Profile) -> dict:
+    """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
+    here = current_host()
+    return {"measured_on": profile.host.to_dict() if profile.host is not None else None, "here": here.to_dict(),
+            "warning": host_warning(profile.name, profile.host, here)}

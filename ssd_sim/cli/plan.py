@@ -14,9 +14,9 @@ import json
 import math
 import sys
 
-from ssd_sim.cli.args import OneLineParser, add_knob_args, fail, knobs_from_args, positive_int
+from ssd_sim.cli.args import OneLineParser, add_knob_args, fail, host_report, knobs_from_args, positive_int
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.host import current_host, host_warning
+from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
@@ -195,13 +195,6 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
     return report
 
 
-def host_report(profile: Profile) -> dict:
-    """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
-    here = current_host()
-    return {"measured_on": profile.host.to_dict() if profile.host is not None else None, "here": here.to_dict(),
-            "warning": host_warning(profile.name, profile.host, here)}
-
-
 def _print_presets() -> int:
     from rich.console import Console
     from rich.table import Table
@@ -268,7 +261,7 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
         for src in profile.sources:
             con.print(f"- {src}")
         host = profile.host.label() if profile.host is not None else "not host-specific (datasheets, published numbers)"
-        con.print(f"measured on: {host}; this host: {current_host().label()}")
+        con.print(f"measured on: {host}; this host: {Host.from_dict(report['host']['here']).label()}")
 
 
 if __name__ == "__main__":

@@ -18,13 +18,13 @@ from ssd_sim.cli.args import (
     OneLineParser,
     add_knob_args,
     fail,
+    host_report,
     knobs_from_args,
     nonneg_float,
     plan_from_args,
     positive_int,
 )
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.host import current_host, host_warning
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.presets import load_profile
@@ -89,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                           chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay)
     except ConfigError as e:
         fail(PROG, e)
-    warning = host_warning(profile.name, profile.host, current_host())
+    warning = host_report(profile)["warning"]
     if warning:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
     predicted = predict(profile, result.plan, "ssd" if args.mode.startswith("ssd") else args.mode)

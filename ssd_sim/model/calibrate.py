@@ -239,7 +239,7 @@ def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds
     s_one, s_rows = fractions(fit.x)
     note = (f"measured on {n_one + n_rows} SSD rounds: verify +{s_one:.0%} while the draft decodes one branch row per "
             f"step ({n_one} rounds), +{s_rows:.0%} during its glue and multi-row steps ({n_rows} rounds)")
-    if min(n_one, n_rows) < min_rounds:
+    if not both:
         note += f"; the kind with fewer than {min_rounds} rounds copies the other"
     return {"one_row": float(s_one), "rows": float(s_rows), "source": note, "samples": n_one + n_rows,
             "median_abs_rel_err": float(np.median(np.abs(residuals(fit.x))))}

@@ -14,9 +14,9 @@ One forward of a model on its device(s), in ms, with N = rows * tokens processed
 A GPU preset is mostly roofline + fixed; a CPU profile is mostly fixed + token term (see presets/).
 
 Interference: in SSD the draft computes while the target verifies. On a CPU the two cores share memory
-bandwidth, so the target's forward runs slower while the draft works: measured on a 2-core host, +37% while
-the draft decodes one branch row per step (a matrix-vector stream of its weights) but +5% while it decodes
-several rows or a multi-token glue. LatencyModel keeps the two fractions (verify_slowdown_one_row,
+bandwidth, so the target's forward runs slower while the draft works: calibrated on one 2-core host, +46%
+while the draft decodes one branch row per step (a matrix-vector stream of its weights) and +17% while it
+decodes several rows or a multi-token glue; +1% / +5% on another host of the same kind. LatencyModel keeps the two fractions (verify_slowdown_one_row,
 verify_slowdown_rows) and `overlapped_ms` turns them into the verify's duration given the draft's phases;
 the draft's glue and branch decode, which only ever run beside a verify, take draft_slowdown longer than
 its idle forwards (SD drafting, jit backups).

@@ -59,7 +59,7 @@ def get_preset(name: str) -> Profile:
     """Derive the Profile of a built-in preset (cached: derivation involves small fits)."""
     src = preset_source(name)
     prov: dict[str, str] = {}
-    ov = src.get("overheads", {})
+    ov, interference = src.get("overheads", {}), src.get("interference", {})
     round_overhead = float(ov.get("round_overhead_ms", 0.0))
     target = _forward(src["target"], "target", prov, round_overhead)
     draft = _forward(src["draft"], "draft", prov, 0.0)
@@ -72,10 +72,10 @@ def get_preset(name: str) -> Profile:
         lookup_ms=float(ov.get("lookup_ms", 0.0)),
         fast_backup_ms=float(ov.get("fast_backup_ms", 0.0)),
         sd_transfer=bool(ov.get("sd_transfer", False)),
-        verify_slowdown_one_row=float(src.get("interference", {}).get("one_row", 0.0)),
-        verify_slowdown_rows=float(src.get("interference", {}).get("rows", 0.0)),
+        verify_slowdown_one_row=float(interference.get("one_row", 0.0)),
+        verify_slowdown_rows=float(interference.get("rows", 0.0)),
     )
-    prov["latency.interference"] = src.get("interference", {}).get(
+    prov["latency.interference"] = interference.get(
         "source", "assumed 0: the draft has its own device (shared host resources are not modelled)")
     prov["overheads"] = ov.get("source", "assumed") + ": " + ", ".join(
         f"{k}={v}" for k, v in ov.items() if k != "source")
