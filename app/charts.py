@@ -171,6 +171,18 @@ def series(x: Sequence[float], ys: dict[str, Sequence[float]], title: str, xl: s
     return _layout(fig, title, xl, yl)
 
 
+def position_lines(positions: Sequence[int], ys: dict[str, Sequence[float | None]], title: str, yl: str) -> go.Figure:
+    """Per stopping position, one line with markers per source (measured, derived, profile); None = no data."""
+    fig = go.Figure()
+    for name, y in ys.items():
+        if y is not None:
+            fig.add_scatter(name=name, x=list(positions)[:len(y)], y=[None if _nan(v) else v for v in y],
+                            mode="lines+markers")
+    fig.update_yaxes(range=[0, 1.02])
+    fig.update_xaxes(dtick=1)
+    return _layout(fig, title, "stopping position k", yl)
+
+
 def _nan(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 

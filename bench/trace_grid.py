@@ -5,8 +5,9 @@
 
 The grid file is JSON: {"out": "traces/cpu-fp32-grid", "num_prompts": 8, "max_new_tokens": 64, "runs": [{"name", "mode",
 plus any Plan field (num_speculative_tokens, fan_out, fan_out_miss, saguaro_c, backup, batch_size,
-temperature, ...) or "plan_file": a plan written by ssd-plan}]}. All runs share one process pair (models
-loaded once, one warm-up job), the built-in code prompts and seed 0. Existing traces are kept unless
+temperature, ...) or "plan_file": a plan written by ssd-plan}]}. "prompt_set" (code | chat), "prompt_offset",
+"num_prompts", "max_new_tokens" and "log_topn" (ssd-run --log-topn; 0 if absent) may be set grid-wide or per run.
+All runs share one process pair (models loaded once, one warm-up job) and seed 0. Existing traces are kept unless
 --force. Prints one line per run and writes <out>/grid.json with the summaries. A new trace must also be
 listed in <out>/manifest.json and described in <out>/README.md (tests/test_traces.py checks it).
 Not part of CI: needs `ssd-run fetch-models` and ~2-3 minutes per run on this machine's 2 cores.
@@ -24,11 +25,24 @@ from ssd_runtime.prompts import encode, prompt_set
 from ssd_runtime.run import Job, Session
 from ssd_sim.plan.plan import Plan, load_plan
 
+RUN_KEYS = ("prompt_set", "prompt_offset", "num_prompts", "max_new_tokens", "log_topn")  # per run or grid-wide
+
+
+def run_prompts(grid: dict, spec: dict, tokenizer) -> tuple[list[list[int]], str]:
+    """Token ids of a run's prompts and their label, e.g. 'prompt-set:code[8:16]'."""
+    name = spec.get("prompt_set", grid.get("prompt_set", "code"))
+    off = int(spec.get("prompt_offset", grid.get("prompt_offset", 0)))
+    n = int(spec.get("num_prompts", grid.get("num_prompts", 8)))
+    every = prompt_set(name)
+    if off + n > len(every):
+        raise SystemExit(f"{spec['name']}: prompts {off}..{off + n - 1} but the {name} set has {len(every)}")
+    return encode(every[off:off + n], tokenizer), f"prompt-set:{name}[{off}:{off + n}]"
+
 
 def run_plan(spec: dict) -> tuple[Plan, str]:
     """The Plan and mode of one grid entry."""
     fields = {k: (tuple(v) if isinstance(v, list) else v) for k, v in spec.items()
-              if k not in ("name", "mode", "plan_file")}
+              if k not in ("name", "mode", "plan_file", *RUN_KEYS)}
     base = load_plan(spec["plan_file"]).plan.to_dict() if "plan_file" in spec else {}
     base = {k: (tuple(v) if isinstance(v, list) else v) for k, v in base.items()}
     if base.get("backup_threshold") is None:
@@ -50,17 +64,21 @@ def main(argv: list[str] | None = None) -> int:
     todo = [r for r in runs if args.force or not (out / f"{r['name']}.jsonl").exists()]
     tpath, dpath = resolve_path(grid.get("target", "qwen-coder-1.5b"), "target"), resolve_path(
         grid.get("draft", "qwen-coder-0.5b"), "draft")
-    prompts = encode(prompt_set("code")[:grid.get("num_prompts", 8)], load_tokenizer(tpath))
+    tokenizer = load_tokenizer(tpath)
     summaries = json.loads((out / "grid.json").read_text()) if (out / "grid.json").exists() else {}
     if todo:
         with Session(ModelSpec(path=str(tpath)), ModelSpec(path=str(dpath))) as session:
-            session.run(Job(Plan(num_speculative_tokens=2), "ssd", prompts[:1], 4))  # warm-up
+            warm, _ = run_prompts(grid, todo[0], tokenizer)
+            session.run(Job(Plan(num_speculative_tokens=2), "ssd", warm[:1], 4))  # warm-up
             for spec in todo:
                 plan, mode = run_plan(spec)
+                prompts, label = run_prompts(grid, spec, tokenizer)
                 path = out / f"{spec['name']}.jsonl"
                 t = time.time()
-                res = session.run(Job(plan, mode, prompts, grid.get("max_new_tokens", 64), trace_path=str(path),
-                                      header={"prompt_source": "prompt-set:code", "bench": "bench/trace_grid.py",
+                tokens = int(spec.get("max_new_tokens", grid.get("max_new_tokens", 64)))
+                res = session.run(Job(plan, mode, prompts, tokens, trace_path=str(path),
+                                      log_topn=int(spec.get("log_topn", grid.get("log_topn", 0))),
+                                      header={"prompt_source": label, "bench": "bench/trace_grid.py",
                                               "grid_run": spec["name"]}))
                 s = res.summary
                 summaries[spec["name"]] = {"plan": plan.to_dict(), "mode": mode, "tok_s": s["tok_s"],

@@ -60,6 +60,10 @@ def build_parser() -> OneLineParser:
                    help="if the draft does not answer within this time, finish autoregressively (default 120; 0 = wait forever)")
     r.add_argument("--no-pin", action="store_true", help="do not pin the CPU processes to one core each")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
+    r.add_argument("--log-topn", type=_topn, default=20, metavar="N",
+                   help="SD / SSD traces: per verified position, the top-N token ids and log-probs (T = 1) of the "
+                        "target and the draft, from which ssd-plan calibrate derives acceptance and hit rates at any "
+                        "temperature, C and fan-out (default 20, about 0.56 KB per generated token; 0 = off)")
     add_knob_args(p)
     return p
 
@@ -120,6 +124,21 @@ def _rate(text: str) -> float:
     from ssd_sim.cli.args import unit_float
 
     return unit_float(text)
+
+
+MAX_TOPN = 256
+
+
+def _topn(text: str) -> int:
+    """--log-topn: an int in 0..MAX_TOPN."""
+    import argparse
+
+    from ssd_sim.cli.args import nonneg_int
+
+    n = nonneg_int(text)
+    if n > MAX_TOPN:
+        raise argparse.ArgumentTypeError(f"at most {MAX_TOPN} (a trace record grows with N; 20 covers fan-outs up to 19)")
+    return n
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -245,7 +264,8 @@ def _execute(args, plan, job_kw, specs) -> int:
     trace = Path(args.trace) if args.trace else default_trace_path(plan.mode)
     job = Job(plan, plan.mode, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
               forced_acceptance=args.forced_acceptance, draft_timeout_s=args.draft_timeout or None,
-              ignore_eos=args.ignore_eos, trace_path=str(trace), header={"prompt_source": job_kw["source"]})
+              ignore_eos=args.ignore_eos, trace_path=str(trace), header={"prompt_source": job_kw["source"]},
+              log_topn=args.log_topn)
     total = len(job.prompts) * args.max_new_tokens
     try:
         with Session(specs["target"], specs["draft"], pin=not args.no_pin) as session, \

@@ -75,6 +75,10 @@ class Drafter:
         self.seqs: dict[int, SeqState] = {}
         self.order: list[int] = []  # sequence id of each KV row
         self.kv: BatchKV | None = None
+        # Trace only (draft_trace.DraftRecorder): in SD, keep the logits before each row's last pending token
+        # in decode's first step; after a round that accepted all K they are the draft's at stopping position K.
+        self.keep_stop_logits = False
+        self.stop_logits: dict[int, torch.Tensor] = {}  # KV row -> logits [V]
 
     # ---- batch start ---------------------------------------------------------------------------
     def start_batch(self, seqs: list[tuple[int, list[int]]]) -> None:
@@ -179,20 +183,24 @@ class Drafter:
         for n, i in enumerate(rows):
             tokens[i] = toks[n]
             q[i] = None if qs is None else qs[n]
-            if on_main and self.mode == "ssd":
+            if on_main:  # SSD: the glue reuses them; SD: the trace's draft distributions (DraftRecorder)
                 states[i].known = {j: logits[n, j] for j in range(self.K)}
 
     def decode(self, kv: BatchKV, first: list[list[int]], fan: tuple[int, ...], keep_logits: bool = False):
         """K draft steps for every row of kv, starting from each row's pending tokens.
 
         Token i of a proposal is sampled at stopping position i, so Saguaro down-weights the top fan[i]
-        tokens there (the bonus guesses the next cache will hold at that position).
+        tokens there (the bonus guesses the next cache will hold at that position) by C_i = plan.c_at(i).
         Returns (tokens [R, K], q [R, K, V] or None at T = 0, logits [R, K, V] or None).
         """
         inputs, toks, qs, lgs = first, [], [], []
+        stop = self.keep_stop_logits and self.mode == "sd" and max(map(len, first), default=0) >= 2
         for i in range(self.K):
-            logits = kv.forward(inputs, keep=1)[:, -1]
-            tok, qi = draft_token(logits, self.T, fan[i], self.plan.saguaro_c, self.plan.downweight, self.gen)
+            out = kv.forward(inputs, keep=2 if stop and i == 0 else 1)
+            if stop and i == 0:
+                self.stop_logits = {r: out[r, 0] for r, x in enumerate(first) if len(x) >= 2}
+            logits = out[:, -1]
+            tok, qi = draft_token(logits, self.T, fan[i], self.plan.c_at(i), self.plan.downweight, self.gen)
             toks.append(tok.cpu())
             qs.append(qi)
             if keep_logits:

@@ -7,14 +7,18 @@ reply what the target writes into the trace:
                 for the keys and for the sequences that just finished;
   timings       this reply's phases in ms: draft_lookup, then draft_backup (SSD) or draft_sd (SD);
   prev_timings  the phases of the speculation that followed the previous reply: draft_glue, draft_branch
-                (zeros when nothing was speculated).
+                (zeros when nothing was speculated);
+  dists         with log_topn = N: {seq: the draft's top-N [ids, log-probs, rest] at T = 1 at each stopping
+                position 0..k of the previous round} (the target adds its own and writes them to the trace).
 """
 
 from __future__ import annotations
 
+import torch
+
 from .device import model_device, now_ms
 from .draft import Drafter
-from .sampling import rank_of
+from .sampling import rank_of, top_logprobs
 
 
 def _no_speculation() -> dict[str, float]:
@@ -24,10 +28,13 @@ def _no_speculation() -> dict[str, float]:
 class DraftRecorder:
     """A Drafter whose replies carry bonus ranks and phase timings (ms) for the trace."""
 
-    def __init__(self, drafter: Drafter):
+    def __init__(self, drafter: Drafter, log_topn: int = 0):
         self.drafter = drafter
+        self.log_topn = log_topn
+        drafter.keep_stop_logits = log_topn > 0
         self.device = model_device(drafter.model)
         self.spec_timings = _no_speculation()  # of the last speculate(), sent with the next reply
+        self.tops: dict[int, list] = {}  # seq -> the draft's top-N per stopping position (log_topn)
 
     def start_batch(self, seqs: list[tuple[int, list[int]]]) -> None:
         self.drafter.start_batch(seqs)
@@ -38,26 +45,61 @@ class DraftRecorder:
         d = self.drafter
         t0 = now_ms(self.device)
         ranks = {sid: self.bonus_rank(sid, k, t) for sid, k, t in [*spec.get("done", []), *spec["keys"]]}
+        dists = self.draft_dists(spec)
         found = d.lookup(spec)  # ranks first: the lookup forgets the glue logits
         t1 = now_ms(self.device)
         reply = d.propose(found)
         t2 = now_ms(self.device)
+        self._add_stop_dists(spec, dists)
         prev, self.spec_timings = self.spec_timings, _no_speculation()
         timings = {}
         if reply["tokens"] is not None:
             timings = {"draft_lookup": t1 - t0, ("draft_sd" if d.mode == "sd" else "draft_backup"): t2 - t1}
-        return {**reply, "ranks": ranks, "timings": timings, "prev_timings": prev}
+        return {**reply, "ranks": ranks, "timings": timings, "prev_timings": prev, "dists": dists}
+
+    def draft_dists(self, spec: dict) -> dict[int, list]:
+        """{seq: the draft's [ids, log-probs, rest] at stopping positions 0..k of its last round} (T = 1).
+
+        Sliced from the top-N lists `_keep_tops` made while the target verified (off the critical path).
+        SD lacks position K (all accepted) here: _add_stop_dists adds it after the next decode step.
+        """
+        if not self.log_topn:
+            return {}
+        return {sid: self.tops[sid][:k + 1] for sid, k, _ in [*spec.get("done", []), *spec["keys"]]
+                if k >= 0 and sid in self.tops}
+
+    def _keep_tops(self) -> None:
+        """Top-N of the draft's logits at every stopping position of the last proposal: SSD the glue rows
+        0..K, SD the drafting steps 0..K-1. Runs after the reply went out, outside the timed phases."""
+        d = self.drafter
+        self.tops = {}
+        for sid in d.order:
+            st = d.seqs[sid]
+            rows = list(st.glue) if st.glue is not None else [st.known[j] for j in range(d.K) if j in st.known]
+            if rows:
+                self.tops[sid] = top_logprobs(torch.stack(rows), self.log_topn)
+
+    def _add_stop_dists(self, spec: dict, dists: dict[int, list]) -> None:
+        """SD: the draft's distribution at position K of rounds that accepted all K (see Drafter.stop_logits).
+
+        Computed on the critical path (one log-softmax and top-N per such row, ~1 ms on a CPU at V = 152k)."""
+        d = self.drafter
+        for row, (sid, k, _) in enumerate(spec["keys"]):
+            if k == d.K and row in d.stop_logits and len(dists.get(sid, [])) == k:
+                dists[sid].append(top_logprobs(d.stop_logits[row][None], self.log_topn)[0])
+        d.stop_logits = {}
 
     def speculate(self) -> None:
         """Drafter.speculate(), timing the glue and the branch phase (fork + branch decode)."""
         d = self.drafter
-        if not d.speculating:
-            return
-        t0 = now_ms(self.device)
-        d.glue()
-        t1 = now_ms(self.device)
-        d.branch()
-        self.spec_timings = {"draft_glue": t1 - t0, "draft_branch": now_ms(self.device) - t1}
+        if d.speculating:
+            t0 = now_ms(self.device)
+            d.glue()
+            t1 = now_ms(self.device)
+            d.branch()
+            self.spec_timings = {"draft_glue": t1 - t0, "draft_branch": now_ms(self.device) - t1}
+        if self.log_topn and d.mode in ("sd", "ssd"):
+            self._keep_tops()
 
     def bonus_rank(self, sid: int, k: int, bonus: int) -> int | None:
         """Rank of t* among the candidates at k of the last glue (0 = best guess); None without a glue."""

@@ -42,7 +42,24 @@ CODE_PROMPTS: tuple[str, ...] = (
     "    \"\"\"Multiply two matrices given as lists of rows.\"\"\"\n",
 )
 
-PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS}
+# Non-code prompts (raw text, no chat template): prose questions and instructions, the "chat" workload of the
+# code -> chat fidelity split (bench/fidelity.py). A code model drafts prose less predictably than code.
+CHAT_PROMPTS: tuple[str, ...] = (
+    "Question: Why is the sky blue during the day and red at sunset?\nAnswer:",
+    "Write a short, friendly email to a colleague asking to move our Tuesday meeting to Thursday.\n\nHi Sam,\n",
+    "Question: What are three practical ways to improve sleep quality?\nAnswer: 1.",
+    "Explain to a ten-year-old how a rainbow forms.\n\nA rainbow",
+    "Summarise the plot of Romeo and Juliet in a few sentences.\n\nSummary:",
+    "Question: What is the difference between weather and climate?\nAnswer:",
+    "Give me a simple recipe for pancakes.\n\nIngredients:\n-",
+    "Question: How does a bicycle stay upright when it is moving?\nAnswer:",
+    "Write a short product description for a stainless steel water bottle.\n\n",
+    "Question: What were the main causes of the French Revolution?\nAnswer:",
+    "List some tips for a first-time visitor to a big city.\n\n1.",
+    "Question: Why do leaves change colour in autumn?\nAnswer:",
+)
+
+PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS, "chat": CHAT_PROMPTS}
 
 
 @dataclass(frozen=True)

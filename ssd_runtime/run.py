@@ -50,6 +50,7 @@ class Job:
     draft: ModelSpec | None = None
     hooks: TestHooks | None = None  # tests only: attached to the target and the draft when set
     compact_slack: int = 32
+    log_topn: int = 0  # SD / SSD: per verified position, the top-N distributions of target and draft (0: off)
 
 
 @dataclass
@@ -233,7 +234,8 @@ class _TargetWorker:
                                           "(no draft model, or it failed earlier); use --mode ar or restart")
             link = ProcessLink(self.chan, job.draft_timeout_s)
             msg = {"op": "job", "plan": job.plan.to_dict(), "mode": job.mode, "seed": job.seed,
-                   "model": job.draft, "hooks": job.hooks, "compact_slack": job.compact_slack}
+                   "model": job.draft, "hooks": job.hooks, "compact_slack": job.compact_slack,
+                   "log_topn": job.log_topn}
             try:
                 answer = link.job(msg)
             except DraftFault as e:
@@ -253,7 +255,8 @@ class _TargetWorker:
                 writer.round(rec)
 
         cfg = TargetConfig(job.plan, job.mode, job.max_new_tokens, job.seed,
-                           () if job.ignore_eos else tuple(lm.eos_token_ids), job.forced_acceptance)
+                           () if job.ignore_eos else tuple(lm.eos_token_ids), job.forced_acceptance,
+                           job.log_topn if job.mode != "ar" else 0)
         target = Target(lm.model, cfg, link, on_round, lambda n: self.conn.send(("progress", n)),
                         job.compact_slack)
         if job.hooks is not None:
@@ -308,7 +311,7 @@ def draft_worker(draft: ModelSpec, port: int, backend: str, core: int | None) ->
                                   lm.vocab_size, msg.get("compact_slack", 32))
                 if msg.get("hooks") is not None:
                     msg["hooks"].attach_drafter(drafter)
-                recorder = DraftRecorder(drafter)  # its replies carry the trace's ranks and timings
+                recorder = DraftRecorder(drafter, msg.get("log_topn", 0))  # replies carry ranks, timings, dists
                 chan.send({"ok": True, "info": describe(lm)})
             elif op == "batch":
                 recorder.start_batch(msg["seqs"])
@@ -375,6 +378,7 @@ def _header(job: Job, target: dict, draft: dict | None, cores: int) -> dict:
                             cores).to_dict(),
         "started_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         "seed": job.seed, "forced_acceptance": job.forced_acceptance, "ignore_eos": job.ignore_eos,
+        "log_topn": job.log_topn if speculative else 0,
         **{k: v for k, v in job.header.items() if k != "prompt_source"},
     }
 

@@ -53,6 +53,20 @@ def point_mass(tokens: torch.Tensor, vocab: int) -> torch.Tensor:
     return torch.nn.functional.one_hot(tokens, vocab).float()
 
 
+def top_logprobs(logits: torch.Tensor, n: int) -> list[list]:
+    """Per row of logits [rows, V]: [ids, log-probs, rest] of its n most probable tokens at T = 1.
+
+    ids descend in probability; log-probs are natural logs rounded to 4 decimals (relative error in p
+    below 5e-5); rest = 1 - the n probabilities (the mass of the other V - n tokens), rounded to 6 decimals.
+    This is the trace's compact distribution record (ssd_sim.io.trace, "dists").
+    """
+    lp = torch.log_softmax(logits.float(), dim=-1)
+    vals, ids = torch.topk(lp, min(n, lp.shape[-1]), dim=-1)
+    rest = (1.0 - vals.exp().sum(dim=-1)).clamp_min(0.0)
+    return [[i, [round(v, 4) for v in row], round(r, 6)]
+            for i, row, r in zip(ids.tolist(), vals.tolist(), rest.tolist(), strict=True)]
+
+
 # ---- draft side --------------------------------------------------------------------------------------
 def draft_token(logits: torch.Tensor, temperature: float, F: int | torch.Tensor, C: float, downweight: str,
                 generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:

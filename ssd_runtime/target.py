@@ -28,6 +28,7 @@ from .sampling import (
     point_mass,
     probs_from_logits,
     sample,
+    top_logprobs,
     verify_forced,
     verify_greedy,
     verify_sample,
@@ -61,6 +62,7 @@ class TargetConfig:
     seed: int = 0
     eos_token_ids: tuple[int, ...] = ()
     forced_acceptance: float | None = None  # synthetic acceptance rate (not exact; pipeline tests)
+    log_topn: int = 0  # SD / SSD: log the top-N distributions of target and draft at positions 0..k (0: off)
 
 
 class Target:
@@ -80,6 +82,8 @@ class Target:
         self.rounds = 0
         self.prefill_ms = 0.0
         self._pending: dict | None = None  # round record waiting for the draft's timings / ranks
+        self._verify_logits: torch.Tensor | None = None
+        self._top: list | None = None  # last verify's target top-N per row and position (log_topn)
 
     @property
     def speculative(self) -> bool:
@@ -144,6 +148,7 @@ class Target:
         timings.update(target_wait=t1 - t0, verify=t2 - t1, commit=t3 - t2, round=t3 - t0)
         if reply is not None:
             timings.update(reply.get("timings", {}))
+        self._log_top()
         self._pending = self._record(active, K, accepted, bonus, committed, first, reply, timings)
         self.rounds += 1
         return still, kv, finished
@@ -155,7 +160,16 @@ class Target:
         pending = kv.rollback_to([s.tokens for s in active])  # [t*]: everything else is cached
         inputs = [p + d for p, d in zip(pending, drafts.tolist(), strict=True)]
         logits = kv.forward(inputs, keep=K + 1)
+        self._verify_logits = logits if self.cfg.log_topn and K else None
         return self.accept(logits, drafts.to(logits.device), reply)
+
+    def _log_top(self) -> None:
+        """The target's top-N per row and position of the last verify (outside the timed phases: trace cost)."""
+        logits, self._verify_logits = self._verify_logits, None
+        if logits is not None:
+            b, w, V = logits.shape
+            flat = top_logprobs(logits.reshape(-1, V), self.cfg.log_topn)
+            self._top = [flat[r * w:(r + 1) * w] for r in range(b)]
 
     def accept(self, logits: torch.Tensor, drafts: torch.Tensor, reply: dict | None):
         """The acceptance rule: target logits [b, K+1, V], drafts [b, K] -> (accepted [b] in 0..K, bonus [b])."""
@@ -220,7 +234,10 @@ class Target:
                 entry.update(hit=hit, backup=reply["backup"][i], fan_out=fan[k])
                 if reply["lookup_hit"][i] and not hit:
                     entry["lookup_hit"] = True  # jit_redraft = batch threw this hit away
+            if self._top is not None and reply is not None:
+                entry["dists"] = self._top[i][:k + 1]  # target side; the draft's is added by _finish_pending
             seqs.append(entry)
+        self._top = None
         rec = {"round": self.rounds, "K": K, "batch": len(active), "seqs": seqs, "timings_ms": timings}
         if K == 0 and self.cfg.mode != "ar":
             rec["fallback"] = "ar"  # after a draft fault
@@ -237,4 +254,9 @@ class Target:
             for e in rec["seqs"]:
                 if self.cfg.mode == "ssd":
                     e["bonus_rank"] = ranks.get(e["seq"])
+        for e in rec["seqs"]:
+            if "dists" in e:
+                draft = ((reply or {}).get("dists") or {}).get(e["seq"]) or []
+                e["dists"] = [t + (draft[i] if i < len(draft) and draft[i] else [None, None, None])
+                              for i, t in enumerate(e["dists"])]
         self.on_round(rec)

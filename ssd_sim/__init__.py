@@ -26,7 +26,7 @@ _EXPORTS = {
     "ssd_sim.io.errors": ("ConfigError",),
     "ssd_sim.io.trace": ("Trace", "TraceWriter", "read_trace", "summarize"),
     "ssd_sim.model.latency": ("ForwardLatency", "LatencyModel"),
-    "ssd_sim.model.acceptance": ("AcceptanceModel", "AcceptancePoint", "HitCurve"),
+    "ssd_sim.model.acceptance": ("AcceptanceModel", "AcceptancePoint", "HitCurve", "HitTable"),
     "ssd_sim.model.profile": ("Profile", "load_profile_file"),
     "ssd_sim.model.presets": ("get_preset", "list_presets", "load_profile"),
     "ssd_sim.model.calibrate": ("calibrate",),

@@ -9,7 +9,7 @@ from app import charts, sim, state
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import PHASES, Trace, parse_trace, read_trace
 from ssd_sim.model.profile import Profile
-from ssd_sim.plan.compare import predicted_vs_measured, trace_plan, trace_series
+from ssd_sim.plan.compare import position_curves, predicted_vs_measured, trace_plan, trace_series
 
 NONE = "(choose a trace)"
 
@@ -99,6 +99,26 @@ def compare(trace: Trace, profile: Profile) -> None:
                      for n, p, m, s in pvm["rows"]], hide_index=True, width="stretch")
 
 
+def positions_of(trace: Trace, profile: Profile) -> None:
+    """Per-position acceptance and hit rate: counted in the trace, derived from its logged distributions,
+    and the profile's for the trace's plan."""
+    if trace.mode == "ar":
+        return
+    c = position_curves(trace, profile)
+    st.subheader("per stopping position")
+    if c["derived_acceptance"] is None:
+        st.caption("this trace has no logged distributions (record with ssd-run --log-topn): measured and profile only")
+    left, right = st.columns(2)
+    left.plotly_chart(charts.position_lines(c["position"], {
+        "measured": c["measured_acceptance"], "derived from the trace's distributions": c["derived_acceptance"],
+        f"profile {profile.name}": c["profile_acceptance"]}, "acceptance per position", "P(accept | reached)"),
+        key="ch_tr_pos_acc")
+    right.plotly_chart(charts.position_lines(c["position"], {
+        "measured (SSD)": c["measured_hit"] if trace.mode == "ssd" else None,
+        "derived from the trace's distributions": c["derived_hit"], f"profile {profile.name}": c["profile_hit"]},
+        "next-round hit rate per position (the plan's fan-out)", "P(hit | stopped at k)"), key="ch_tr_pos_hit")
+
+
 def simulate_trace(trace: Trace, profile: Profile, plan) -> dict | None:
     """The simulator's metrics for the trace's plan, when asked for (checkbox) and available."""
     if not sim.available():
@@ -127,6 +147,7 @@ def render() -> None:
         return
     charts_of(trace)
     compare(trace, sc.profile)
+    positions_of(trace, sc.profile)
 
 
 render()

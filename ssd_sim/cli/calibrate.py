@@ -61,17 +61,26 @@ def print_report(profile: Profile, report: CalibrationReport) -> None:
     con.print("overheads (ms): " + ", ".join(f"{k}={v:.2f}" for k, v in report.overheads.items()))
     con.print(f"target beside the draft: {report.latency['interference']['source']}")
     con.print(f"draft beside the target: {report.latency['interference']['draft_source']}")
-    t = Table(title="acceptance and hit curves")
-    for col in ("T", "C", "per-position acceptance (95% CI)", "primary miss(1), r", "backup miss(1), r"):
+    t = Table(title="acceptance and hit curves at the traced (T, C)")
+    cols = ["T", "C", "per-position acceptance counted (95% CI)"]
+    cols += ["derived from logged distributions"] if report.logged else []
+    for col in cols + ["primary miss(1), r (ranks)", "backup miss(1), r (ranks)"]:
         t.add_column(col)
     for e in report.acceptance:
         acc = ", ".join(f"{p['acceptance']:.2f} [{p['ci95'][0]:.2f},{p['ci95'][1]:.2f}]"
                         for p in e["per_position"][:4])
+        derived = [", ".join(f"{a:.2f}" for a in e.get("derived_acceptance", [])[:4])] if report.logged else []
         hp, hb = e["primary_hit"], e["backup_hit"]
-        t.add_row(f"{e['temperature']:g}", f"{e['saguaro_c']:g}", acc,
+        t.add_row(f"{e['temperature']:g}", f"{e['saguaro_c']:g}", acc, *derived,
                   f"{hp['miss_at_one']:.2f}, {hp['r']:.2f} (n={hp['samples']})",
                   f"{hb['miss_at_one']:.2f}, {hb['r']:.2f} (n={hb['samples']})")
     con.print(t)
+    if report.logged:
+        lg = report.logged
+        con.print(f"acceptance model: derived from {lg['contexts']} logged contexts (top-{lg['top_n']}), contexts per "
+                  f"position {lg['positions']}, truncation bound {lg['truncation_bound']:.3f}")
+    for w in report.warnings:
+        con.print(f"warning: {w}")
     con.print(f"profile {profile.name}: max batch {profile.max_batch_size}")
 
 

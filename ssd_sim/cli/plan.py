@@ -22,7 +22,8 @@ from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES, engine_flags
 from ssd_sim.plan.plan import PlanFile, load_plan
-from ssd_sim.plan.planner import OBJECTIVES, Knobs, PlanResult, make_plan
+from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, Knobs, PlanResult, make_plan
+from ssd_sim.plan.predict import plan_point
 
 PROG = "ssd-plan"
 
@@ -155,7 +156,7 @@ def _simulate(profile: Profile, result: PlanResult, args) -> dict:
         "p_hit": m.hit_rate, "mean_accept_len": m.mean_accept_len,
         "ar_tok_s": rr.baselines["ar"].per_seq_tok_s, "sd_tok_s": rr.baselines["sd"].per_seq_tok_s,
         "candidates": [{"num_speculative_tokens": p.K, "fan_out": list(p.fan_out), "saguaro_c": p.saguaro_c,
-                        "backup": p.backup_for(p.batch_size), "analytic_tok_s": pred.per_seq_tok_s,
+                        "saguaro_c_list": list(p.saguaro_c_list), "backup": p.backup_for(p.batch_size), "analytic_tok_s": pred.per_seq_tok_s,
                         "simulated_tok_s": sm.per_seq_tok_s} for p, pred, sm in rr.ranked],
     }
 
@@ -188,6 +189,7 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
         "ssd": ssd.to_dict(),
         "engine_flags": engine_flags(profile, result.plan, sd),
         "configurations_scored": result.evaluated,
+        "c_per_position_gain_pct": result.c_per_position_gain_pct,
     }
     if simulated:
         report["simulated"] = simulated
@@ -236,9 +238,12 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
               f"backup ({s.backup}) {s.backup_ms:.2f} ms")
     thr = "never" if math.isinf(result.b_star) else f"{result.b_star:g}"
     con.print(f"plan: K={plan.K} fan_out={list(plan.fan_out)} fan_out_miss={list(plan.fan_out_miss)} "
-              f"saguaro_c={plan.saguaro_c:g} backup={plan.backup} (fast backup from b*={thr}; closed form "
+              f"saguaro_c={plan.c_label} backup={plan.backup} (fast backup from b*={thr}; closed form "
               f"{result.b_star_closed_form:.2f})")
     con.print(f"binding: {result.binding}")
+    if result.c_per_position_gain_pct is not None:
+        used = "used" if plan.saguaro_c_list else f"not used (below {MIN_C_GAIN_PCT:g}%)"
+        con.print(f"per-position Saguaro C: {result.c_per_position_gain_pct:+.1f}% tok/s over the best single C ({used})")
     rec = result.recommended_mode.upper()
     con.print(f"recommendation under '{result.objective}': [bold]{rec}[/] "
               f"(SSD {report['predicted']['speedup_ssd_vs_sd']:.2f}x SD, {report['predicted']['speedup_ssd_vs_ar']:.2f}x AR "
@@ -258,6 +263,13 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
         for k, v in profile.provenance.items():
             t.add_row(k, v)
         con.print(t)
+        for k, v in profile.provenance.items():
+            if v.startswith(("assumed", "extrapolated")):
+                con.print(f"warning: {k} is {v.split(':')[0]}: {v.split(':', 1)[-1].strip()}")
+        pt = plan_point(profile, plan)
+        if pt.source in ("assumed", "extrapolated") or pt.hit_source in ("assumed", "extrapolated"):
+            con.print(f"warning: acceptance at T={plan.temperature:g}, C={plan.c_label} is "
+                      f"{pt.source}{'' if not pt.hit_source or pt.hit_source == pt.source else f', hit rates {pt.hit_source}'}")
         for src in profile.sources:
             con.print(f"- {src}")
         host = profile.host.label() if profile.host is not None else "not host-specific (datasheets, published numbers)"

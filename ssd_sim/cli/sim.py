@@ -153,7 +153,7 @@ def print_table(profile: Profile, result: SimResult, predicted: Prediction, args
     if m.num_speculative_tokens:
         fo = f" fan-out {list(plan.fan_out)} / miss {list(plan.fan_out_miss)}" if plan.mode == "ssd" else ""
         thr = f" (b* = {plan.backup_threshold:g})" if plan.backup == "adaptive" else ""
-        console.print(f"plan: K = {plan.K}{fo}, C = {plan.saguaro_c:g}, backup {plan.backup}{thr}, "
+        console.print(f"plan: K = {plan.K}{fo}, C = {plan.c_label}, backup {plan.backup}{thr}, "
                       f"jit redraft {plan.jit_redraft}, draft devices {plan.draft_devices}")
     if args.chrome_trace:
         console.print(f"timeline: {args.chrome_trace} (open in ui.perfetto.dev or chrome://tracing)")

@@ -21,7 +21,13 @@ One line per round (one target verification, or one target step in AR mode):
                    hit, from fan_out_miss otherwise),
                "bonus_rank": int|null (rank of this round's bonus token among the draft's candidates
                    at k, 0 = best, the rejected draft token excluded; the next round hits iff
-                   bonus_rank < fan_out; null when unknown, e.g. the sequence finished)}],
+                   bonus_rank < fan_out; null when unknown, e.g. the sequence finished),
+               "dists": optional (ssd-run --log-topn N; the header's "log_topn" is N): one entry per
+                   stopping position i = 0..accepted, [t_ids, t_logp, t_rest, d_ids, d_logp, d_rest]: the
+                   target's and the draft's N most probable next tokens at T = 1 in the context before
+                   position i (ids by descending probability, natural-log probabilities, rest = 1 - their
+                   sum); the draft's three are null where unknown (SD's all-accepted position at a
+                   sequence's end). About 0.56 KB per position at N = 20}],
      "timings_ms": {"target_wait": float (target waits for the draft's reply), "verify": float,
                     "commit": float, "draft_lookup": float, "draft_backup": float,
                     "draft_glue": float, "draft_branch": float (speculative work done during this
@@ -99,6 +105,8 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
             _require(rec, _ROUND_REQUIRED, f"{source} line {no}")
             for s in rec["seqs"]:
                 _require(s, _SEQ_REQUIRED, f"{source} line {no} seqs[]")
+                if "dists" in s:
+                    check_dists(s, f"{source} line {no}")
             rounds.append(rec)
         elif kind == "summary":
             summary = rec
@@ -107,6 +115,30 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
     if header is None:
         raise ConfigError("trace", f"{source} has no header line; is it an ssd-run trace?")
     return Trace(header, rounds, summary, source)
+
+
+def check_dists(seq: dict, where: str) -> None:
+    """ConfigError naming `where` unless seq["dists"] follows the schema (see the module docstring)."""
+
+    def bad(what: str) -> ConfigError:
+        return ConfigError("dists", f"{where}: seq {seq.get('seq')} {what}; re-record the trace with ssd-run --log-topn")
+
+    dists = seq["dists"]
+    if not isinstance(dists, list) or not isinstance(seq["accepted"], int) or len(dists) != seq["accepted"] + 1:
+        raise bad(f"dists must be a list of accepted + 1 = {seq['accepted']}+1 positions")
+    for i, d in enumerate(dists):
+        if not isinstance(d, list) or len(d) != 6:
+            raise bad(f"dists[{i}] must be [t_ids, t_logp, t_rest, d_ids, d_logp, d_rest]")
+        for side, (ids, lp, rest) in (("target", d[:3]), ("draft", d[3:])):
+            if side == "draft" and ids is None and lp is None and rest is None:
+                continue
+            if not (isinstance(ids, list) and isinstance(lp, list) and ids and len(ids) == len(lp)
+                    and all(isinstance(t, int) and not isinstance(t, bool) and t >= 0 for t in ids)
+                    and all(isinstance(v, int | float) and not isinstance(v, bool) and math.isfinite(v) and v <= 1e-6
+                            for v in lp)
+                    and isinstance(rest, int | float) and not isinstance(rest, bool) and -1e-6 <= rest <= 1 + 1e-6):
+                raise bad(f"dists[{i}] {side}: needs equal-length lists of token ids >= 0 and log-probs <= 0, "
+                          "and a rest mass in [0, 1]")
 
 
 def _require(rec: dict, keys: tuple[str, ...], where: str) -> None:

@@ -26,7 +26,15 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.latency import FitReport, ForwardLatency, LatencyModel, fit_forward_latency, overlapped_ms
+from ssd_sim.model.latency import (
+    FitReport,
+    ForwardLatency,
+    LatencyModel,
+    fit_forward_latency,
+    fit_scaled_latency,
+    overlapped_ms,
+)
+from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
 from ssd_sim.model.profile import Profile
 
 SETUP_KEYS = ("models", "dtype", "quantize", "devices")
@@ -42,10 +50,12 @@ class CalibrationReport:
     latency: dict[str, dict] = field(default_factory=dict)  # role -> FitReport fields + samples
     overheads: dict[str, float] = field(default_factory=dict)
     acceptance: list[dict] = field(default_factory=list)  # one entry per (T, C) group
+    logged: dict | None = None  # the logged distributions behind a derived acceptance model (logged.derived_model)
+    warnings: list[str] = field(default_factory=list)  # assumed or extrapolated quantities, one line each
 
     def to_dict(self) -> dict:
         return {"traces": self.traces, "latency": self.latency, "overheads": self.overheads,
-                "acceptance": self.acceptance}
+                "acceptance": self.acceptance, "logged": self.logged, "warnings": self.warnings}
 
 
 def check_setup(traces: Sequence[Trace]) -> dict:
@@ -165,8 +175,17 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
         raise ConfigError("traces", "need sd or ssd traces with draft timings to fit the draft latency")
     target, trep = fit_forward_latency(tw, tms, free=FREE)
     report.latency["target"] = _fit_dict(trep, len(tms), target)
-    draft, drep = fit_forward_latency(every.draft_work, every.draft_ms, free=FREE, concurrent=every.draft_concurrent)
-    report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
+    if any(every.draft_concurrent):
+        draft, drep = fit_forward_latency(every.draft_work, every.draft_ms, free=FREE, concurrent=every.draft_concurrent)
+        report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
+    else:  # SD drafting only: one token per row, so the draft's multi-token / multi-row curve is not seen
+        draft, drep = fit_scaled_latency(target, every.draft_work, every.draft_ms)
+        report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
+        report.latency["draft"]["source"] = (
+            f"derived: the target's measured rows x tokens curve scaled by {drep.params['scale']:.3f} to the draft's "
+            "SD steps (no SSD traces time the draft's glue and multi-row branch decode)")
+        report.warnings.append("draft latency beyond one token per row is derived from the target's curve (no SSD "
+                               "traces); one SSD trace measures it")
     slow = fit_interference(traces, target) if separate else {
         "one_row": 0.0, "rows": 0.0, "source": "assumed 0: " + ("no SSD traces" if not any(every.draft_concurrent)
                                                                else "no AR / SD traces to compare the SSD verifies with")}
@@ -339,10 +358,52 @@ def fit_hit_curve(ranks: Sequence[int]) -> tuple[HitCurve, dict]:
 
 
 def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> AcceptanceModel:
-    """One AcceptancePoint per (temperature, C) seen in sd / ssd traces."""
+    """The acceptance model: derived from logged distributions where the traces have them (any T, C, F, per
+    position), else one AcceptancePoint per (temperature, C) measured in sd / ssd traces (counts and ranks)."""
     groups = acceptance_groups(traces)
     if not groups:
         raise ConfigError("traces", "need sd or ssd traces (not only ar or forced-acceptance) to fit acceptance")
+    measured = _measured_points(groups, report)
+    drafted = [t for t in traces if t.mode != "ar" and t.header.get("forced_acceptance") is None]
+    logged = logged_positions(drafted)
+    if logged is None:
+        _warn_measured_only(measured, report)
+        return AcceptanceModel(tuple(measured))
+    downweight = str(drafted[0].plan.get("downweight", "top_f"))
+    model, report.logged = derived_model(logged, downweight)
+    for entry in report.acceptance:  # the derived rates next to the counted ones: a check of the whole derivation
+        pt = model.at(entry["temperature"], entry["saguaro_c"])
+        entry["derived_acceptance"] = [float(a) for a in pt.acceptance]
+    logged_T = sorted({float(t.plan.get("temperature", 0.0)) for t in drafted if _has_dists(t)})
+    if max(logged_T) == 0:
+        report.warnings.append("rates at T > 0 are derived from the contexts of T = 0 runs (greedy text, "
+                               "usually easier to draft); record one T > 0 trace to check them")
+    rows = len(model.points[0].acceptance)
+    report.warnings.append(f"stopping positions >= {rows} reuse position {rows - 1}'s rates (fewer than "
+                           f"{MIN_CONTEXTS} logged contexts beyond it)")
+    return model
+
+
+def _has_dists(t: Trace) -> bool:
+    return any("dists" in s for r in t.rounds[:5] for s in r["seqs"])
+
+
+def _warn_measured_only(points: list[AcceptancePoint], report: CalibrationReport) -> None:
+    """Warning lines for a model built from counts and ranks only (no logged distributions)."""
+    temps = sorted({p.temperature for p in points})
+    report.warnings.append(f"acceptance measured at T = {', '.join(f'{t:g}' for t in temps)} only: other "
+                           "temperatures are interpolated or clamped (extrapolated), other C values move by an "
+                           "assumed synthetic Saguaro response; re-record with ssd-run --log-topn 20 (the default)")
+    for e in report.acceptance:
+        for kind in ("primary_hit", "backup_hit"):
+            if e[kind].get("assumed"):
+                report.warnings.append(f"T={e['temperature']:g} C={e['saguaro_c']:g}: {kind.replace('_', ' ')} "
+                                       f"curve assumed ({e[kind]['note']}); SD traces carry no bonus ranks: "
+                                       "add an SSD trace or traces with logged distributions")
+
+
+def _measured_points(groups: dict, report: CalibrationReport) -> list[AcceptancePoint]:
+    """One measured AcceptancePoint per (temperature, C) group (counts; hit curves from ranks or assumed)."""
     points = []
     for (T, C), g in sorted(groups.items()):
         n_pos = max(g["tried"]) + 1 if g["tried"] else 0
@@ -356,8 +417,9 @@ def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> Accept
         primary, entry["primary_hit"] = _hit_or_default(g["primary_ranks"], None)
         backup, entry["backup_hit"] = _hit_or_default(g["backup_ranks"], primary)
         report.acceptance.append(entry)
-        points.append(AcceptancePoint(T, acc, primary, backup, C, "calibrated"))
-    return AcceptanceModel(tuple(points))
+        hit_source = "assumed" if entry["primary_hit"].get("assumed") else "measured"
+        points.append(AcceptancePoint(T, acc, primary, backup, C, "measured", hit_source=hit_source))
+    return points
 
 
 def _hit_or_default(ranks: list[int], fallback: HitCurve | None) -> tuple[HitCurve, dict]:
@@ -367,6 +429,27 @@ def _hit_or_default(ranks: list[int], fallback: HitCurve | None) -> tuple[HitCur
     return curve, {"samples": len(ranks), "assumed": True, "miss_at_one": curve.miss_at_one, "r": curve.r,
                    "note": "too few ranked rounds: " + ("copied from the primary curve" if fallback
                                                        else "assumed miss_at_one=0.5, r=0.8")}
+
+
+def _acceptance_provenance(model: AcceptanceModel, report: CalibrationReport) -> dict[str, str]:
+    if report.logged is not None:
+        lg = report.logged
+        grid = (f"T in {{{', '.join(f'{t:g}' for t in lg['temperatures'])}}} x C in "
+                f"{{{', '.join(f'{c:g}' for c in lg['saguaro_c'])}}}")
+        return {"acceptance": f"derived: per-position acceptance from {lg['contexts']} logged contexts (top-"
+                              f"{lg['top_n']} distributions of target and draft), {grid}, interpolated between",
+                "acceptance.hit": "derived: per-position hit tables (after a rejection and after all accepted) "
+                                  "from the same distributions, F = 0.." + str(lg["top_n"] - 1) + ", power law beyond",
+                "acceptance.saguaro": "derived: the Saguaro math on the logged distributions at each C",
+                "acceptance.truncation": f"top-{lg['top_n']} truncation: acceptance at most "
+                                         f"{lg['truncation_bound']:.3f} low (T = 1, C = 1; mean bound)"}
+    temps = sorted({p.temperature for p in model.points})
+    assumed = [w for w in report.warnings if "assumed (" in w]
+    return {"acceptance": f"measured: {len(model.points)} (temperature, C) groups of counted rounds; "
+                          f"extrapolated: temperatures outside {temps[0]:g}..{temps[-1]:g} (clamped)",
+            "acceptance.hit": ("assumed: " + "; ".join(assumed)) if assumed else
+                              "measured: power-law fits to the bonus-token ranks of SSD traces",
+            "acceptance.saguaro": "measured where traces exist at that C; assumed elsewhere (synthetic response)"}
 
 
 def calibrate(paths: Sequence[str | Path], name: str | None = None,
@@ -391,10 +474,10 @@ def calibrate(paths: Sequence[str | Path], name: str | None = None,
                                 report)
     models = setup.get("models") or {}
     max_b = max(int(t.header.get("batch_size", 1)) for t in traces)
-    prov = {"latency": "calibrated: least-squares fits to the target and the draft over "
+    prov = {"latency": "measured: least-squares fits to the target and the draft over "
                        f"{sum(report.latency[m]['samples'] for m in ('target', 'draft'))} timed phases",
-            "acceptance": f"calibrated: {len(acceptance.points)} (temperature, C) groups from traces",
-            "acceptance.saguaro": "calibrated where traces exist at that C; synthetic response elsewhere",
+            **_acceptance_provenance(acceptance, report),
+            "latency.draft": report.latency["draft"].get("source", "measured: fitted to the draft's own phases"),
             "latency.interference": report.latency["interference"]["source"],
             "latency.draft_slowdown": report.latency["interference"]["draft_source"],
             "host": host_note}

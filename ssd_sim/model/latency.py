@@ -245,6 +245,23 @@ def fit_forward_latency(
     return build(sol.x), FitReport.from_prediction(y, predicted(sol.x), names, sol)
 
 
+def fit_scaled_latency(shape: ForwardLatency, workloads: Sequence[Workload], measured_ms: ArrayLike):
+    """ForwardLatency = scale x `shape` (every ms term scaled, the exponent kept), scale fitted by robust least
+    squares on relative residuals. For a model timed at too few shapes to fit its own curve: e.g. a draft
+    seen only one token per row (SD traces) borrows the target's measured multi-token scaling on the same
+    host. Returns (model, FitReport with params {"scale"})."""
+    from scipy.optimize import least_squares
+
+    y = np.asarray(measured_ms, dtype=float)
+    base = np.array([workload_ms(shape, w) for w in workloads])
+    sol = least_squares(lambda x: x[0] * base / y - 1.0, [float(np.median(y / base))], bounds=([1e-6], [np.inf]),
+                        loss="soft_l1", f_scale=0.05)
+    k = float(sol.x[0])
+    scaled = ForwardLatency(**{f.name: getattr(shape, f.name) * (1.0 if f.name == "token_exponent" else k)
+                               for f in fields(shape)})
+    return scaled, FitReport.from_prediction(y, k * base, ["scale"], sol)
+
+
 @dataclass(frozen=True)
 class FitReport:
     """Fit quality: R^2 on ms, relative residuals, parameter standard errors (from the Jacobian)."""

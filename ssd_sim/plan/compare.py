@@ -65,3 +65,46 @@ def predicted_vs_measured(profile: Profile, trace: Trace, simulated: dict | None
     if trace.mode == "ssd":
         rows.append(("cache hit rate", pred.p_hit, m.hit_rate, sim.get("hit_rate")))
     return {"metrics": m.to_dict(), "prediction": pred.to_dict(), "rows": rows}
+
+
+def position_curves(trace: Trace, profile: Profile) -> dict:
+    """Per stopping position: acceptance and next-round hit rate of the trace, measured (counted rounds), derived
+    from its own logged distributions (None without them) and predicted by the profile for its plan.
+
+    acceptance: positions 0..K-1 (P(accept the token drafted there | reached)); hit: positions 0..K (P(the next
+    round hits | this round stopped at k) with the fan-out the trace's plan cached there; SSD traces only measure it).
+    """
+    from ssd_sim.model.logged import logged_positions, response
+    from ssd_sim.plan.predict import plan_point
+
+    plan = trace_plan(trace)
+    K = plan.K
+    m = summarize(trace)
+    out = {"position": list(range(K + 1)), "measured_acceptance": [float(a) for a in m.per_position_acceptance][:K],
+           "measured_hit": _measured_hit_by_position(trace, K)}
+    pt = plan_point(profile, plan)
+    out["profile_acceptance"] = [float(pt.acceptance[min(k, len(pt.acceptance) - 1)]) for k in range(K)]
+    out["profile_hit"] = [float(h) for h in pt.primary_hit.hit(list(plan.fan_out))]
+    lp = logged_positions([trace])
+    if lp is None:
+        out["derived_acceptance"] = out["derived_hit"] = None
+        return out
+    r = response(lp, plan.temperature, plan.saguaro_c, plan.downweight, min_contexts=10)
+    rows = len(r.acceptance)
+    out["derived_acceptance"] = [float(r.acceptance[min(k, rows - 1)]) for k in range(K)]
+    f_cap = r.reject.shape[1] - 1
+    out["derived_hit"] = [float((r.reject if k < K else r.accepted)[min(k, rows - 1), min(plan.fan_out[k], f_cap)])
+                          for k in range(K + 1)]
+    return out
+
+
+def _measured_hit_by_position(trace: Trace, K: int) -> list[float | None]:
+    """SSD: share of rounds stopping at k whose bonus was cached (bonus_rank < fan_out); None where none did."""
+    hit, n = [0] * (K + 1), [0] * (K + 1)
+    for r in trace.rounds:
+        for s in r["seqs"]:
+            if s.get("bonus_rank") is None or s.get("fan_out") is None or s["accepted"] > K:
+                continue
+            n[s["accepted"]] += 1
+            hit[s["accepted"]] += s["bonus_rank"] < s["fan_out"]
+    return [h / c if c else None for h, c in zip(hit, n, strict=True)]

@@ -42,8 +42,9 @@ def ssd_engine_flags(profile: Profile, plan: Plan) -> dict:
                                              "--f", str(round(plan.budget / (K + 1)))]
     if not uniform:
         args += ["--flh", *map(str, plan.fan_out), "--flm", *map(str, plan.fan_out_miss)]
-    if plan.saguaro_c < 1.0:
-        args += ["--x", f"{plan.saguaro_c:g}"]
+    x = min(plan.saguaro_c_list) if plan.saguaro_c_list else plan.saguaro_c
+    if x < 1.0:
+        args += ["--x", f"{x:g}"]
     args += ["--backup", plan.backup_for(plan.batch_size), "--b", str(plan.batch_size),
              "--temp", f"{plan.temperature:g}"]
     notes = []
@@ -52,7 +53,10 @@ def ssd_engine_flags(profile: Profile, plan: Plan) -> dict:
                      "sequences and --backup fast at or above")
     if plan.draft_devices > 1:
         notes.append("the reference engine runs one draft GPU; extra draft devices need engine support")
-    if plan.downweight == "top_f" and plan.saguaro_c < 1.0:
+    if plan.saguaro_c_list:
+        notes.append(f"the engine takes one C (--x): per-position C = {plan.c_label} runs in ssd-run only; "
+                     f"--x {x:g} is its smallest value")
+    if plan.downweight == "top_f" and x < 1.0:
         notes.append("the engine down-weights the top F+1 tokens (downweight=top_f_plus_1), the plan assumed top F")
     return {"engine": "ssd-engine", "args": args, "command": shlex.join(["python", "bench/bench.py", *args]),
             "notes": notes}

@@ -32,6 +32,7 @@ class Plan:
     fan_out: tuple[int, ...] = ()  # F^p_k, k = 0..K: cached bonus guesses per stopping position (hit case)
     fan_out_miss: tuple[int, ...] = ()  # F^b_k: the same after a round served by the backup
     saguaro_c: float = 1.0  # Saguaro down-weight of the cached tokens in [0, 1]; 1 = plain sampling
+    saguaro_c_list: tuple[float, ...] = ()  # per drafting position k = 0..K-1 (overrides saguaro_c); () = none
     downweight: str = "top_f"  # set multiplied by C: "top_f" (paper) or "top_f_plus_1" (reference engine)
     backup: str = "jit"  # on a cache miss: jit (neural), fast (random tokens) or adaptive (by batch size)
     backup_threshold: float = math.inf  # adaptive: jit below this batch size, fast at or above (b*)
@@ -58,6 +59,12 @@ class Plan:
         check_budget(fo)
         _check(_num(self.saguaro_c) and 0.0 <= self.saguaro_c <= 1.0, "saguaro_c",
                f"must be in [0, 1] (1 = plain sampling), got {self.saguaro_c!r}")
+        cl = self.saguaro_c_list
+        _check(isinstance(cl, (tuple, list)) and all(_num(c) and 0.0 <= c <= 1.0 for c in cl), "saguaro_c_list",
+               f"must be a list of values in [0, 1], one per drafting position 0..K-1, got {cl!r}")
+        _check(not cl or len(cl) == K, "saguaro_c_list",
+               f"has {len(cl)} entries, expected K = {K} (the C used when drafting at stopping positions 0..K-1)")
+        object.__setattr__(self, "saguaro_c_list", tuple(float(c) for c in cl))
         _check(self.downweight in DOWNWEIGHT_SETS, "downweight", f"must be one of {DOWNWEIGHT_SETS}")
         _check(self.backup in BACKUPS, "backup", f"must be one of {BACKUPS}, got {self.backup!r}")
         _check(self.jit_redraft in JIT_REDRAFT, "jit_redraft", f"must be one of {JIT_REDRAFT}")
@@ -81,6 +88,17 @@ class Plan:
         """Cache budget per sequence: total bonus-token guesses cached each round."""
         return sum(self.fan_out)
 
+    def c_at(self, k: int) -> float:
+        """The Saguaro C used when drafting at stopping position k (a per-position list, else saguaro_c)."""
+        return self.saguaro_c_list[k] if self.saguaro_c_list else self.saguaro_c
+
+    @property
+    def c_label(self) -> str:
+        """'0.7', or the per-position list '[0.7, 0.5]' (for printing)."""
+        if self.saguaro_c_list:
+            return "[" + ", ".join(f"{c:g}" for c in self.saguaro_c_list) + "]"
+        return f"{self.saguaro_c:g}"
+
     def backup_for(self, batch_size: int) -> str:
         """The backup actually used at this batch size: jit or fast (adaptive switches at b*)."""
         if self.backup != "adaptive":
@@ -91,6 +109,7 @@ class Plan:
         d = {f.name: getattr(self, f.name) for f in fields(self)}
         d["fan_out"] = list(self.fan_out)
         d["fan_out_miss"] = list(self.fan_out_miss)
+        d["saguaro_c_list"] = list(self.saguaro_c_list)
         d["backup_threshold"] = None if math.isinf(self.backup_threshold) else self.backup_threshold
         return d
 
@@ -105,9 +124,11 @@ class Plan:
         d = dict(d)
         if d.get("backup_threshold", 0) is None:
             d["backup_threshold"] = math.inf
-        for key in ("fan_out", "fan_out_miss"):
+        if isinstance(d.get("saguaro_c"), (list, tuple)):  # a per-position list given as saguaro_c
+            d["saguaro_c_list"], d["saguaro_c"] = d["saguaro_c"], 1.0
+        for key in ("fan_out", "fan_out_miss", "saguaro_c_list"):
             if key in d:
-                _check(isinstance(d[key], (list, tuple)), key, "must be a list of integers, one per position 0..K")
+                _check(isinstance(d[key], (list, tuple)), key, "must be a list, one value per position")
                 d[key] = tuple(d[key])
         return cls(**d)
 

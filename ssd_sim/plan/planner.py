@@ -20,7 +20,7 @@ from ssd_sim.plan.plan import Plan, check_budget
 from ssd_sim.plan.predict import (
     Prediction,
     backup_outcomes,
-    effective_saguaro_c,
+    plan_point,
     predict_ar,
     predict_sd,
     predict_ssd,
@@ -61,6 +61,7 @@ class PlanResult:
     budget_fit: int  # largest budget the draft finishes inside one verification at this K
     candidates: list[tuple[Plan, Prediction]] = field(default_factory=list)  # best first, [0] = plan
     evaluated: int = 0  # configurations scored
+    c_per_position_gain_pct: float | None = None  # T > 0: tok/s gain of the best C_k list over the best single C
 
     def score(self, p: Prediction) -> float:
         return objective_value(p, self.objective)
@@ -133,13 +134,40 @@ def make_plan(
         adaptive = plans[0].replace(backup="adaptive", backup_threshold=thr)
         if adaptive.backup_for(batch_size) == plans[0].backup:
             plans[0] = adaptive
+    gain = None
+    if temperature > 0 and knobs.saguaro_c is None and plans[0].K >= 2:
+        refined, gain = per_position_c(profile, plans[0])
+        if gain >= MIN_C_GAIN_PCT:
+            plans[0] = refined
     preds = [(p, predict_ssd(profile, p)) for p in plans]
     best, ssd = preds[0]
     sd = best_sd(profile, batch_size, temperature, range(1, k_max + 1))
     ar = predict_ar(profile, batch_size)
     fit = fits[best.K]
     binding = _binding(best, ssd, fit, knobs, budget_cap)
-    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored))
+    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored), gain)
+
+
+MIN_C_GAIN_PCT = 1.0  # a per-position C list replaces the single C only if predicted >= 1% faster
+
+
+def per_position_c(profile: Profile, plan: Plan, grid=C_GRID, passes: int = 2) -> tuple[Plan, float]:
+    """Coordinate ascent over C_k (k = 0..K-1, each from `grid`) with the plan's fan-outs fixed.
+
+    C_k acts only on the token drafted at position k (its acceptance and the hit after a rejection there), so
+    positions trade off separately; a few passes settle. Returns (plan with the best list, gain in % of
+    tok/s per sequence over the plan's single C).
+    """
+    base = predict_ssd(profile, plan).per_seq_tok_s
+    cs, best = [plan.saguaro_c] * plan.K, base
+    for _ in range(passes):
+        for k in range(plan.K):
+            for c in grid:
+                trial = cs[:k] + [c] + cs[k + 1:]
+                v = predict_ssd(profile, plan.replace(saguaro_c_list=tuple(trial))).per_seq_tok_s
+                if v > best * (1 + 1e-9):
+                    best, cs = v, trial
+    return plan.replace(saguaro_c_list=tuple(cs)), 100.0 * (best / base - 1.0)
 
 
 def _backups(knobs: Knobs, batch_size: int) -> tuple[str, ...]:
@@ -180,8 +208,8 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
         fixed = None
         budgets = np.arange(1, min(max(fit, 1), budget_cap) + 1)
     top = int(budgets.max())
-    tab_p = allocation_tables(top, pmf_p, acc.primary_hit.r, acc.primary_hit.miss_at_one)
-    tab_b = allocation_tables(top, pmf_b, curve_b.r, curve_b.miss_at_one)
+    tab_p = allocation_tables(top, pmf_p, acc.primary_hit.miss_matrix(K, top))
+    tab_b = allocation_tables(top, pmf_b, curve_b.miss_matrix(K, top))
     if fixed is not None:
         h_p = np.array([float(pmf_p @ acc.primary_hit.hit(np.asarray(fixed)))])
     else:
@@ -222,7 +250,7 @@ def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tu
     from ssd_sim.theory.analytic import critical_batch_size
 
     b_max = b_max or max(2 * profile.max_batch_size, 64)
-    acc = profile.acceptance.at(plan.temperature, effective_saguaro_c(plan))
+    acc = plan_point(profile, plan)
     K, B = plan.K, plan.budget
     pmf_p = acc.pmf(K)
     h_p = float(pmf_p @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
@@ -230,7 +258,7 @@ def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tu
     per_backup = {}
     for backup in ("jit", "fast"):
         pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
-        tab = allocation_tables(B, pmf_b, curve_b.r, curve_b.miss_at_one)
+        tab = allocation_tables(B, pmf_b, curve_b.miss_matrix(K, B))
         h_b = 1.0 - tab[0][-1][B]
         per_backup[backup] = (h_b, e_miss)
     jit_wins = []

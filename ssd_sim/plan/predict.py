@@ -129,10 +129,22 @@ def effective_saguaro_c(plan: Plan) -> float:
     return plan.saguaro_c if plan.temperature > 0 and any(drafted) else 1.0
 
 
+def plan_point(profile: Profile, plan: Plan) -> AcceptancePoint:
+    """The acceptance point an SSD plan runs at: at(T, C), or per drafting position with a C list
+    (AcceptanceModel.at_positions). A position caching no guess (and with nothing down-weighted) drafts
+    as C = 1 does there."""
+    if not plan.saguaro_c_list or plan.temperature == 0:
+        return profile.acceptance.at(plan.temperature, effective_saguaro_c(plan))
+    extra = 1 if plan.downweight == "top_f_plus_1" else 0
+    cs = [c if plan.fan_out[k] + extra or plan.fan_out_miss[k] + extra else 1.0
+          for k, c in enumerate(plan.saguaro_c_list)]
+    return profile.acceptance.at_positions(plan.temperature, cs)
+
+
 def predict_ssd(profile: Profile, plan: Plan) -> Prediction:
     """SSD with the plan's K, fan-out lists, Saguaro C, backup policy, batch size and draft devices."""
     b, K = plan.batch_size, plan.K
-    acc = profile.acceptance.at(plan.temperature, effective_saguaro_c(plan))
+    acc = plan_point(profile, plan)
     backup = plan.backup_for(b)
     pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
     h_p = float(acc.pmf(K) @ acc.primary_hit.hit(np.asarray(plan.fan_out)))

@@ -23,7 +23,7 @@ from ssd_sim.model.latency import ForwardLatency
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import Knobs, PlanResult, budget_fit, critical_batch, make_plan
-from ssd_sim.plan.predict import backup_outcomes, predict_ar, predict_sd, predict_ssd
+from ssd_sim.plan.predict import backup_outcomes, plan_point, predict_ar, predict_sd, predict_ssd
 from ssd_sim.theory.fanout import allocation_tables, backtrack, uniform_fanout
 
 _SCALED_FIELDS = ("fixed_ms", "memory_ms", "compute_ms_per_token", "token_ms")
@@ -111,9 +111,9 @@ def fan_outs(profile: Profile, K: int, budget: int, temperature: float, saguaro_
         f = tuple(int(x) for x in uniform_fanout(max(1, round(budget / (K + 1))), K))
         return f, f
     acc = profile.acceptance.at(temperature, saguaro_c)
-    hit = backtrack(allocation_tables(budget, acc.pmf(K), acc.primary_hit.r, acc.primary_hit.miss_at_one), budget)
+    hit = backtrack(allocation_tables(budget, acc.pmf(K), acc.primary_hit.miss_matrix(K, budget)), budget)
     pmf_b, curve_b, _ = backup_outcomes(acc, K, backup)
-    miss = backtrack(allocation_tables(budget, pmf_b, curve_b.r, curve_b.miss_at_one), budget)
+    miss = backtrack(allocation_tables(budget, pmf_b, curve_b.miss_matrix(K, budget)), budget)
     return tuple(int(x) for x in hit), tuple(int(x) for x in miss)
 
 
@@ -162,7 +162,7 @@ def fanout_comparison(profile: Profile, plan: Plan) -> dict:
 
     Returns k (positions 0..K), P(k), fan_out, uniform, and p_hit of each (one round after a hit).
     """
-    acc = profile.acceptance.at(plan.temperature, plan.saguaro_c)
+    acc = plan_point(profile, plan)
     pmf = acc.pmf(plan.K)
     uni = uniform_fanout(max(1, round(plan.budget / (plan.K + 1))), plan.K)
     return {"k": list(range(plan.K + 1)), "pmf": pmf.tolist(), "fan_out": list(plan.fan_out),
@@ -179,7 +179,7 @@ def hit_rate_vs_budget(profile: Profile, K: int, temperature: float = 0.0, sagua
     """
     acc = profile.acceptance.at(temperature, saguaro_c)
     pmf = acc.pmf(K)
-    best, _ = allocation_tables(max_budget, pmf, acc.primary_hit.r, acc.primary_hit.miss_at_one)
+    best, _ = allocation_tables(max_budget, pmf, acc.primary_hit.miss_matrix(K, max_budget))
     budgets = np.arange(1, max_budget + 1)
     per_pos = np.arange(1, max_budget // (K + 1) + 1)
     uniform = [float(pmf @ acc.primary_hit.hit(uniform_fanout(f, K))) for f in per_pos]

@@ -38,7 +38,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import Trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
-from ssd_sim.plan.predict import effective_saguaro_c
+from ssd_sim.plan.predict import plan_point
 from ssd_sim.sim.batching import Batcher
 from ssd_sim.sim.metrics import SimMetrics, percentiles, ratio, tok_rates, tpots
 from ssd_sim.sim.outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes
@@ -120,8 +120,8 @@ def outcome_source(profile: Profile, plan: Plan, outcomes=None):
     """Where the simulated outcomes come from: the acceptance model, a trace replay, or a given source."""
     if outcomes is not None and not isinstance(outcomes, Trace):
         return outcomes
-    C = effective_saguaro_c(plan) if plan.mode == "ssd" else 1.0
-    tables = OutcomeTables.from_point(profile.acceptance.at(plan.temperature, C), plan)
+    point = plan_point(profile, plan) if plan.mode == "ssd" else profile.acceptance.at(plan.temperature, 1.0)
+    tables = OutcomeTables.from_point(point, plan)
     if isinstance(outcomes, Trace):
         return ReplayOutcomes.from_trace(outcomes, tables, plan)
     return ModelOutcomes(tables)

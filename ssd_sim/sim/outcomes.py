@@ -48,7 +48,7 @@ class OutcomeTables:
             accept_pmf=acc.pmf(K),
             hit_after_cache=acc.primary_hit.hit(fo),
             hit_after_jit=acc.primary_hit.hit(fm),
-            hit_after_fast=float(acc.backup_hit.hit(fm[:1])[0]),
+            hit_after_fast=float(acc.backup_hit.hit(fm)[0]),  # position 0 of the K + 1 list
         )
 
     @property

@@ -2,6 +2,8 @@
 
 Hit model (Def. 11, with the scale of ssd-notes.md): miss(F) = min(1, c F^(-r)) for F >= 1 and
 miss(0) = 1, where c is the miss rate at F = 1 (c = 1 is the paper's literal power law).
+The allocation DP itself takes any miss matrix miss[k, F] (stopping position k = 0..K, fan-out
+F = 0..budget), so per-position hit tables measured from logged distributions plug in unchanged.
 """
 
 from __future__ import annotations
@@ -48,19 +50,29 @@ def integer_fanout(
     convex), so this is a dynamic programme over positions: O(K budget^2), microseconds for real budgets.
     """
     pmf = accept_count_pmf(acceptance, K)
-    tables = allocation_tables(int(budget), pmf, r, miss_at_one)
+    tables = allocation_tables(int(budget), pmf, power_law_matrix(K, int(budget), r, miss_at_one))
     return backtrack(tables, int(budget))
 
 
-def allocation_tables(max_budget: int, pmf: np.ndarray, r: float, miss_at_one: float = 1.0):
+def power_law_matrix(K: int, max_f: int, r: float, miss_at_one: float = 1.0) -> np.ndarray:
+    """miss_curve as a miss matrix [K + 1, max_f + 1]: the same row at every stopping position."""
+    return np.tile(miss_curve(np.arange(max_f + 1), r, miss_at_one), (K + 1, 1))
+
+
+def allocation_tables(max_budget: int, pmf: np.ndarray, miss: np.ndarray):
     """DP tables for every budget 0..max_budget at once (lets the planner sweep budgets for free).
 
+    miss[k, F] = miss probability at stopping position k with F cached guesses, shape
+    [len(pmf), max_budget + 1] (e.g. HitCurve.miss_matrix / HitTable.miss_matrix(K, max_budget)).
     best[k, b] = min expected miss using positions 0..k with exactly b guesses; choice[k, b] = F_k there.
     """
     if max_budget < 0:
         raise ValueError("budget must be >= 0")
     n = len(pmf)
-    cost = pmf[:, None] * miss_curve(np.arange(max_budget + 1), r, miss_at_one)[None, :]  # [pos, F]
+    miss = np.asarray(miss, dtype=float)
+    if miss.shape != (n, max_budget + 1):
+        raise ValueError(f"miss matrix must have shape {(n, max_budget + 1)}, got {miss.shape}")
+    cost = pmf[:, None] * miss  # [pos, F]
     best = np.empty((n, max_budget + 1))
     choice = np.empty((n, max_budget + 1), dtype=int)
     best[0] = cost[0]

@@ -207,6 +207,8 @@ def test_traces_page(at, traces):
     assert list(table["metric"]) == [r[0] for r in pvm["rows"]]
     assert list(table["measured"]) == pytest.approx([r[2] for r in pvm["rows"]])
     assert list(table["predicted"]) == pytest.approx([r[1] for r in pvm["rows"]])
+    assert any(h.value == "per stopping position" for h in at.subheader)
+    assert any("no logged distributions" in c.value for c in at.caption)  # the synthetic trace logged none
     at.slider(key="tr_window").set_value(5).run()
     at.selectbox(key="tr_file").set_value("sub/sd-run.jsonl").run()
     ok(at)

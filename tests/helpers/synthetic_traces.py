@@ -88,3 +88,49 @@ def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 
     t["target_wait"] = OVERHEAD["transfer"] + t["draft_lookup"] + backup
     t["round"] = t["target_wait"] + max(t["verify"], t["draft_glue"] + t["draft_branch"]) + t["commit"]
     return t
+
+
+def dist_pairs(n: int, seed: int = 0, vocab: int = 200) -> tuple[np.ndarray, np.ndarray]:
+    """n (target p, draft q) pairs over `vocab` tokens: Zipf-like draft logits in a random token order, target =
+    draft + context-dependent noise (acceptance ~0.5-0.9 at T = 1)."""
+    rng = np.random.default_rng(seed)
+    beta = rng.uniform(0.8, 2.0, size=(n, 1))
+    z = -beta * np.log(np.arange(1, vocab + 1))[None, :] + 0.3 * rng.standard_normal((n, vocab))
+    z = z[:, rng.permutation(vocab)]
+    zp = z + rng.uniform(0.2, 1.5, size=(n, 1)) * rng.standard_normal((n, vocab))
+
+    def soft(x):
+        e = np.exp(x - x.max(1, keepdims=True))
+        return e / e.sum(1, keepdims=True)
+
+    return soft(zp), soft(z)
+
+
+def dist_record(dist: np.ndarray, n: int) -> list:
+    """[ids, log-probs, rest] of the n most probable tokens (a trace's per-side distribution record)."""
+    ids = np.argsort(-dist, kind="stable")[:n]
+    return [ids.tolist(), np.log(dist[ids]).tolist(), float(max(0.0, 1 - dist[ids].sum()))]
+
+
+def add_greedy_dists(path: Path, n_top: int = 8, seed: int = 0) -> Path:
+    """Give every round of a T = 0 trace logged distributions consistent with its greedy outcomes: positions
+    before the stop have agreeing argmaxes, a rejection position disagreeing ones (ssd-run --log-topn's format)."""
+    import json
+
+    p, q = dist_pairs(4000, seed)
+    agree = np.flatnonzero(p.argmax(1) == q.argmax(1))
+    differ = np.flatnonzero(p.argmax(1) != q.argmax(1))
+    rng = np.random.default_rng(seed)
+    lines = []
+    for line in path.read_text().splitlines():
+        rec = json.loads(line)
+        if rec["type"] == "header":
+            rec["log_topn"] = n_top
+        if rec["type"] == "round" and rec["K"] > 0:
+            for s in rec["seqs"]:
+                k = s["accepted"]
+                pick = [rng.choice(agree) for _ in range(k)] + [rng.choice(differ if k < rec["K"] else agree)]
+                s["dists"] = [dist_record(p[j], n_top) + dist_record(q[j], n_top) for j in pick]
+        lines.append(json.dumps(rec))
+    path.write_text("\n".join(lines) + "\n")
+    return path

@@ -2,6 +2,7 @@
 
 
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -48,7 +49,7 @@ def test_overheads_are_recovered(traces):
 def test_acceptance_and_hit_curves_are_recovered(traces):
     prof, rep = calibrate(traces)
     pt = prof.acceptance.at(0.0, 1.0)
-    assert pt.source == "calibrated"
+    assert pt.source == "measured" and pt.hit_source == "measured"
     assert pt.acceptance[0] == pytest.approx(0.7, abs=0.03)
     assert pt.primary_hit.miss_at_one == pytest.approx(0.4, abs=0.05)
     assert pt.primary_hit.r == pytest.approx(0.8, abs=0.15)
@@ -161,3 +162,41 @@ def test_acceptance_can_come_from_a_subset_of_the_traces(tmp_path):
     assert only.latency == both.latency  # latencies still come from every trace
     with pytest.raises(ConfigError, match="acceptance_from: .*nope.jsonl is not one of the calibrated traces"):
         calibrate([easy, usual], acceptance_from=[tmp_path / "nope.jsonl"])
+
+
+@pytest.fixture(scope="module")
+def ar_sd_traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("arsd")
+    return [write_trace(d / "ar.jsonl", Plan(mode="ar", batch_size=1), rounds=100, seed=1),
+            write_trace(d / "sd3.jsonl", Plan(mode="sd", num_speculative_tokens=3), rounds=300, seed=2),
+            write_trace(d / "sd2.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=300, seed=3)]
+
+
+def test_sd_traces_without_ranks_or_distributions_warn_that_the_hit_curve_is_assumed(ar_sd_traces):
+    prof, rep = calibrate(ar_sd_traces)
+    assert prof.acceptance.response == "synthetic" and prof.acceptance.at(0.0).hit_source == "assumed"
+    assert any("primary hit curve assumed" in w for w in rep.warnings)
+    assert any("measured at T = 0 only" in w for w in rep.warnings)
+    assert prof.provenance["acceptance.hit"].startswith("assumed")
+
+
+def test_logged_distributions_make_a_derived_model_that_agrees_with_the_counts(ar_sd_traces, tmp_path):
+    import shutil
+
+    from tests.helpers.synthetic_traces import add_greedy_dists
+
+    paths = [shutil.copy(p, tmp_path / p.name) for p in ar_sd_traces]
+    for p in paths[1:]:
+        add_greedy_dists(Path(p), seed=int(Path(p).stem[-1]))
+    prof, rep = calibrate(paths)
+    acc = prof.acceptance
+    assert acc.response == "logged" and rep.logged["contexts"] > 1000 and rep.logged["top_n"] == 8
+    for entry in rep.acceptance:  # position 0 is reached by every round and is never the all-accepted one
+        assert entry["derived_acceptance"][0] == pytest.approx(entry["per_position"][0]["acceptance"], abs=1e-9)
+    pt = acc.at(0.0)
+    assert pt.source == "derived" and pt.hit_source == "derived"
+    assert 0.0 < pt.primary_hit.hit([1, 1, 1])[0] < pt.primary_hit.hit([4, 4, 4])[0] < 1.0
+    hot = acc.at(1.0, 0.5)  # another temperature and C: from the distributions, not a clamp
+    assert hot.source == "derived" and hot.acceptance[0] != pytest.approx(pt.acceptance[0], abs=0.01)
+    assert any("contexts of T = 0 runs" in w for w in rep.warnings)
+    assert prof.provenance["acceptance"].startswith("derived")

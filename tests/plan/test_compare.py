@@ -41,3 +41,18 @@ def test_trace_series_and_predicted_vs_measured(tmp_path, prof):
     assert [row[3] for row in pvm["rows"]] == [None] * 3
     sim = compare.predicted_vs_measured(prof, trace, {"total_tok_s": 9.0, "mean_accept_len": 2.0, "hit_rate": 0.5})
     assert [row[3] for row in sim["rows"]] == [9.0, 2.0, 0.5]
+
+
+def test_position_curves_put_counted_derived_and_profile_rates_side_by_side(tmp_path, prof):
+    from tests.helpers.synthetic_traces import add_greedy_dists
+    from tests.helpers.synthetic_traces import write_trace as write_synthetic
+
+    path = write_synthetic(tmp_path / "sd.jsonl", Plan(mode="sd", num_speculative_tokens=3), rounds=200, seed=4)
+    bare = compare.position_curves(read_trace(path), prof)
+    assert bare["derived_acceptance"] is None and len(bare["measured_acceptance"]) == 3
+    a = prof.acceptance.at(0.0).acceptance
+    assert bare["profile_acceptance"] == pytest.approx([a[min(k, len(a) - 1)] for k in range(3)])
+    c = compare.position_curves(read_trace(add_greedy_dists(path)), prof)
+    assert c["derived_acceptance"][0] == pytest.approx(c["measured_acceptance"][0])  # greedy: the same events
+    assert len(c["derived_hit"]) == len(c["profile_hit"]) == 4 and all(0 <= h <= 1 for h in c["derived_hit"])
+    assert c["measured_hit"] == [None] * 4  # SD traces have no cache to hit

@@ -66,3 +66,15 @@ def test_plan_file_round_trip(tmp_path):
     f.write_text(PlanFile(p, {"predicted": {"ssd_tok_s": 1.0}}).to_json())
     pf = load_plan(f)
     assert pf.plan == p and pf.extra["predicted"]["ssd_tok_s"] == 1.0
+
+
+def test_per_position_saguaro_c_is_a_list_of_k_values():
+    p = Plan(num_speculative_tokens=3, saguaro_c_list=(0.4, 0.7, 1.0), temperature=1.0)
+    assert [p.c_at(k) for k in range(3)] == [0.4, 0.7, 1.0] and p.c_label == "[0.4, 0.7, 1]"
+    assert Plan(num_speculative_tokens=2, saguaro_c=0.6).c_at(1) == 0.6
+    assert Plan.from_dict(p.to_dict()) == p
+    assert Plan.from_dict({"num_speculative_tokens": 2, "saguaro_c": [0.5, 0.9]}).saguaro_c_list == (0.5, 0.9)
+    for bad in ((0.5, 0.5), (0.5, 1.5, 1.0)):
+        with pytest.raises(ConfigError) as e:
+            Plan(num_speculative_tokens=3, saguaro_c_list=bad)
+        assert e.value.field == "saguaro_c_list"

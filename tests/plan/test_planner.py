@@ -38,6 +38,27 @@ def test_planner_matches_brute_force_over_all_fan_outs():
     assert result.ssd.per_seq_tok_s == pytest.approx(best, rel=1e-9)
 
 
+def test_planner_with_a_per_position_table_matches_brute_force():
+    from dataclasses import replace
+
+    from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitTable
+
+    table = HitTable(((0.0, 0.4, 0.55, 0.64), (0.0, 0.3, 0.45, 0.5), (0.0, 0.2, 0.3, 0.35)),
+                     ((0.0, 0.95, 0.97, 0.98), (0.0, 0.9, 0.95, 0.97), (0.0, 0.85, 0.92, 0.96)))
+    pt = AcceptancePoint(0.0, (0.9, 0.6, 0.4), table, table)
+    prof = replace(rowed_profile(), acceptance=AcceptanceModel((pt,)))
+    result = make_plan(prof, 1, 0.0, knobs=Knobs(backup="jit"), k_max=3)
+    best, arg = 0.0, None
+    for K in (1, 2, 3):
+        for budget in range(1, budget_fit(prof, 1, K) + 1):
+            for fan in compositions(budget, K + 1):
+                plan = Plan(num_speculative_tokens=K, fan_out=fan, backup="jit")
+                tok = predict_ssd(prof, plan).per_seq_tok_s
+                best, arg = (tok, fan) if tok > best else (best, arg)
+    assert result.ssd.per_seq_tok_s == pytest.approx(best, rel=1e-9)
+    assert result.plan.fan_out == tuple(arg)
+
+
 def test_budget_never_exceeds_what_the_draft_finishes_inside_a_verify():
     prof = rowed_profile()
     for b in (1, 2, 4):
@@ -108,3 +129,47 @@ def test_gpu_presets_predict_ssd_between_1x_and_2x_of_sd(name):
     for b, T in itertools.product((1, 4), (0.0, 1.0)):
         r = make_plan(get_preset(name), b, T)
         assert 1.0 < r.ssd.per_seq_tok_s / r.sd.per_seq_tok_s < 2.0
+
+
+def logged_profile():
+    from dataclasses import replace
+
+    from ssd_sim.model.logged import derived_model, logged_positions
+    from tests.helpers.synthetic_traces import dist_pairs, dist_record
+
+    p, q = dist_pairs(600, seed=5)
+    seqs = []
+    for j in range(0, 600, 3):  # three positions per round, each its own context
+        seqs.append({"seq": j, "accepted": 2, "bonus": 0, "committed": 3,
+                     "dists": [dist_record(p[j + i], 12) + dist_record(q[j + i], 12) for i in range(3)]})
+    from ssd_sim.io.trace import Trace
+
+    trace = Trace({"mode": "sd", "plan": {}, "batch_size": 1}, [{"round": 0, "K": 3, "seqs": seqs, "timings_ms": {}}])
+    model, _ = derived_model(logged_positions([trace]))
+    return replace(get_preset("qwen-coder-1.5b-0.5b-cpu"), acceptance=model)
+
+
+def test_per_position_c_never_loses_to_the_single_c_and_is_reported_at_t_above_0():
+    from ssd_sim.plan.planner import per_position_c
+
+    prof = logged_profile()
+    res = make_plan(prof, 1, 1.0, knobs=Knobs(num_speculative_tokens=3))
+    assert res.c_per_position_gain_pct is not None and res.c_per_position_gain_pct >= 0.0
+    base = res.plan.replace(saguaro_c_list=()) if res.plan.saguaro_c_list else res.plan
+    refined, gain = per_position_c(prof, base)
+    assert len(refined.saguaro_c_list) == base.K
+    assert predict_ssd(prof, refined).per_seq_tok_s == pytest.approx(
+        predict_ssd(prof, base).per_seq_tok_s * (1 + gain / 100))
+    assert make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=3)).c_per_position_gain_pct is None  # greedy
+
+
+def test_a_per_position_c_list_combines_each_positions_own_response():
+    prof = logged_profile()
+    acc = prof.acceptance
+    pt = acc.at_positions(1.0, [0.3, 1.0])
+    lo, hi = acc.at(1.0, 0.3), acc.at(1.0, 1.0)
+    assert pt.acceptance == pytest.approx((lo.acceptance[0], hi.acceptance[1]))
+    fo = [2, 3, 4]
+    assert pt.primary_hit.hit(fo)[0] == pytest.approx(lo.primary_hit.hit(fo)[0])
+    assert pt.primary_hit.hit(fo)[1] == pytest.approx(hi.primary_hit.hit(fo)[1])
+    assert pt.primary_hit.hit(fo)[2] == pytest.approx(hi.primary_hit.hit(fo)[2])  # all accepted: C-free

@@ -70,3 +70,19 @@ def test_interference_slows_the_ssd_verify_but_not_sd():
 
 def with_interference(profile, s: float):
     return replace(profile, latency=replace(profile.latency, verify_slowdown_one_row=s, verify_slowdown_rows=s))
+
+
+def test_hit_tables_give_per_position_hit_rates():
+    from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitTable
+    from ssd_sim.theory.analytic import accept_count_pmf
+
+    table = HitTable(((0.0, 0.4, 0.5, 0.6), (0.0, 0.3, 0.4, 0.5)), ((0.0, 0.9, 0.95, 0.97),))
+    backup = HitTable(((0.0, 0.7, 0.8, 0.85),), ((0.0, 0.2, 0.3, 0.35),))
+    pt = AcceptancePoint(0.0, (0.8,), table, backup)
+    prof = replace(flat_profile(), acceptance=AcceptanceModel((pt,)))
+    plan = Plan(num_speculative_tokens=2, fan_out=(2, 1, 1), fan_out_miss=(3, 1, 0), backup="fast")
+    got = predict_ssd(prof, plan)
+    pmf = accept_count_pmf(0.8, 2)  # 0.2, 0.16, 0.64
+    h_p = pmf @ [0.5, 0.3, 0.9]
+    h_b = 0.85  # after the fast backup k = 0: backup reject row 0 at F = 3 (the rest of the list is unused)
+    assert got.p_hit == pytest.approx(h_b / (1 - h_p + h_b))

@@ -148,3 +148,19 @@ def test_pareto_rows_are_make_plan(prof):
         assert data["sd"]["tok_s_per_device"][i] == res.sd.tok_s_per_device
         assert data["ar"]["total_tok_s"][i] == pytest.approx(res.ar.per_seq_tok_s * b)
         assert data["ssd"]["tok_s_per_device"][i] == pytest.approx(res.ssd.total_tok_s / 5)  # 4 target + 1 draft
+
+
+def test_fan_outs_follow_a_per_position_table(prof):
+    from dataclasses import replace
+
+    from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitTable
+
+    rej, acc = (0.0, 0.40, 0.55, 0.64, 0.70), (0.0, 0.90, 0.95, 0.97, 0.98)
+    pt = AcceptancePoint(0.0, (0.4,), HitTable((rej,), (acc,)), HitTable((rej,), (rej,)))
+    tab = replace(prof, acceptance=AcceptanceModel((pt,)))
+    # P(k) = .6, .24, .16: the easy all-accepted position gets a guess; after a fast backup only k = 0 counts.
+    assert whatif.fan_outs(tab, 2, 3, 0.0, 1.0, "jit") == ((1, 1, 1), (1, 1, 1))  # jit: the same table
+    assert whatif.fan_outs(tab, 2, 3, 0.0, 1.0, "fast") == ((1, 1, 1), (3, 0, 0))
+    fo = whatif.fanout_comparison(tab, whatif.build_plan(tab, 2, 3))
+    assert fo["p_hit"] == pytest.approx(0.6 * 0.4 + 0.24 * 0.4 + 0.16 * 0.9)
+    assert fo["p_hit_uniform"] == pytest.approx(fo["p_hit"])  # uniform (1, 1, 1) is the optimum here

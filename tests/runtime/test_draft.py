@@ -154,7 +154,8 @@ def test_recorder_adds_ranks_and_timings_to_the_plain_reply(draft_model):
         want = plain.reply(spec)
         ranks = {sid: rec.bonus_rank(sid, k, t) for sid, k, t in spec["done"] + spec["keys"]}  # before lookup
         got = rec.reply(spec)
-        assert set(got) == set(want) | {"ranks", "timings", "prev_timings"}
+        assert set(got) == set(want) | {"ranks", "timings", "prev_timings", "dists"}
+        assert got["dists"] == {}  # log_topn = 0
         for key, value in want.items():
             if isinstance(value, torch.Tensor):
                 torch.testing.assert_close(got[key], value, atol=0, rtol=0)

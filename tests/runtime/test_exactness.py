@@ -140,6 +140,11 @@ def test_ssd_sampling_matches_the_target_distribution(session, exact, C, backup)
     assert pvalue > ALPHA, f"C={C} backup={backup}: chi-square p = {pvalue:.3g}"
 
 
+def test_ssd_sampling_with_a_per_position_c_matches_the_target_distribution(session, exact):
+    samples, _ = sampled(session, SAMPLING_PLAN.replace(saguaro_c_list=(0.2, 0.8)))
+    assert continuation_pvalue(samples, exact) > ALPHA
+
+
 def test_sd_sampling_matches_the_target_distribution(session, exact):
     samples, _ = sampled(session, SAMPLING_PLAN, mode="sd")
     assert continuation_pvalue(samples, exact) > ALPHA
@@ -148,6 +153,11 @@ def test_sd_sampling_matches_the_target_distribution(session, exact):
 def test_verifier_testing_with_the_unscaled_q_fails_the_same_test(session, exact):
     """Draft samples from Saguaro q_C (C = 0.3) but reports the plain q: the ratio test is then biased."""
     samples, _ = sampled(session, SAMPLING_PLAN.replace(saguaro_c=0.3), TestHooks(report_unscaled_q=True))
+    assert continuation_pvalue(samples, exact) < ALPHA
+
+
+def test_per_position_c_with_the_unscaled_q_fails_the_same_test(session, exact):
+    samples, _ = sampled(session, SAMPLING_PLAN.replace(saguaro_c_list=(0.2, 0.3)), TestHooks(report_unscaled_q=True))
     assert continuation_pvalue(samples, exact) < ALPHA
 
 

@@ -8,7 +8,7 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ssd_sim.io.trace import Trace
-from ssd_sim.model.acceptance import AcceptancePoint, HitCurve
+from ssd_sim.model.acceptance import AcceptancePoint, HitCurve, HitTable
 from ssd_sim.plan.plan import Plan
 from ssd_sim.sim.outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes, build_stream, hit_chain
 
@@ -65,3 +65,14 @@ def test_replay_keeps_each_trace_sequence_and_clips_k_to_the_plan():
     assert d0.accepted.tolist() == [3, 3, 3, 3]  # trace K = 5 accepted all: the plan's K = 3 accepts all
     assert d1.accepted.tolist() == [1, 1, 1, 1]
     assert d1.next_hit_cache.tolist() == [True] * 4  # rank 2 < fan_out[1] = 3
+
+
+def test_hit_tables_apply_per_position_and_the_fast_backup_uses_position_0():
+    primary = HitTable(((0.0, 0.4, 0.5, 0.6), (0.0, 0.3, 0.4, 0.5)), ((0.0, 0.9, 0.95, 0.97),))
+    backup = HitTable(((0.0, 0.7, 0.8, 0.85),), ((0.0, 0.2, 0.3, 0.35),))  # accepted row must not be used
+    pt = AcceptancePoint(0.0, (0.9, 0.7, 0.5), primary, backup)
+    plan = Plan(num_speculative_tokens=3, fan_out=(1, 2, 3, 1), fan_out_miss=(3, 1, 1, 2))
+    t = OutcomeTables.from_point(pt, plan)
+    assert t.hit_after_cache.tolist() == pytest.approx([0.4, 0.4, 0.5, 0.9])  # reject rows 0, 1, 1; accepted
+    assert t.hit_after_jit.tolist() == pytest.approx([0.6, 0.3, 0.3, 0.95])
+    assert t.hit_after_fast == pytest.approx(0.85)  # backup reject row 0 at F = fan_out_miss[0] = 3

@@ -7,7 +7,16 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ssd_sim.theory.analytic import accept_count_pmf
-from ssd_sim.theory.fanout import geometric_fanout, integer_fanout, miss_curve, miss_rate, uniform_fanout
+from ssd_sim.theory.fanout import (
+    allocation_tables,
+    backtrack,
+    geometric_fanout,
+    integer_fanout,
+    miss_curve,
+    miss_rate,
+    power_law_matrix,
+    uniform_fanout,
+)
 from tests.helpers.combinatorics import compositions
 
 
@@ -73,3 +82,18 @@ def test_integer_fanout_sums_to_budget_and_beats_rounded_geometric(budget, a, K,
     g = np.floor(geometric_fanout(budget, a, K, r)).astype(int)
     g[0] += budget - g.sum()
     assert miss_rate(f, a, r) <= miss_rate(g, a, r) + 1e-12
+
+
+def test_allocation_tables_take_a_miss_matrix_per_position():
+    pmf = accept_count_pmf(0.5, 1)  # P(0) = P(1) = 0.5
+    miss = np.array([[1.0, 0.6, 0.5, 0.45], [1.0, 0.1, 0.05, 0.04]])  # position 1 is far easier to guess
+    tables = allocation_tables(3, pmf, miss)
+    assert [backtrack(tables, b).tolist() for b in range(4)] == [[0, 0], [0, 1], [1, 1], [2, 1]]
+    assert tables[0][-1][2] == pytest.approx(0.5 * 0.6 + 0.5 * 0.1)
+    with pytest.raises(ValueError, match="shape"):
+        allocation_tables(3, pmf, miss[:, :3])
+
+
+def test_power_law_matrix_repeats_the_miss_curve():
+    m = power_law_matrix(2, 4, r=1.0, miss_at_one=0.5)
+    np.testing.assert_allclose(m, np.tile(miss_curve(np.arange(5), 1.0, 0.5), (3, 1)))

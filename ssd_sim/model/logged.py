@@ -1,0 +1,246 @@
+"""Acceptance and cache-hit rates derived from the token distributions logged in traces (ssd-run --log-topn).
+
+Every logged stopping position holds the target's and the draft's N most probable next tokens at T = 1
+(ids, log-probs) and the mass of the rest. Everything SSD's model needs at that position is a function of the
+two distributions p (target) and q (draft), at any temperature T and Saguaro C:
+
+  acceptance       alpha(T, C)   = sum_x min(p_T, q_{T,C})       (q_{T,C}: Saguaro-rescaled with the top-1 set, as
+                                                                  AcceptancePoint.acceptance assumes everywhere)
+  rejection hit    hit_rej(F)    = P(bonus in the cache of F | rejected here): the bonus is drawn from the residual
+                                   max(0, p_T - q_{T,C,F}), the cache is the draft's top-F without the rejected token
+                                   (saguaro.outcome_stats' engine cache), averaged over contexts weighted by their
+                                   rejection probability
+  all-accepted hit hit_acc(F)    = P(bonus in the draft's top-F) with the bonus drawn from p_T itself (the round
+                                   accepted every draft token; also the hit after a fast backup's random tokens)
+
+averaged per position i over the logged contexts at i. Contexts are those the traced runs reached (at their
+own temperature and C): the response at another (T, C) re-weighs each context's outcome, not which contexts
+occur, so a derived model takes the rates at T from the contexts of the runs made nearest to T
+(`LoggedPositions.nearest_runs`: sampled text is harder to draft than greedy text).
+
+Truncation (top-N): tokens outside a model's top-N are unknown. They count as 0 here and each side's rest mass
+is a separate lump that never matches the other side or a cached guess, so every rate is a lower bound. At
+T = 1 and C = 1 the acceptance error is at most p_rest + q_rest per context, and hit_acc(F)'s at most
+min(p_rest, F p_N) (p_N the smallest listed target probability); `Response.truncation` reports the mean
+acceptance bound. tests/model/test_logged.py checks both bounds against full distributions, and the error at
+other temperatures and C.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Sequence
+from dataclasses import dataclass
+
+import numpy as np
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.trace import Trace
+from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitTable
+
+RESPONSE_T = (0.0, 0.25, 0.5, 0.75, 1.0)  # temperatures of the derived grid (a profile's points)
+RESPONSE_C = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)  # Saguaro C values of the grid (= planner.C_GRID)
+MIN_CONTEXTS = 30  # a position needs this many logged contexts to get its own row
+
+
+@dataclass(frozen=True)
+class LoggedPositions:
+    """Logged contexts as aligned arrays. Columns 0..N-1 are the draft's top-N in its order (so the draft's
+    top-F is columns 0..F-1); columns N.. hold target-listed tokens the draft did not list; -inf = not listed."""
+
+    position: np.ndarray  # [n] stopping position i within its round (0 = before the first draft token)
+    p_lp: np.ndarray  # [n, W] target log-probs at T = 1
+    q_lp: np.ndarray  # [n, W] draft log-probs at T = 1
+    p_rest: np.ndarray  # [n] target mass outside its top-N
+    q_rest: np.ndarray  # [n]
+    group: np.ndarray  # [n] index of the (trace, sequence) the context came from (for per-prompt spreads)
+    n_top: int  # N
+    run_temperature: np.ndarray | None = None  # [n] temperature of the run that reached the context
+
+    @property
+    def size(self) -> int:
+        return int(self.position.size)
+
+    def subset(self, mask: np.ndarray) -> LoggedPositions:
+        """The contexts where mask is True."""
+        rt = None if self.run_temperature is None else self.run_temperature[mask]
+        return LoggedPositions(self.position[mask], self.p_lp[mask], self.q_lp[mask], self.p_rest[mask],
+                               self.q_rest[mask], self.group[mask], self.n_top, rt)
+
+    def nearest_runs(self, temperature: float) -> LoggedPositions:
+        """The contexts reached by the runs whose temperature is nearest `temperature` (ties: all of them).
+
+        Text sampled at T = 1 is harder to draft than greedy text, so rates at T come from the contexts of runs
+        made closest to T; with runs at one temperature only, all contexts serve every T (and calibrate warns).
+        """
+        if self.run_temperature is None:
+            return self
+        gap = np.abs(self.run_temperature - temperature)
+        return self.subset(gap <= gap.min() + 1e-9)
+
+
+def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
+    """Every logged context with both distributions, from all traces; None when no trace logged any."""
+    rows, groups, temps, n_top = [], {}, [], None
+    for ti, t in enumerate(traces):
+        for r in t.rounds:
+            for s in r["seqs"]:
+                for i, d in enumerate(s.get("dists") or []):
+                    if d[3] is None:
+                        continue
+                    n = min(len(d[0]), len(d[3]))
+                    n_top = n if n_top is None else min(n_top, n)
+                    groups.setdefault((ti, s["seq"]), len(groups))
+                    rows.append((i, d, groups[(ti, s["seq"])]))
+                    temps.append(float(t.plan.get("temperature", 0.0)))
+    if not rows:
+        return None
+    lp = _align(rows, n_top)
+    return LoggedPositions(lp.position, lp.p_lp, lp.q_lp, lp.p_rest, lp.q_rest, lp.group, n_top, np.array(temps))
+
+
+def _align(rows: list, n: int) -> LoggedPositions:
+    """Put each context's two top-N lists on shared columns (the draft's order first)."""
+    W = 2 * n
+    p_lp = np.full((len(rows), W), -np.inf)
+    q_lp = np.full((len(rows), W), -np.inf)
+    p_rest, q_rest = np.empty(len(rows)), np.empty(len(rows))
+    for j, (_, d, _) in enumerate(rows):
+        t_ids, t_lp, d_ids, d_lp = d[0][:n], d[1][:n], d[3][:n], d[4][:n]
+        col = {tok: c for c, tok in enumerate(d_ids)}
+        q_lp[j, :len(d_lp)] = d_lp
+        extra = n
+        for tok, v in zip(t_ids, t_lp, strict=True):
+            c = col.get(tok)
+            if c is None:
+                c, extra = extra, extra + 1
+            p_lp[j, c] = v
+        # rests re-derived from the kept lists (a trace may list more than the common N)
+        p_rest[j] = max(0.0, 1.0 - float(np.exp(t_lp).sum()))
+        q_rest[j] = max(0.0, 1.0 - float(np.exp(d_lp).sum()))
+    return LoggedPositions(np.array([i for i, _, _ in rows]), p_lp, q_lp, p_rest, q_rest,
+                           np.array([g for _, _, g in rows]), n)
+
+
+def _at_temperature(lp: np.ndarray, rest: np.ndarray, T: float) -> np.ndarray:
+    """[n, W + 1] probabilities at temperature T: listed tokens, then the rest as one lump (T = 0: argmax)."""
+    if T == 0:
+        out = np.zeros((lp.shape[0], lp.shape[1] + 1))
+        out[np.arange(lp.shape[0]), np.argmax(lp, axis=1)] = 1.0
+        return out
+    logits = np.concatenate([lp, np.log(np.maximum(rest, 1e-300))[:, None]], axis=1) / T
+    logits -= logits.max(axis=1, keepdims=True)
+    e = np.exp(logits)
+    return e / e.sum(axis=1, keepdims=True)
+
+
+def _saguaro(q: np.ndarray, n_down: int, C: float) -> np.ndarray:
+    """q with its first n_down columns (the draft's top set) scaled by C, renormalised (q unchanged if empty)."""
+    if C >= 1.0 or n_down <= 0:
+        return q
+    w = q.copy()
+    w[:, :n_down] *= C
+    total = w.sum(axis=1, keepdims=True)
+    return np.where(total > 0, w / np.where(total > 0, total, 1.0), q)
+
+
+@dataclass(frozen=True)
+class Response:
+    """Per-position rates at one (T, C) over the logged contexts (rows: positions with >= MIN_CONTEXTS)."""
+
+    temperature: float
+    saguaro_c: float
+    acceptance: np.ndarray  # [P] alpha_i
+    reject: np.ndarray  # [P, F_max + 1] hit_rej_i(F), F = 0..F_max
+    accepted: np.ndarray  # [P, F_max + 1] hit_acc_i(F)
+    contexts: np.ndarray  # [P] logged contexts per position
+    truncation: float  # mean upper bound of the acceptance error from top-N truncation (T = 1, C = 1)
+
+
+def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, downweight: str = "top_f",
+              f_max: int | None = None, min_contexts: int = MIN_CONTEXTS) -> Response:
+    """Acceptance and hit tables per stopping position at (temperature, C) (see the module docstring).
+
+    F_max defaults to N - 1 (a cache of F guesses without the rejected token needs the draft's top F + 1).
+    """
+    if temperature < 0 or not 0.0 <= saguaro_c <= 1.0:
+        raise ConfigError("temperature", f"need T >= 0 and C in [0, 1], got T={temperature}, C={saguaro_c}")
+    f_max = lp.n_top - 1 if f_max is None else min(f_max, lp.n_top - 1)
+    extra = 1 if downweight == "top_f_plus_1" else 0
+    C = saguaro_c if temperature > 0 else 1.0  # greedy drafting ignores C
+    P = _at_temperature(lp.p_lp, lp.p_rest, temperature)
+    Q = _at_temperature(lp.q_lp, lp.q_rest, temperature)
+    Q = np.concatenate([Q[:, :-1], np.zeros((Q.shape[0], 1)), Q[:, -1:]], axis=1)  # p's lump, then q's
+    P = np.concatenate([P, np.zeros((P.shape[0], 1))], axis=1)
+    acc = np.minimum(P, _saguaro(Q, 1 + extra, C)).sum(axis=1)
+    cum_p = np.cumsum(P, axis=1)
+    hit_acc = np.concatenate([np.zeros((P.shape[0], 1)), cum_p[:, :f_max]], axis=1)  # [n, F_max + 1]
+    hit_rej_num = np.zeros((P.shape[0], f_max + 1))
+    rej_w = np.zeros((P.shape[0], f_max + 1))
+    for F in range(1, f_max + 1):
+        num, w = _reject_hit(P, _saguaro(Q, F + extra, C), F)
+        hit_rej_num[:, F], rej_w[:, F] = num, w
+    rej_w[:, 0] = 1.0 - np.minimum(P, _saguaro(Q, extra, C)).sum(axis=1)
+    positions = _positions(lp.position, min_contexts)
+    out_acc, out_rej, out_all, counts = [], [], [], []
+    for i in positions:
+        m = lp.position == i
+        counts.append(int(m.sum()))
+        out_acc.append(acc[m].mean())
+        out_all.append(hit_acc[m].mean(axis=0))
+        w = rej_w[m].sum(axis=0)
+        out_rej.append(np.where(w > 0, hit_rej_num[m].sum(axis=0) / np.where(w > 0, w, 1.0), 0.0))
+    trunc = float((lp.p_rest + lp.q_rest).mean())
+    return Response(temperature, saguaro_c, np.array(out_acc), _monotone(np.array(out_rej)),
+                    _monotone(np.array(out_all)), np.array(counts), trunc)
+
+
+def _reject_hit(P: np.ndarray, Qs: np.ndarray, F: int) -> tuple[np.ndarray, np.ndarray]:
+    """Per context: (P(reject and the bonus is cached), P(reject)) for a cache of F guesses.
+
+    The rejected token s has joint probability max(0, q_C(s) - p(s)); the bonus then comes from the residual
+    max(0, p - q_C) / its mass, and the cache is the draft's top-F (s outside it) or top-(F+1) without s.
+    """
+    excess = np.maximum(0.0, P - Qs)
+    mass = excess.sum(axis=1)
+    residual = excess / np.where(mass > 0, mass, 1.0)[:, None]
+    in_f, in_f1 = residual[:, :F].sum(axis=1), residual[:, :F + 1].sum(axis=1)
+    reject_at = np.maximum(0.0, Qs - P)
+    w_all, w_in = reject_at.sum(axis=1), reject_at[:, :F].sum(axis=1)
+    return (w_all - w_in) * in_f + w_in * in_f1, w_all
+
+
+def _positions(position: np.ndarray, min_contexts: int) -> list[int]:
+    """Positions 0..last with at least min_contexts contexts each (position 0 always kept)."""
+    out = [0]
+    while (position == out[-1] + 1).sum() >= min_contexts:
+        out.append(out[-1] + 1)
+    return out
+
+
+def _monotone(table: np.ndarray) -> np.ndarray:
+    """Rates non-decreasing in F (guards float noise; a larger cache never hits less)."""
+    return np.clip(np.maximum.accumulate(table, axis=1), 0.0, 1.0)
+
+
+def derived_model(lp: LoggedPositions, downweight: str = "top_f", temperatures: Sequence[float] = RESPONSE_T,
+                  cs: Sequence[float] = RESPONSE_C) -> tuple[AcceptanceModel, dict]:
+    """An AcceptanceModel (response "logged") over the grid temperatures x C, and a summary for the report.
+
+    Each point: per-position acceptance, the primary HitTable (rejection and all-accepted rows) and the backup
+    HitTable (after a fast backup's random tokens the bonus is a plain target sample at position 0: the
+    all-accepted row 0 at every position). Greedy drafting ignores C, so T = 0 repeats one point over C.
+    """
+    points = []
+    for T in temperatures:
+        base = None
+        for C in cs:
+            r = base if (T == 0 and base is not None) else response(lp.nearest_runs(T), T, C, downweight)
+            base = r
+            backup = HitTable(reject=(tuple(r.accepted[0]),), accepted=(tuple(r.accepted[0]),))
+            points.append(AcceptancePoint(T, tuple(float(a) for a in r.acceptance),
+                                          HitTable(reject=tuple(map(tuple, r.reject)), accepted=tuple(map(tuple, r.accepted))),
+                                          backup, C, "derived", hit_source="derived"))
+    summary = {"contexts": lp.size, "positions": [int(c) for c in base.contexts], "top_n": lp.n_top,
+               "truncation_bound": base.truncation, "temperatures": list(temperatures), "saguaro_c": list(cs),
+               "run_temperatures": sorted({float(t) for t in lp.run_temperature}) if lp.run_temperature is not None else []}
+    return AcceptanceModel(tuple(points), downweight, response="logged"), summary

@@ -1,0 +1,41 @@
+"""Trace parsing: logged distribution records are validated with one error line naming the trace line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.trace import parse_trace
+
+HEADER = {"type": "header", "schema": "ssd-trace/1", "mode": "sd", "plan": {}, "batch_size": 1, "log_topn": 2}
+GOOD = [[3, 7], [-0.1, -2.5], 0.0131, [3, 9], [-0.2, -2.0], 0.0834]
+
+
+def trace_with(dists) -> list[str]:
+    seq = {"seq": 0, "accepted": 1, "bonus": 5, "committed": 2, "dists": dists}
+    return [json.dumps(HEADER), json.dumps({"type": "round", "round": 0, "K": 2, "seqs": [seq], "timings_ms": {}})]
+
+
+def test_well_formed_distributions_parse():
+    t = parse_trace(trace_with([GOOD, GOOD[:3] + [None, None, None]]))
+    assert t.rounds[0]["seqs"][0]["dists"][1][3] is None
+
+
+@pytest.mark.parametrize("dists", [
+    [GOOD],  # accepted 1 needs two positions
+    [GOOD, GOOD[:5]],  # five fields
+    [GOOD, [[3, 7], [-0.1], 0.0, [3], [-0.2], 0.1]],  # ids and log-probs of different lengths
+    [GOOD, [[3, 7], [0.5, -1.0], 0.0, [3], [-0.2], 0.1]],  # a positive log-prob
+    [GOOD, [[3, -7], [-0.1, -1.0], 0.0, [3], [-0.2], 0.1]],  # a negative token id
+    [GOOD, [[3, 7], [-0.1, -1.0], 1.5, [3], [-0.2], 0.1]],  # rest mass above 1
+    [GOOD, [[3, 7], [-0.1, "x"], 0.0, [3], [-0.2], 0.1]],
+    [GOOD, [None, None, None, [3], [-0.2], 0.1]],  # only the draft side may be missing
+    "not a list",
+])
+def test_malformed_distributions_name_the_line(dists):
+    with pytest.raises(ConfigError) as e:
+        parse_trace(trace_with(dists), source="t.jsonl")
+    msg = str(e.value)
+    assert e.value.field == "dists" and "t.jsonl line 2" in msg and "\n" not in msg

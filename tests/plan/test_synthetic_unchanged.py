@@ -1,0 +1,90 @@
+"""A synthetic acceptance model's numbers did not move when hit tables were added (recorded before).
+
+The values were computed by make_plan / predict_ssd / OutcomeTables / whatif on the presets before
+AcceptanceModel learned per-position HitTables and logged grids; HitCurve models must reproduce them.
+"""
+
+import math
+
+import pytest
+
+from ssd_sim.model.presets import get_preset
+from ssd_sim.plan import whatif
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.predict import predict_ssd
+from ssd_sim.sim.outcomes import OutcomeTables
+
+PRESETS = ("qwen-coder-1.5b-0.5b-cpu", "llama70b-1b-h100")
+PLAN = Plan(num_speculative_tokens=3, fan_out=(2, 1, 1, 4), fan_out_miss=(3, 1, 1, 3), saguaro_c=0.6,
+            temperature=1.0, batch_size=2, backup="fast")
+inf = math.inf
+
+# (preset, T, b) -> (K, fan_out, fan_out_miss, C, backup, tok/s per sequence, p_hit, b*)
+MAKE_PLAN = {
+    ("qwen-coder-1.5b-0.5b-cpu", 0.0, 1): (3, (0, 0, 0, 1), (0, 0, 0, 1), 1.0, "adaptive",
+        5.333360973169355, 0.8725184378959998, inf),
+    ("qwen-coder-1.5b-0.5b-cpu", 1.0, 4): (1, (1, 2), (3, 0), 0.7, "fast",
+        2.763432875739953, 0.93422106204143, inf),
+    ("qwen-coder-1.5b-0.5b-cpu", 0.7, 16): (1, (0, 1), (1, 0), 0.8, "fast",
+        1.3121277513222225, 0.7907989758824249, inf),
+    ("llama70b-1b-h100", 0.0, 1): (5, (3, 3, 2, 2, 2, 6), (3, 3, 2, 2, 2, 6), 1.0, "adaptive",
+        221.13691512908827, 0.8642215997080969, 2.0),
+    ("llama70b-1b-h100", 1.0, 4): (3, (11, 9, 8, 14), (42, 0, 0, 0), 0.7, "adaptive",
+        132.85296991178174, 0.8695020477993324, 3.0),
+    ("llama70b-1b-h100", 0.7, 16): (3, (2, 2, 1, 3), (8, 0, 0, 0), 0.6, "adaptive",
+        125.12631088008804, 0.7226324962860661, 3.0),
+}
+# preset -> (predict_ssd(PLAN) tok/s per sequence, p_hit)
+PREDICT = {
+    "qwen-coder-1.5b-0.5b-cpu": (1.9982876095682995, 0.9610509121141274),
+    "llama70b-1b-h100": (108.87582687356841, 0.6175251552050076),
+}
+# preset -> OutcomeTables of PLAN at (T = 1, C = 0.6): hit_after_cache, hit_after_jit, hit_after_fast
+OUTCOMES = {
+    "qwen-coder-1.5b-0.5b-cpu": ([0.9648815195919722, 0.9260789383112549, 0.9260789383112549, 0.9833158826727618],
+        [0.9772774621480786, 0.9260789383112549, 0.9260789383112549, 0.9772774621480786],
+        0.7872821730272581),
+    "llama70b-1b-h100": ([0.5992645364603609, 0.3558633607596714, 0.3558633607596714, 0.7506912323327515],
+        [0.6964115988540129, 0.3558633607596714, 0.3558633607596714, 0.6964115988540129],
+        0.6883790787182092),
+}
+# preset -> whatif.fan_outs(K=4, budget=20, T=0.8, C=0.5, jit)
+FAN_OUTS = {
+    "qwen-coder-1.5b-0.5b-cpu": ((4, 4, 3, 3, 6), (4, 4, 3, 3, 6)),
+    "llama70b-1b-h100": ((5, 4, 3, 3, 5), (5, 4, 3, 3, 5)),
+}
+# preset -> hit_rate_vs_budget(K=4, T=0.8, C=0.5)["optimal"] for budgets 1..6
+HIT_VS_BUDGET = {
+    "qwen-coder-1.5b-0.5b-cpu": [0.4809770064144817, 0.6408937255141627, 0.7661203615934885,
+        0.8709161033922745, 0.9615754027029368, 0.973836280244069],
+    "llama70b-1b-h100": [0.13697598745589146, 0.2562955406013351, 0.3445319887718644,
+        0.40978257495416637, 0.4750009109558271, 0.5318124941620692],
+}
+EXACT = {"rel": 1e-12, "abs": 1e-15}  # identical up to the last bits of LAPACK's least squares
+
+
+@pytest.mark.parametrize("key", sorted(MAKE_PLAN))
+def test_make_plan_is_unchanged(key):
+    name, T, b = key
+    K, fan_out, fan_out_miss, C, backup, tok_s, p_hit, b_star = MAKE_PLAN[key]
+    res = make_plan(get_preset(name), batch_size=b, temperature=T)
+    p = res.plan
+    assert (p.K, p.fan_out, p.fan_out_miss, p.saguaro_c, p.backup) == (K, fan_out, fan_out_miss, C, backup)
+    assert (res.ssd.per_seq_tok_s, res.ssd.p_hit) == pytest.approx((tok_s, p_hit), **EXACT)
+    assert res.b_star == b_star
+
+
+@pytest.mark.parametrize("name", PRESETS)
+def test_predict_outcomes_and_sweeps_are_unchanged(name):
+    prof = get_preset(name)
+    pred = predict_ssd(prof, PLAN)
+    assert (pred.per_seq_tok_s, pred.p_hit) == pytest.approx(PREDICT[name], **EXACT)
+    t = OutcomeTables.from_point(prof.acceptance.at(1.0, 0.6), PLAN)
+    cache, jit, fast = OUTCOMES[name]
+    assert t.hit_after_cache.tolist() == pytest.approx(cache, **EXACT)
+    assert t.hit_after_jit.tolist() == pytest.approx(jit, **EXACT)
+    assert t.hit_after_fast == pytest.approx(fast, **EXACT)
+    assert whatif.fan_outs(prof, 4, 20, 0.8, 0.5, "jit") == FAN_OUTS[name]
+    got = whatif.hit_rate_vs_budget(prof, 4, 0.8, 0.5, max_budget=12)["optimal"][:6]
+    assert got == pytest.approx(HIT_VS_BUDGET[name], **EXACT)
