@@ -349,7 +349,9 @@ class AcceptanceModel:
         )
         acceptance = tuple(float(min(1.0, a * acc_ratio)) for a in base.acceptance)
         hit = _shift_hit(base.primary_hit, miss_ratio, r_shift)
-        return replace(base, acceptance=acceptance, primary_hit=hit, saguaro_c=saguaro_c, source="derived")
+        # the synthetic response is an assumption about how C acts (no distributions were logged)
+        return replace(base, acceptance=acceptance, primary_hit=hit, saguaro_c=saguaro_c, source="assumed",
+                       hit_source="assumed")
 
     def at_positions(self, temperature: float, cs) -> AcceptancePoint:
         """The point of a plan drafting position k with its own C_k (k = 0..K-1, K = len(cs)).

@@ -8,8 +8,8 @@ two distributions p (target) and q (draft), at any temperature T and Saguaro C:
                                                                   AcceptancePoint.acceptance assumes everywhere)
   rejection hit    hit_rej(F)    = P(bonus in the cache of F | rejected here): the bonus is drawn from the residual
                                    max(0, p_T - q_{T,C,F}), the cache is the draft's top-F without the rejected token
-                                   (saguaro.outcome_stats' engine cache), averaged over contexts weighted by their
-                                   rejection probability
+                                   (saguaro.outcome_stats' engine cache; Response.reject_paper has the paper's
+                                   top-F cache), averaged over contexts weighted by their rejection probability
   all-accepted hit hit_acc(F)    = P(bonus in the draft's top-F) with the bonus drawn from p_T itself (the round
                                    accepted every draft token; also the hit after a fast backup's random tokens)
 
@@ -154,6 +154,7 @@ class Response:
     accepted: np.ndarray  # [P, F_max + 1] hit_acc_i(F)
     contexts: np.ndarray  # [P] logged contexts per position
     truncation: float  # mean upper bound of the acceptance error from top-N truncation (T = 1, C = 1)
+    reject_paper: np.ndarray | None = None  # [P, F_max + 1] hit_rej_i(F) for the paper's cache: the draft's top-F
 
 
 def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, downweight: str = "top_f",
@@ -175,27 +176,31 @@ def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, do
     cum_p = np.cumsum(P, axis=1)
     hit_acc = np.concatenate([np.zeros((P.shape[0], 1)), cum_p[:, :f_max]], axis=1)  # [n, F_max + 1]
     hit_rej_num = np.zeros((P.shape[0], f_max + 1))
+    paper_num = np.zeros((P.shape[0], f_max + 1))
     rej_w = np.zeros((P.shape[0], f_max + 1))
     for F in range(1, f_max + 1):
-        num, w = _reject_hit(P, _saguaro(Q, F + extra, C), F)
-        hit_rej_num[:, F], rej_w[:, F] = num, w
+        num, w, paper = _reject_hit(P, _saguaro(Q, F + extra, C), F)
+        hit_rej_num[:, F], rej_w[:, F], paper_num[:, F] = num, w, paper
     rej_w[:, 0] = 1.0 - np.minimum(P, _saguaro(Q, extra, C)).sum(axis=1)
     positions = _positions(lp.position, min_contexts)
-    out_acc, out_rej, out_all, counts = [], [], [], []
+    out_acc, out_rej, out_paper, out_all, counts = [], [], [], [], []
     for i in positions:
         m = lp.position == i
         counts.append(int(m.sum()))
         out_acc.append(acc[m].mean())
         out_all.append(hit_acc[m].mean(axis=0))
         w = rej_w[m].sum(axis=0)
-        out_rej.append(np.where(w > 0, hit_rej_num[m].sum(axis=0) / np.where(w > 0, w, 1.0), 0.0))
+        safe = np.where(w > 0, w, 1.0)
+        out_rej.append(np.where(w > 0, hit_rej_num[m].sum(axis=0) / safe, 0.0))
+        out_paper.append(np.where(w > 0, paper_num[m].sum(axis=0) / safe, 0.0))
     trunc = float((lp.p_rest + lp.q_rest).mean())
     return Response(temperature, saguaro_c, np.array(out_acc), _monotone(np.array(out_rej)),
-                    _monotone(np.array(out_all)), np.array(counts), trunc)
+                    _monotone(np.array(out_all)), np.array(counts), trunc, _monotone(np.array(out_paper)))
 
 
-def _reject_hit(P: np.ndarray, Qs: np.ndarray, F: int) -> tuple[np.ndarray, np.ndarray]:
-    """Per context: (P(reject and the bonus is cached), P(reject)) for a cache of F guesses.
+def _reject_hit(P: np.ndarray, Qs: np.ndarray, F: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+    """Per context: (P(reject and the bonus is cached), P(reject), the same as the first for the paper's cache
+    of the draft's top-F, rejected token included) for a cache of F guesses.
 
     The rejected token s has joint probability max(0, q_C(s) - p(s)); the bonus then comes from the residual
     max(0, p - q_C) / its mass, and the cache is the draft's top-F (s outside it) or top-(F+1) without s.
@@ -206,7 +211,7 @@ def _reject_hit(P: np.ndarray, Qs: np.ndarray, F: int) -> tuple[np.ndarray, np.n
     in_f, in_f1 = residual[:, :F].sum(axis=1), residual[:, :F + 1].sum(axis=1)
     reject_at = np.maximum(0.0, Qs - P)
     w_all, w_in = reject_at.sum(axis=1), reject_at[:, :F].sum(axis=1)
-    return (w_all - w_in) * in_f + w_in * in_f1, w_all
+    return (w_all - w_in) * in_f + w_in * in_f1, w_all, w_all * in_f
 
 
 def _positions(position: np.ndarray, min_contexts: int) -> list[int]:

@@ -41,7 +41,7 @@ def test_lower_c_trades_acceptance_for_hits():
     base, low = m.at(1.0, 1.0), m.at(1.0, 0.3)
     assert low.acceptance[0] < base.acceptance[0]
     assert low.primary_hit.miss_at_one < base.primary_hit.miss_at_one
-    assert low.source == "derived"
+    assert low.source == "assumed" and low.hit_source == "assumed"  # the synthetic response
 
 
 def test_saguaro_response_lowers_misses_monotonically_and_costs_acceptance():

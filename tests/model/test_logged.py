@@ -60,6 +60,10 @@ def test_untruncated_logs_reproduce_the_saguaro_math_exactly(T, C):
         assert r.acceptance[0] == pytest.approx(acc, abs=1e-9)
         assert r.reject[0, F] == pytest.approx(rej, abs=1e-9)
         assert r.accepted[0, F] == pytest.approx(all_acc, abs=1e-9)
+        pT, qT = temper(p, T), temper(q, T)
+        st = outcome_stats(pT, qT, F, C)
+        w = 1 - st.acceptance  # the paper's cache (top-F, rejected token included)
+        assert r.reject_paper[0, F] == pytest.approx(float((w * st.p_bonus_in_cache).sum() / w.sum()), abs=1e-9)
     assert r.reject[0, 0] == 0.0 and r.accepted[0, 0] == 0.0
 
 
