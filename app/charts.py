@@ -25,11 +25,19 @@ def _layout(fig: go.Figure, title: str, x: str, y: str, height: int = _HEIGHT) -
     return fig
 
 
-def tok_s_bars(analytic: dict[str, float], simulated: dict[str, float] | None = None) -> go.Figure:
-    """Tok/s per sequence of each mode (analytic), with simulated bars beside them when given."""
+def tok_s_bars(analytic: dict[str, float], simulated: dict[str, float] | None = None,
+               intervals: dict[str, tuple[float, float]] | None = None) -> go.Figure:
+    """Tok/s per sequence of each mode (analytic, with its prediction interval as error bars when given), with
+    simulated bars beside them when given."""
     modes = [m for m in ("ar", "sd", "ssd") if m in analytic]
+    err = None
+    if intervals:
+        err = {"type": "data", "symmetric": False,
+               "array": [max(0.0, intervals[m][1] - analytic[m]) for m in modes],
+               "arrayminus": [max(0.0, analytic[m] - intervals[m][0]) for m in modes]}
     fig = go.Figure(go.Bar(name="analytic", x=[MODE_NAMES[m] for m in modes], y=[analytic[m] for m in modes],
-                           marker_color=[MODE_COLORS[m] for m in modes], text=[f"{analytic[m]:.1f}" for m in modes]))
+                           marker_color=[MODE_COLORS[m] for m in modes], text=[f"{analytic[m]:.1f}" for m in modes],
+                           error_y=err))
     if simulated:
         sim = [m for m in modes if m in simulated]
         fig.add_bar(name="simulated", x=[MODE_NAMES[m] for m in sim], y=[simulated[m] for m in sim],

@@ -58,3 +58,11 @@ def pareto(key: str, _profile: Profile, batch_sizes: tuple[int, ...], temperatur
            draft_devices: int) -> dict:
     """whatif.pareto: best AR / SD / SSD per batch size."""
     return whatif.pareto(_profile, batch_sizes, temperature, draft_devices)
+
+
+@st.cache_data(max_entries=64, show_spinner=False)
+def uncertainty(key: str, _profile: Profile, _plan: Plan, sd_k: int) -> dict:
+    """plan.intervals.uncertainty_report: 90% intervals of every mode, P(SSD beats SD), the decision."""
+    from ssd_sim.plan.intervals import uncertainty_report
+
+    return uncertainty_report(_profile, _plan, sd_k)

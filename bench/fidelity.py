@@ -14,6 +14,9 @@ A run is predicted by the discrete-event simulator with the calibrated profile, 
 and its workload replayed exactly: the runtime's static batches of plan.batch_size and each sequence's decode
 tokens (prefill excluded on both sides). Outcomes are drawn from the calibrated acceptance model, never replayed
 from the predicted trace. Goal (issue 10), on each split marked "goal": median |tok/s error| <= 5%, worst <= 10%.
+Each run also gets a 90% prediction interval (plan.intervals over the calibrated profile's uncertainty, for a run of
+its number of sequences); a split reports the share of its runs inside theirs (issue 16's goal: 80-95%) and the
+mean interval width.
 """
 
 from __future__ import annotations
@@ -27,6 +30,7 @@ from pathlib import Path
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import Profile
+from ssd_sim.plan.intervals import scaled_interval
 from ssd_sim.plan.plan import Plan
 from ssd_sim.sim.des import simulate
 from ssd_sim.sim.workload import Workload
@@ -114,6 +118,14 @@ def predict(profile: Profile, trace: Trace, replicates: int = 10) -> dict:
             "hit_rate": hit / hit_rounds if hit_rounds else None}
 
 
+def run_interval(profile: Profile, trace: Trace, simulated: float) -> tuple[float, float]:
+    """The 90% interval of the run's tok/s (plan.intervals.scaled_interval around the simulated value, for a run of
+    this many sequences)."""
+    plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header["batch_size"])})
+    n_seq = len({s["seq"] for r in trace.rounds for s in r["seqs"]})
+    return scaled_interval(profile, plan, trace.mode, simulated, max(n_seq, 1))
+
+
 def err_pct(pred: float | None, meas: float | None) -> float | None:
     if pred is None or meas is None or meas == 0:
         return None
@@ -128,7 +140,9 @@ def run_split(name: str, split: dict) -> dict:
     runs = []
     for path, trace in zip(split["predict"], pred_traces, strict=True):
         meas, pred = summarize(trace), predict(profile, trace)
+        low, high = run_interval(profile, trace, pred["tok_s"])
         runs.append({
+            "interval_90": [low, high], "inside": bool(low <= meas.tok_s <= high),
             "trace": path.name, "mode": trace.mode, "K": trace.plan.get("num_speculative_tokens", 0) if trace.mode != "ar" else 0,
             "batch_size": trace.header["batch_size"], "temperature": trace.plan.get("temperature", 0.0),
             "saguaro_c": trace.plan.get("saguaro_c", 1.0), "fan_out": trace.plan.get("fan_out") if trace.mode == "ssd" else None,
@@ -138,7 +152,9 @@ def run_split(name: str, split: dict) -> dict:
             "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": pred["hit_rate"],
         })
     errs = [abs(r["tok_s_err_pct"]) for r in runs]
+    widths = [(r["interval_90"][1] - r["interval_90"][0]) / r["predicted_tok_s"] * 100 for r in runs]
     return {"name": name, "what": split["what"], "goal": split["goal"],
+            "coverage_90": sum(r["inside"] for r in runs) / len(runs), "mean_width_pct": statistics.mean(widths),
             "calibrate": [p.name for p in split["calibrate"]],
             "acceptance_from": [p.name for p in split["acceptance_from"] or []], "shared": shared(cal, pred_traces),
             "warnings": report.warnings, "runs": runs,
@@ -156,9 +172,12 @@ def print_table(res: dict) -> None:
     print("shared with the predicted runs: " + "; ".join(f"{k} {v}" for k, v in res["shared"].items() if v))
     for w in res["warnings"]:
         print(f"warning: {w}")
-    head = ("run", "mode", "K", "b", "T", "C", "tok/s meas", "pred", "err %", "acc.len meas", "pred", "hit meas", "pred")
+    head = ("run", "mode", "K", "b", "T", "C", "tok/s meas", "pred", "90% interval", "err %", "acc.len meas", "pred",
+            "hit meas", "pred")
     rows = [(r["trace"], r["mode"], str(r["K"]), str(r["batch_size"]), f"{r['temperature']:g}", f"{r['saguaro_c']:g}",
-             f(r["measured_tok_s"], ".3f"), f(r["predicted_tok_s"], ".3f"), f(r["tok_s_err_pct"], "+.1f"),
+             f(r["measured_tok_s"], ".3f"), f(r["predicted_tok_s"], ".3f"),
+             f"{r['interval_90'][0]:.2f}-{r['interval_90'][1]:.2f}" + ("" if r["inside"] else " (out)"),
+             f(r["tok_s_err_pct"], "+.1f"),
              f(r["measured_mean_accept_len"], ".2f"), f(r["predicted_mean_accept_len"], ".2f"),
              f(r["measured_hit_rate"], ".3f"), f(r["predicted_hit_rate"], ".3f")) for r in res["runs"]]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
@@ -166,7 +185,8 @@ def print_table(res: dict) -> None:
     for row in rows:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     goal = f"goal: median <= {GOAL_MEDIAN:g}%, worst <= {GOAL_WORST:g}%" if res["goal"] else "no goal (reported)"
-    print(f"tok/s: median |error| {res['median_abs_err_pct']:.1f}%, worst {res['worst_abs_err_pct']:.1f}% ({goal})")
+    print(f"tok/s: median |error| {res['median_abs_err_pct']:.1f}%, worst {res['worst_abs_err_pct']:.1f}% ({goal}); "
+          f"90% intervals hold {res['coverage_90']:.0%} of the runs (goal 80-95%), mean width {res['mean_width_pct']:.0f}%")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -176,11 +196,16 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--json", action="store_true", help="print one JSON object: {\"splits\": [...]}")
     args = ap.parse_args(argv)
     results = [run_split(n, every[n]) for n in (args.split or every)]
+    runs = [r for res in results if res["goal"] for r in res["runs"]]
+    pooled = {"runs": len(runs), "coverage_90": sum(r["inside"] for r in runs) / len(runs)} if runs else {}
     if args.json:
-        print(json.dumps({"splits": results}, indent=2, default=str))
+        print(json.dumps({"splits": results, "pooled_goal_splits": pooled}, indent=2, default=str))
     else:
         for res in results:
             print_table(res)
+        if pooled:
+            print(f"\nall splits with a goal: 90% intervals hold {pooled['coverage_90']:.0%} of {pooled['runs']} runs "
+                  "(a run in several splits counts in each)")
     return 0
 
 

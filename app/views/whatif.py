@@ -126,8 +126,13 @@ def charts_grid(sc, res, sim_rates) -> None:
     first computation at T > 0 and C < 1 takes ~0.3 s: a Saguaro response per acceptance row) comes last."""
     key = compute.key_of(sc.profile, sc.plan)
     left, right = st.columns(2)
+    u = compute.uncertainty(key, sc.profile, sc.plan, res.sd.num_speculative_tokens)
     left.plotly_chart(charts.tok_s_bars({"ar": res.ar.per_seq_tok_s, "sd": res.sd.per_seq_tok_s,
-                                         "ssd": res.ssd.per_seq_tok_s}, sim_rates), key="ch_tok")
+                                         "ssd": res.ssd.per_seq_tok_s}, sim_rates,
+                                        {m: (u[m]["low"], u[m]["high"]) for m in ("ar", "sd", "ssd")}), key="ch_tok")
+    left.caption(f"error bars: {u['ar']['level']:.0%} intervals over the profile's uncertainty. SSD beats SD with "
+                 f"probability {u['p_ssd_beats_sd']:.2f}; recommended: {u['recommended_mode'].upper()} "
+                 f"(SSD from {u['threshold']:.2f}). Largest uncertainty: {u['dominant_uncertainty']} ({u['settle']}).")
     fo = fanout_comparison(sc.profile, sc.plan)
     right.plotly_chart(charts.fanout_bars(fo["k"], fo["fan_out"], fo["uniform"], fo["p_hit"], fo["p_hit_uniform"]),
                        key="ch_fanout")

@@ -21,6 +21,7 @@ from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES, engine_flags
+from ssd_sim.plan.intervals import uncertainty_report
 from ssd_sim.plan.plan import PlanFile, load_plan
 from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, Knobs, PlanResult, make_plan
 from ssd_sim.plan.predict import plan_point
@@ -59,6 +60,9 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-rank the best analytic candidates with the discrete-event simulator over "
                         "TOKENS generated tokens per sequence (default 20000) and report simulated tok/s")
     s.add_argument("--seed", type=int, default=0, help="simulator seed (with --simulate)")
+    s.add_argument("--risk", type=_quantile, metavar="Q",
+                   help="rank plans by the Q-quantile of their tok/s over the profile's uncertainty instead of the "
+                        "prediction (e.g. 0.1: best in the 10%% worst case); default: the prediction")
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", metavar="FILE", help="write the plan file (JSON) here")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -80,7 +84,7 @@ def main(argv: list[str] | None = None) -> int:
     try:
         profile, base_extra, knobs, workload = _resolve(args)
         result = make_plan(profile, workload["batch_size"], workload["temperature"], args.objective,
-                           workload["draft_devices"], knobs, args.max_k, args.budget_cap)
+                           workload["draft_devices"], knobs, args.max_k, args.budget_cap, risk=args.risk)
     except ConfigError as e:
         fail(PROG, e)
     simulated = _simulate(profile, result, args) if args.simulate else None
@@ -193,8 +197,21 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
     }
     if simulated:
         report["simulated"] = simulated
+    unc = uncertainty_report(profile, result.plan, sd.num_speculative_tokens, result.objective)
+    report["uncertainty"] = unc
+    if unc["recommended_mode"] is not None:
+        report["recommended_mode"] = unc["recommended_mode"]
     report["host"] = host_report(profile)
     return report
+
+
+def _quantile(text: str) -> float:
+    from ssd_sim.cli.args import unit_float
+
+    q = unit_float(text)
+    if not 0.0 < q <= 0.5:
+        raise argparse.ArgumentTypeError(f"{q} must be a quantile in (0, 0.5], e.g. 0.1")
+    return q
 
 
 def _print_presets() -> int:
@@ -244,10 +261,17 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     if result.c_per_position_gain_pct is not None:
         used = "used" if plan.saguaro_c_list else f"not used (below {MIN_C_GAIN_PCT:g}%)"
         con.print(f"per-position Saguaro C: {result.c_per_position_gain_pct:+.1f}% tok/s over the best single C ({used})")
-    rec = result.recommended_mode.upper()
+    u = report["uncertainty"]
+    con.print(f"{u['ar']['level']:.0%} intervals of tok/s per sequence: " + ", ".join(
+        f"{m.upper()} {u[m]['low']:.2f}-{u[m]['high']:.2f}" for m in ("ar", "sd", "ssd"))
+        + f"; SSD p_hit {u['p_hit']['low']:.2f}-{u['p_hit']['high']:.2f}")
+    rec = report["recommended_mode"].upper()
     con.print(f"recommendation under '{result.objective}': [bold]{rec}[/] "
               f"(SSD {report['predicted']['speedup_ssd_vs_sd']:.2f}x SD, {report['predicted']['speedup_ssd_vs_ar']:.2f}x AR "
-              f"per sequence, using {s.devices} devices vs {result.sd.devices})")
+              f"per sequence, using {s.devices} devices vs {result.sd.devices}); SSD beats SD with probability "
+              f"{u['p_ssd_beats_sd']:.2f} (SSD is recommended from {u['threshold']:.2f})")
+    if u["p_ssd_beats_sd"] < u["threshold"] or u["p_ssd_beats_sd"] < 0.95:
+        con.print(f"  largest uncertainty: {u['dominant_uncertainty']}; to settle it: {u['settle']}")
     if "simulated" in report:
         sim = report["simulated"]
         con.print(f"simulated ({sim['tokens_per_sequence']} tokens/sequence, seed {sim['seed']}): "

@@ -29,6 +29,7 @@ from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
+from ssd_sim.plan.intervals import scaled_interval
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, make_plan
 from ssd_sim.plan.predict import Prediction, predict
@@ -92,15 +93,23 @@ def main(argv: list[str] | None = None) -> int:
     warning = host_report(profile)["warning"]
     if warning:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
-    predicted = predict(profile, result.plan, "ssd" if args.mode.startswith("ssd") else args.mode)
+    base_mode = "ssd" if args.mode.startswith("ssd") else args.mode
+    predicted = predict(profile, result.plan, base_mode)
+    low, high = scaled_interval(profile, result.plan, base_mode, result.metrics.per_seq_tok_s, result.metrics.sequences)
     if args.chrome_trace:
         save_json_atomic(args.chrome_trace, json.dumps(result.chrome_trace(), separators=(",", ":")))
     if args.json:
-        out = result.to_dict() | {"profile": profile.name, "predicted": predicted.to_dict()}
+        out = result.to_dict() | {"profile": profile.name, "predicted": predicted.to_dict(),
+                                  "interval_90": {"per_seq_tok_s": [low, high], "note": INTERVAL_NOTE}}
         print(json.dumps(json_safe(out), indent=2))
     else:
         print_table(profile, result, predicted, args)
+        print(f"90% interval of tok/s per sequence: {low:.2f}-{high:.2f} ({INTERVAL_NOTE})")
     return 0
+
+
+INTERVAL_NOTE = ("the profile's uncertainty (workload, run latency, interference, assumed curves) around the "
+                 "simulated value, for a run of this many sequences")
 
 
 def workload_from_args(args) -> Workload:

@@ -36,6 +36,13 @@ from ssd_sim.model.latency import (
 )
 from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
 from ssd_sim.model.profile import Profile
+from ssd_sim.model.uncertainty import (
+    CPU_INTERFERENCE,
+    DRAFT_SHARE,
+    EXTRAPOLATION_SD,
+    GPU_INTERFERENCE,
+    Uncertainty,
+)
 
 SETUP_KEYS = ("models", "dtype", "quantize", "devices")
 MAX_RANK_F = 32  # fan-outs 1..32 are used to fit the hit curves
@@ -186,14 +193,22 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
             "SD steps (no SSD traces time the draft's glue and multi-row branch decode)")
         report.warnings.append("draft latency beyond one token per row is derived from the target's curve (no SSD "
                                "traces); one SSD trace measures it")
-    slow = fit_interference(traces, target) if separate else {
-        "one_row": 0.0, "rows": 0.0, "source": "assumed 0: " + ("no SSD traces" if not any(every.draft_concurrent)
-                                                               else "no AR / SD traces to compare the SSD verifies with")}
     d_slow = drep.params.get("concurrent_slowdown", 0.0)
+    if not any(every.draft_concurrent):  # no SSD trace: nothing ran both models at once
+        lo, hi = interference_range(traces)
+        mid, d_mid = (lo + hi) / 2, (lo + hi) / 2 * DRAFT_SHARE
+        slow = {"one_row": mid, "rows": mid, "source": f"assumed {mid:.0%}: the middle of {lo:.0%}..{hi:.0%} "
+                f"({_device_kind(traces)}; the range this project measured, model/uncertainty.py); no SSD traces"}
+        d_slow = d_mid
+        slow["draft_source"] = f"assumed {d_mid:.0%}: the middle of {lo * DRAFT_SHARE:.0%}..{hi * DRAFT_SHARE:.0%}; no SSD traces"
+    else:
+        slow = fit_interference(traces, target) if separate else {
+            "one_row": 0.0, "rows": 0.0, "source": "assumed 0: no AR / SD traces to compare the SSD verifies with "
+                                                   "(the slowdown is inside the target's fit)"}
+        slow["draft_source"] = (f"measured: SSD glue and branch decode +{d_slow:.0%} against SD drafting and jit backups"
+                                if "concurrent_slowdown" in drep.params else
+                                "assumed 0: no draft phases with the target idle (SD traces or jit backups) to compare with")
     slow["draft"] = d_slow
-    slow["draft_source"] = (f"measured: SSD glue and branch decode +{d_slow:.0%} against SD drafting and jit backups"
-                            if "concurrent_slowdown" in drep.params else
-                            "assumed 0: no draft phases with the target idle (SD traces or jit backups) to compare with")
     report.latency["interference"] = slow
     ov = _overheads(traces)
     report.overheads = ov
@@ -452,6 +467,101 @@ def _acceptance_provenance(model: AcceptanceModel, report: CalibrationReport) ->
             "acceptance.saguaro": "measured where traces exist at that C; assumed elsewhere (synthetic response)"}
 
 
+def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], target: ForwardLatency,
+                         report: CalibrationReport) -> Uncertainty:
+    """The spreads of model.uncertainty measured from the traces where they can be, assumed (and said) elsewhere."""
+    src: dict[str, str] = {}
+    sd, n_cal, n_run = _between_sequence_sd(drafted)
+    if sd is None:
+        sd, src["acceptance_logit_sd"] = 0.5, "assumed 0.5: no trace with 2+ sequences of drafted rounds"
+    else:
+        src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces) over "
+                                      f"{n_cal} sequences")
+    lat_sd = _latency_run_sd([t for t in traces if t.mode != "ssd"], target)
+    if lat_sd is None:
+        lat_sd, src["latency_run_sd"] = 0.08, "assumed 8%: fewer than 3 AR / SD traces to compare runs"
+    else:
+        measured, lat_sd = lat_sd, math.hypot(lat_sd, SESSION_SD)
+        src["latency_run_sd"] = (f"measured {measured:.1%} (SD of the runs' median verify residual around the fit) "
+                                 f"and assumed {SESSION_SD:.0%} more between sessions: {lat_sd:.1%}")
+    inter = report.latency["interference"]
+    if inter["source"].startswith("measured") or "inside the target's fit" in inter["source"]:
+        copied = "copies the other" in inter["source"]
+        rng = ()
+        isd = max(0.1 if copied else 0.03, float(inter.get("median_abs_rel_err", 0.03)),
+                  abs(inter["one_row"] - inter["rows"]) / 2)
+        src["interference"] = (f"measured: fitted slowdowns, SD {isd:.0%}"
+                               + (" (one kind of round copied from the other)" if copied else ""))
+    else:
+        rng, isd = interference_range(traces), 0.03
+        src["interference"] = (f"assumed uniform {rng[0]:.0%}..{rng[1]:.0%} ({_device_kind(traces)}; the draft's "
+                               f"x{DRAFT_SHARE:g}): no SSD traces measured how much target and draft slow each other")
+    hit_assumed = report.logged is None and any(e["primary_hit"].get("assumed") for e in report.acceptance)
+    if hit_assumed:
+        src["hit"] = "assumed: miss(1) ~ U[0.1, 0.9], r ~ U[0.3, 1.5] (no bonus ranks or distributions)"
+    timed = (_max_rows_tokens([t for t in traces]), _max_rows_tokens(traces, draft=True))
+    src["timed_rows_tokens"] = (f"measured: forwards of up to {timed[0]} (target) and {timed[1]} (draft) rows x tokens; "
+                                f"beyond them latency is extrapolated, +{EXTRAPOLATION_SD:.0%} SD per doubling (assumed)")
+    return Uncertainty(float(sd), max(n_cal, 1), max(n_run, 1), float(lat_sd), rng, isd, hit_assumed, timed, src)
+
+
+def _device_kind(traces: Sequence[Trace]) -> str:
+    cpu = all(str((t.header.get("devices") or {}).get("target", "cpu")).startswith("cpu") for t in traces)
+    return "CPU" if cpu else "GPU"
+
+
+def interference_range(traces: Sequence[Trace]) -> tuple[float, float]:
+    """The assumed range of the target's slowdown beside the busy draft for these traces' devices."""
+    return CPU_INTERFERENCE if _device_kind(traces) == "CPU" else GPU_INTERFERENCE
+
+
+SESSION_SD = 0.03  # run-to-run timing spread between sessions the calibration's own runs cannot show (assumed)
+
+
+def _max_rows_tokens(traces: Sequence[Trace], draft: bool = False) -> int:
+    """The largest rows x tokens of one timed forward: target verifies, or the draft's SD / glue / branch steps."""
+    s = latency_samples(traces)
+    work = s.draft_work if draft else s.target_work
+    return max((r * t for w in work for r, t, _ in w), default=1)
+
+
+def _between_sequence_sd(drafted: Sequence[Trace]) -> tuple[float | None, int, int]:
+    """(SD of logit per-sequence acceptance pooled within traces, distinct sequences, median sequences per trace)."""
+    within, dof, sizes = 0.0, 0, []
+    for t in drafted:
+        counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
+        for r in t.rounds:
+            for s in r["seqs"]:
+                if _neural(t, s):
+                    c = counts[s["seq"]]
+                    c[0] += min(s["accepted"] + 1, _k(r))
+                    c[1] += s["accepted"]
+        seqs = [(tried, passed) for tried, passed in counts.values() if tried >= 5]
+        sizes.append(len(counts))
+        if len(seqs) < 2:
+            continue
+        # The whole per-sequence spread (between prompts + each sequence's own sampling noise): a predicted run's
+        # mean acceptance carries both, over its own sequences.
+        p = np.array([(ps + 0.5) / (tr + 1.0) for tr, ps in seqs])
+        logit = np.log(p / (1 - p))
+        within += float(np.var(logit, ddof=1)) * (len(seqs) - 1)
+        dof += len(seqs) - 1
+    if not sizes:
+        return None, 1, 1
+    return (math.sqrt(within / dof) if dof else None), max(sizes), int(np.median(sizes))
+
+
+def _latency_run_sd(traces: Sequence[Trace], target: ForwardLatency) -> float | None:
+    """SD across runs of each run's median relative verify residual around the target fit (None with < 3 runs)."""
+    med = []
+    for t in traces:
+        rel = [r["timings_ms"]["verify"] / float(target(_rows(r), (0 if t.mode == "ar" else _k(r)) + 1)) - 1.0
+               for r in t.rounds if r["timings_ms"].get("verify", 0) > 0]
+        if len(rel) >= 10:
+            med.append(float(np.median(rel)))
+    return float(np.std(med, ddof=1)) if len(med) >= 3 else None
+
+
 def calibrate(paths: Sequence[str | Path], name: str | None = None,
               acceptance_from: Sequence[str | Path] | None = None) -> tuple[Profile, CalibrationReport]:
     """Fit a Profile to traces; returns it with the fit report.
@@ -470,8 +580,10 @@ def calibrate(paths: Sequence[str | Path], name: str | None = None,
     unknown = sorted(chosen - {str(p) for p in paths}) if chosen is not None else []
     if unknown:
         raise ConfigError("acceptance_from", f"{unknown[0]} is not one of the calibrated traces")
-    acceptance = fit_acceptance([t for p, t in zip(paths, traces, strict=True) if chosen is None or str(p) in chosen],
-                                report)
+    acc_traces = [t for p, t in zip(paths, traces, strict=True) if chosen is None or str(p) in chosen]
+    acceptance = fit_acceptance(acc_traces, report)
+    drafted = [t for t in acc_traces if t.mode != "ar" and t.header.get("forced_acceptance") is None]
+    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report)
     models = setup.get("models") or {}
     max_b = max(int(t.header.get("batch_size", 1)) for t in traces)
     prov = {"latency": "measured: least-squares fits to the target and the draft over "
@@ -487,5 +599,5 @@ def calibrate(paths: Sequence[str | Path], name: str | None = None,
         description=f"calibrated from {len(traces)} traces",
         target_model=str(models.get("target", "")), draft_model=str(models.get("draft", "")),
         hardware=str(traces[0].header.get("machine", "")), max_batch_size=max(2 * max_b, 8),
-        sources=tuple(str(p) for p in paths), provenance=prov, host=host)
+        sources=tuple(str(p) for p in paths), provenance=prov, host=host, uncertainty=uncertainty)
     return profile, report

@@ -20,6 +20,7 @@ from ssd_sim.io.host import Host
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import ForwardLatency, LatencyModel, fit_forward_latency
 from ssd_sim.model.profile import Profile, load_profile_file
+from ssd_sim.model.uncertainty import Uncertainty
 from ssd_sim.theory.analytic import expected_tokens
 from ssd_sim.theory.fanout import integer_fanout, miss_rate
 
@@ -100,7 +101,19 @@ def get_preset(name: str) -> Profile:
         sources=tuple(src.get("sources", ())),
         provenance=prov,
         host=host,
+        uncertainty=_uncertainty(src.get("uncertainty"), prov),
     )
+
+
+def _uncertainty(sec: dict | None, prov: dict) -> Uncertainty | None:
+    """An optional [uncertainty] table (model.uncertainty.Uncertainty fields) for inputs whose sources state a
+    spread; without one, plan.intervals uses stated defaults."""
+    if sec is None:
+        prov["uncertainty"] = "assumed: defaults of plan.intervals.uncertainty_of (the sources state no spread)"
+        return None
+    prov["uncertainty"] = "from the preset's [uncertainty] table: " + ", ".join(f"{k}={v}" for k, v in sec.items()
+                                                                                 if k != "sources")
+    return Uncertainty.from_dict(sec)
 
 
 def _roofline(sec: dict) -> dict:

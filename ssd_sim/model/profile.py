@@ -16,6 +16,7 @@ from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import read_json_object
 from ssd_sim.model.acceptance import AcceptanceModel
 from ssd_sim.model.latency import LatencyModel
+from ssd_sim.model.uncertainty import Uncertainty
 
 PROFILE_SCHEMA = "ssd-profile/1"
 
@@ -35,6 +36,7 @@ class Profile:
     sources: tuple[str, ...] = ()
     provenance: dict[str, str] = field(default_factory=dict)  # quantity -> measured/derived/assumed + how
     host: Host | None = None  # where the latencies were measured; None = not host-specific (datasheets, papers)
+    uncertainty: Uncertainty | None = None  # spreads for prediction intervals; None = stated defaults (plan.intervals)
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -50,6 +52,7 @@ class Profile:
             "host": self.host.to_dict() if self.host is not None else None,
             "latency": self.latency.to_dict(),
             "acceptance": self.acceptance.to_dict(),
+            "uncertainty": self.uncertainty.to_dict() if self.uncertainty is not None else None,
         }
 
     @classmethod
@@ -71,6 +74,7 @@ class Profile:
             sources=tuple(d.get("sources", ())),
             provenance=dict(d.get("provenance", {})),
             host=Host.from_dict(d["host"], "host") if d.get("host") is not None else None,
+            uncertainty=Uncertainty.from_dict(d["uncertainty"]) if d.get("uncertainty") is not None else None,
         )
 
     def to_json(self) -> str:

@@ -16,6 +16,7 @@ import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.profile import Profile
+from ssd_sim.plan.intervals import quantile_tok_s
 from ssd_sim.plan.plan import Plan, check_budget
 from ssd_sim.plan.predict import (
     Prediction,
@@ -102,8 +103,15 @@ def make_plan(
     k_max: int = 10,
     budget_cap: int = 128,
     top_n: int = 8,
+    risk: float | None = None,
 ) -> PlanResult:
-    """Search the SSD configuration space for one batch size and temperature; see module docstring."""
+    """Search the SSD configuration space for one batch size and temperature; see module docstring.
+
+    risk: None ranks plans by the predicted tok/s; a quantile q in (0, 0.5] re-ranks the top_n candidates by the
+    q-quantile of their tok/s over the profile's uncertainty (plan.intervals), e.g. 0.1 = the 10% worst case.
+    """
+    if risk is not None and not 0.0 < risk <= 0.5:
+        raise ConfigError("risk", f"must be a quantile in (0, 0.5] (0.1 = plan for the 10% worst case), got {risk}")
     knobs = knobs or Knobs()
     if objective not in OBJECTIVES:
         raise ConfigError("objective", f"must be one of {OBJECTIVES}, got {objective!r}")
@@ -114,6 +122,7 @@ def make_plan(
     backups = _backups(knobs, batch_size)
     scored: list[tuple[float, dict]] = []
     fits = {K: budget_fit(profile, batch_size, K, draft_devices, budget_cap) for K in k_range}
+    budget_cap = min(budget_cap, timed_budget_cap(profile, batch_size))
     for K, fit in fits.items():
         for C in c_range:
             acc = profile.acceptance.at(temperature, C)
@@ -128,6 +137,9 @@ def make_plan(
             plans.append(plan)
         if len(plans) >= top_n:
             break
+    if risk is not None and len(plans) > 1:
+        q = quantile_tok_s(profile, plans, risk)
+        plans = [p for _, p in sorted(zip(q, plans, strict=True), key=lambda x: -x[0])]
     b_star, b_closed = critical_batch(profile, plans[0])
     if knobs.backup in (None, "adaptive"):
         thr = knobs.backup_threshold if knobs.backup_threshold is not None else b_star
@@ -279,10 +291,26 @@ def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tu
     return b_star, float(closed)
 
 
+TIMED_FACTOR = 2  # caches up to this many times the largest timed draft forward are planned (latency extrapolated)
+
+
+def timed_budget_cap(profile: Profile, batch_size: int) -> int:
+    """The largest per-sequence budget whose branch decode (b x budget rows) stays within TIMED_FACTOR x the largest
+    draft forward the calibration timed; unbounded for profiles without a timed range (presets)."""
+    u = profile.uncertainty
+    if u is None or not u.timed_rows_tokens:
+        return 10**9
+    return max(1, TIMED_FACTOR * u.timed_rows_tokens[1] // batch_size)
+
+
 def _binding(plan: Plan, ssd: Prediction, fit: int, knobs: Knobs, cap: int) -> str:
     """A one-line explanation of the constraint that binds the chosen budget."""
     if knobs.fan_out is not None:
         return f"fan-out fixed by the user (budget {plan.budget})"
+    if plan.budget >= cap and cap < fit:
+        timed = "" if cap >= 128 else (" or the timed range (the calibration timed draft forwards small enough that "
+                                        "larger caches are extrapolated; an SSD trace of a larger cache measures them)")
+        return f"budget cap: {plan.budget} guesses (--budget-cap{timed}); up to {fit} would fit inside one verify"
     if fit == 0:
         return (f"draft time: even a budget of 1 takes T_p = {ssd.draft_ms:.1f} ms > T_v = {ssd.verify_ms:.1f} ms, "
                 f"so the target waits for the draft every round")

@@ -57,10 +57,10 @@ def test_each_split_holds_out_what_its_name_says():
 # the goal (median <= 5%, worst <= 10%) is pinned at its measured error, so a regression still fails.
 # Misses and why (traces/cpu-fp32-splits/README.md): prompts 8-15 accept fewer tokens than the 8 calibration prompts
 # (a workload difference no calibration on 0-7 can see); AR + SD traces cannot time the draft's glue / branch decode
-# or the interference of the two processes (assumed 0: SSD predicted 12-34% fast); b = 4 verifies 16 tokens, twice
+# or the interference of the two processes (assumed at the middle of its range); b = 4 verifies 16 tokens, twice
 # the most the calibration timed (the latency curve is extrapolated); chat is another workload (no goal).
 LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.0, 10.0),
-          "prompts": (9.0, 14.0), "ar-sd-to-ssd": (19.0, 36.0), "ar-sd-to-ssd-latency": (7.5, 14.0),
+          "prompts": (9.0, 14.0), "ar-sd-to-ssd": (5.0, 18.5), "ar-sd-to-ssd-latency": (8.5, 27.0),
           "b2-to-b4": (11.0, 12.5), "code-to-chat": (45.0, 50.0)}
 
 
@@ -92,3 +92,9 @@ def test_calibrated_plan_is_the_best_measured_configuration():
     assert (plan.K, plan.fan_out) == (3, (0, 0, 0, 1))  # = ssd-k3-f0001-b1-t0, the fastest run at T = 0
     hot = make_plan(prof, 1, 1.0).plan
     assert (hot.K, hot.fan_out, hot.saguaro_c) == (2, (0, 0, 1), 1.0)  # = ssd-k2-f001-b1-t1
+
+
+def test_90_percent_intervals_cover_80_to_95_percent_of_the_held_out_runs():
+    runs = [r for name in sorted(SPLITS) if SPLITS[name]["goal"] for r in BENCH.run_split(name, SPLITS[name])["runs"]]
+    inside = sum(r["inside"] for r in runs) / len(runs)
+    assert len(runs) >= 30 and 0.8 <= inside <= 0.95, inside

@@ -170,3 +170,24 @@ def test_unreadable_plan_files_exit_2_with_one_line(capsys, tmp_path, kind, need
         main(["--plan", str(bad)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and f"plan file: {bad} {needle}" in err
+
+
+def test_json_report_has_intervals_and_the_probability_that_ssd_beats_sd(capsys):
+    code, out, _ = run(capsys, "--preset", "qwen-coder-1.5b-0.5b-cpu", "--json")
+    u = json.loads(out)["uncertainty"]
+    for mode in ("ar", "sd", "ssd", "p_hit", "round_ms"):
+        assert u[mode]["low"] <= u[mode]["p50"] <= u[mode]["high"] and u[mode]["level"] == 0.9
+    assert 0.0 <= u["p_ssd_beats_sd"] <= 1.0 and u["threshold"] == 0.8
+    assert json.loads(out)["recommended_mode"] == u["recommended_mode"]
+    assert u["settle"] and u["dominant_uncertainty"] in ("workload", "latency", "extrapolation", "interference",
+                                                         "hit", "saguaro")
+
+
+def test_risk_must_be_a_low_quantile(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama70b-1b-h100", "--risk", "0.7"])
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip().splitlines()
+    assert len(err) == 1 and "--risk" in err[0]
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "-t", "1", "--risk", "0.1", "--json")
+    assert code == 0 and json.loads(out)["plan"]["num_speculative_tokens"] >= 1

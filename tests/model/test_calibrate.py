@@ -149,7 +149,7 @@ def test_interference_without_idle_verifies_is_assumed_zero(tmp_path):
                          interference=(0.4, 0.1)) for i, f in enumerate([(0, 0, 1), (1, 1, 2)])]
     prof, rep = calibrate(paths)
     assert prof.latency.verify_slowdown_one_row == prof.latency.verify_slowdown_rows == 0.0
-    assert rep.latency["interference"]["source"] == "assumed 0: no AR / SD traces to compare the SSD verifies with"
+    assert rep.latency["interference"]["source"].startswith("assumed 0: no AR / SD traces to compare the SSD verifies with")
 
 
 def test_acceptance_can_come_from_a_subset_of_the_traces(tmp_path):
@@ -178,6 +178,10 @@ def test_sd_traces_without_ranks_or_distributions_warn_that_the_hit_curve_is_ass
     assert any("primary hit curve assumed" in w for w in rep.warnings)
     assert any("measured at T = 0 only" in w for w in rep.warnings)
     assert prof.provenance["acceptance.hit"].startswith("assumed")
+    lat, u = prof.latency, prof.uncertainty  # no SSD trace: interference at the middle of its stated range
+    assert lat.verify_slowdown_one_row == lat.verify_slowdown_rows == 0.25 and lat.draft_slowdown == pytest.approx(0.1)
+    assert prof.provenance["latency.interference"].startswith("assumed 25%: the middle of 0%..50% (CPU")
+    assert u.interference == (0.0, 0.5) and u.hit_assumed and u.sources["hit"].startswith("assumed")
 
 
 def test_logged_distributions_make_a_derived_model_that_agrees_with_the_counts(ar_sd_traces, tmp_path):

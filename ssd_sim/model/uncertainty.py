@@ -1,0 +1,205 @@
+"""What a profile does not know exactly, and how to draw profiles that span it (prediction intervals).
+
+Sources, each measured by calibration where the traces allow and otherwise a stated assumption:
+  workload      acceptance and hit rates of a new run differ from the calibration's by a shift delta in logit
+                space (one shift for both: text that is hard to draft is also hard to guess). delta ~ N(0, s^2),
+                s^2 = sd_seq^2 (1/n_run + 1/n_cal): sd_seq is the spread of the calibration's per-sequence
+                acceptance (between prompts plus each sequence's own sampling noise, both of which a run's mean
+                carries), n_run the predicted run's sequences, n_cal the calibration's distinct sequences.
+  latency       a run's forwards are slower or faster than the fit by a factor exp(N(0, sd_run^2)) (host drift
+                between runs, shapes the smooth curve misses); target and draft share half of it.
+  extrapolation forwards larger than any the calibration timed: a further factor exp(N(0, sd_ext^2)), sd_ext =
+                EXTRAPOLATION_SD per doubling past the largest timed rows x tokens (target and draft apart).
+  interference  the target's slowdown beside the busy draft (and the draft's beside the target): N(fit, sd^2) when
+                SSD traces measured it, uniform on a stated range when assumed.
+  hit curves    assumed curves (no ranks, no distributions): miss(1) ~ U[0.1, 0.9], r ~ U[0.3, 1.5].
+  Saguaro       a C moved by the synthetic response (assumed): the effect is scaled by w ~ U[0, 1].
+`sample_profiles` draws n profiles; plan.intervals turns them into tok/s intervals and decisions.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import asdict, dataclass, field, replace
+
+import numpy as np
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve, HitTable, lerp_hit
+
+EXTRAPOLATION_SD = 0.1  # relative latency SD per doubling of rows x tokens beyond the timed range (assumed)
+CPU_INTERFERENCE = (0.0, 0.5)  # assumed range on CPUs: the project's calibrations measured +1% .. +46%
+GPU_INTERFERENCE = (0.0, 0.1)  # separate accelerators share only host resources (assumed)
+DRAFT_SHARE = 0.4  # the draft's slowdown range is this share of the target's (measured: 0% .. 12% on CPUs)
+
+
+@dataclass(frozen=True)
+class Uncertainty:
+    """Spreads a profile's predictions are sampled over (see the module docstring). Rates in logits, times relative."""
+
+    acceptance_logit_sd: float = 0.5  # between-sequence SD of logit per-sequence acceptance
+    sequences: int = 8  # distinct sequences the calibration saw
+    run_sequences: int = 8  # sequences of a predicted run (default: a calibration run's)
+    latency_run_sd: float = 0.08  # relative SD of a run's forward times around the fit
+    interference: tuple[float, ...] = CPU_INTERFERENCE  # (low, high): assumed uniform range; () = measured
+    interference_sd: float = 0.03  # measured: SD around the fitted slowdowns
+    hit_assumed: bool = False  # hit curves are assumed
+    timed_rows_tokens: tuple[int, ...] = ()  # (target, draft): the most rows x tokens one timed forward had; () = any
+    sources: dict[str, str] = field(default_factory=dict)  # field -> measured / assumed + how
+
+    def __post_init__(self):
+        for name in ("acceptance_logit_sd", "latency_run_sd", "interference_sd"):
+            v = getattr(self, name)
+            if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 5):
+                raise ConfigError(f"uncertainty.{name}", f"must be a number in [0, 5], got {v!r}")
+        for name in ("sequences", "run_sequences"):
+            v = getattr(self, name)
+            if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
+                raise ConfigError(f"uncertainty.{name}", f"must be an integer >= 1, got {v!r}")
+        rng = tuple(float(x) for x in self.interference)
+        if rng and not (len(rng) == 2 and 0 <= rng[0] <= rng[1] <= 3):
+            raise ConfigError("uncertainty.interference", f"must be [] (measured) or [low, high] in [0, 3], got {rng}")
+        object.__setattr__(self, "interference", rng)
+        object.__setattr__(self, "timed_rows_tokens", tuple(int(x) for x in self.timed_rows_tokens))
+
+    def extrapolation_sd(self, target_n: float, draft_n: float) -> tuple[float, float]:
+        """Extra relative SD of target / draft latency for forwards of n rows x tokens beyond the timed ones:
+        EXTRAPOLATION_SD per doubling past the largest timed (an assumption: the fitted curve is smooth, the
+        hardware is not, e.g. the compute-bound knee of a CPU lies between 8 and 16 tokens here)."""
+        if not self.timed_rows_tokens:
+            return 0.0, 0.0
+        t_max, d_max = self.timed_rows_tokens
+        return (EXTRAPOLATION_SD * max(0.0, math.log2(max(target_n, 1) / max(t_max, 1))),
+                EXTRAPOLATION_SD * max(0.0, math.log2(max(draft_n, 1) / max(d_max, 1))))
+
+    def workload_sd(self, run_sequences: int | None = None) -> float:
+        """SD of the logit shift of a run of `run_sequences` sequences (default: run_sequences)."""
+        n = run_sequences or self.run_sequences
+        return self.acceptance_logit_sd * math.sqrt(1.0 / n + 1.0 / self.sequences)
+
+    def to_dict(self) -> dict:
+        d = asdict(self)
+        d["interference"] = list(self.interference)
+        return d
+
+    @classmethod
+    def from_dict(cls, d: dict) -> Uncertainty:
+        known = {f for f in cls.__dataclass_fields__}
+        bad = [k for k in d if k not in known]
+        if bad:
+            raise ConfigError(f"uncertainty.{bad[0]}", f"unknown field; valid: {', '.join(sorted(known))}")
+        return cls(**{**d, "interference": tuple(d.get("interference", CPU_INTERFERENCE)),
+                      "sources": dict(d.get("sources", {}))})
+
+
+# ---- drawing profiles ------------------------------------------------------------------------------------
+def _logit_shift(p: np.ndarray, delta: float) -> np.ndarray:
+    """p moved by delta in logit space; exact 0 and 1 stay put (no guess never hits; certain stays certain)."""
+    p = np.asarray(p, dtype=float)
+    inner = (p > 0) & (p < 1)
+    q = np.clip(p, 1e-12, 1 - 1e-12)
+    return np.where(inner, 1.0 / (1.0 + np.exp(-(np.log(q / (1 - q)) + delta))), p)
+
+
+def shift_hit(h, delta: float, max_f: int = 64):
+    """A hit model with every hit probability moved by delta in logit space (a HitTable)."""
+    if isinstance(h, HitCurve):
+        row = tuple(float(v) for v in 1.0 - h.miss_matrix(0, max_f)[0])
+        h = HitTable(reject=(row,), accepted=(row,))
+    rows = lambda side: tuple(tuple(float(v) for v in np.maximum.accumulate(_logit_shift(r, delta))) for r in side)  # noqa: E731
+    return HitTable(reject=rows(h.reject), accepted=rows(h.accepted))
+
+
+@dataclass(frozen=True)
+class DrawnAcceptance:
+    """An AcceptanceModel seen through one draw: logit shift, an assumed hit curve, a Saguaro weight."""
+
+    base: AcceptanceModel
+    delta: float = 0.0
+    hit: HitCurve | None = None  # replaces assumed hit curves
+    saguaro_w: float = 1.0  # fraction of the synthetic Saguaro effect (assumed responses only)
+
+    @property
+    def downweight(self) -> str:
+        return self.base.downweight
+
+    @property
+    def response(self) -> str:
+        return self.base.response
+
+    def at(self, temperature: float, saguaro_c: float = 1.0) -> AcceptancePoint:
+        pt = self.base.at(temperature, saguaro_c)
+        if self.saguaro_w < 1.0 and saguaro_c < 1.0 and pt.source == "assumed" and self.base.response == "synthetic":
+            plain = self.base.at(temperature, 1.0)
+            w = self.saguaro_w
+            n = max(len(pt.acceptance), len(plain.acceptance))
+            a = [plain.acceptance[min(i, len(plain.acceptance) - 1)] * (1 - w) + pt.acceptance[min(i, len(pt.acceptance) - 1)] * w
+                 for i in range(n)]
+            pt = replace(pt, acceptance=tuple(a), primary_hit=lerp_hit(plain.primary_hit, pt.primary_hit, w))
+        return self._draw(pt)
+
+    def at_positions(self, temperature: float, cs) -> AcceptancePoint:
+        return self._draw(self.base.at_positions(temperature, cs))
+
+    def _draw(self, pt: AcceptancePoint) -> AcceptancePoint:
+        primary, backup = pt.primary_hit, pt.backup_hit
+        if self.hit is not None:
+            primary = backup = self.hit
+        if self.delta:
+            primary, backup = shift_hit(primary, self.delta), shift_hit(backup, self.delta)
+        acc = tuple(float(v) for v in _logit_shift(np.asarray(pt.acceptance), self.delta))
+        return replace(pt, acceptance=acc, primary_hit=primary, backup_hit=backup)
+
+
+def draws(u: Uncertainty, n: int, seed: int = 0, run_sequences: int | None = None,
+          only: str | None = None, rows_tokens: tuple[float, float] = (1, 1)) -> dict[str, np.ndarray]:
+    """n draws of every source as arrays; `only` keeps one source random and the others at their centre.
+    rows_tokens: the largest (target, draft) forward of the plan, for the extrapolation spread."""
+    rng = np.random.default_rng(seed)
+    on = lambda name: only is None or only == name  # noqa: E731
+    z0, zt, zd = rng.standard_normal((3, n))
+    lat = u.latency_run_sd * np.sqrt(0.5)
+    ext_t, ext_d = u.extrapolation_sd(*rows_tokens)
+    ze_t, ze_d = rng.standard_normal((2, n))
+    run_t = lat * (z0 + zt) if on("latency") else 0.0
+    run_d = lat * (z0 + zd) if on("latency") else 0.0
+    ext = on("extrapolation")
+    out = {"delta": rng.standard_normal(n) * u.workload_sd(run_sequences) if on("workload") else np.zeros(n),
+           "target_scale": np.exp(run_t + (ext_t * ze_t if ext else 0.0)) * np.ones(n),
+           "draft_scale": np.exp(run_d + (ext_d * ze_d if ext else 0.0)) * np.ones(n)}
+    if u.interference:
+        lo, hi = u.interference
+        out["interference"] = rng.uniform(lo, hi, n) if on("interference") else np.full(n, (lo + hi) / 2)
+        out["interference_draft"] = DRAFT_SHARE * (rng.uniform(lo, hi, n) if on("interference") else np.full(n, (lo + hi) / 2))
+    else:
+        out["interference_noise"] = rng.standard_normal(n) * u.interference_sd if on("interference") else np.zeros(n)
+    out["miss_at_one"] = rng.uniform(0.1, 0.9, n) if on("hit") else np.full(n, 0.5)
+    out["r"] = rng.uniform(0.3, 1.5, n) if on("hit") else np.full(n, 0.9)
+    out["saguaro_w"] = rng.uniform(0.0, 1.0, n) if on("saguaro") else np.full(n, 0.5)
+    return out
+
+
+def drawn_profile(profile, u: Uncertainty, d: dict[str, np.ndarray], i: int):
+    """The profile of draw i (a Profile with scaled latencies, its interference and a DrawnAcceptance)."""
+    lat = profile.latency
+
+    def scaled(f, s: float):
+        return replace(f, **{k: getattr(f, k) * s for k in ("fixed_ms", "memory_ms", "compute_ms_per_token",
+                                                             "token_ms", "multi_token_ms")})
+
+    if "interference" in d:
+        one = rows = float(d["interference"][i])
+        drf = float(d["interference_draft"][i])
+    else:
+        e = float(d["interference_noise"][i])
+        one, rows = max(0.0, lat.verify_slowdown_one_row + e), max(0.0, lat.verify_slowdown_rows + e)
+        drf = max(0.0, lat.draft_slowdown + e)
+    lat = replace(lat, target=scaled(lat.target, float(d["target_scale"][i])),
+                  draft=scaled(lat.draft, float(d["draft_scale"][i])),
+                  verify_slowdown_one_row=one, verify_slowdown_rows=rows, draft_slowdown=drf)
+    hit = HitCurve(float(d["miss_at_one"][i]), float(d["r"][i])) if u.hit_assumed else None
+    acc = DrawnAcceptance(profile.acceptance, float(d["delta"][i]), hit, float(d["saguaro_w"][i]))
+    return replace(profile, latency=lat, acceptance=acc)
+
+
+SOURCES = ("workload", "latency", "extrapolation", "interference", "hit", "saguaro")

@@ -1,0 +1,145 @@
+"""Prediction intervals and decisions under uncertainty: tok/s of AR, SD and SSD over profiles drawn from the
+profile's Uncertainty (model.uncertainty), with common draws for every mode so their differences are sharp.
+
+P(SSD beats SD) is the share of draws where the SSD plan is faster per sequence than SD at its K. The planner
+recommends SSD only when that is at least DECIDE_THRESHOLD; otherwise the safer SD, naming the measurement that
+would settle it (the source whose spread alone moves the SSD / SD ratio most).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from ssd_sim.model.profile import Profile
+from ssd_sim.model.uncertainty import SOURCES, Uncertainty, drawn_profile, draws
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
+
+DRAWS = 200  # profiles per interval: the 5% / 95% quantiles move by ~1.5% of the width between seeds
+LEVEL = 0.9  # central prediction interval
+DECIDE_THRESHOLD = 0.8  # recommend SSD over SD only if it wins in at least 80% of the draws (4 to 1 odds)
+
+SETTLE = {
+    "workload": "calibrate on more prompts of your workload (the spread between prompts dominates)",
+    "latency": "repeat the runs, interleaved (run-to-run timing noise dominates)",
+    "extrapolation": "time forwards of this plan's size: run one SSD trace of this plan (ssd-run --plan PLAN "
+                     "--mode ssd --trace T) and recalibrate (its latency is extrapolated past the timed shapes)",
+    "interference": "run one SSD trace of this plan (ssd-run --plan PLAN --mode ssd --trace T) and recalibrate: "
+                    "how much the two models slow each other is not measured",
+    "hit": "record SD or SSD traces with ssd-run --log-topn 20 (the default): the hit curve is assumed",
+    "saguaro": "record traces with logged distributions (ssd-run --log-topn): C's effect is assumed",
+}
+
+
+def uncertainty_of(profile: Profile) -> Uncertainty:
+    """The profile's Uncertainty, or stated defaults (all assumed) for profiles without one."""
+    if profile.uncertainty is not None:
+        return profile.uncertainty
+    from ssd_sim.model.uncertainty import CPU_INTERFERENCE, GPU_INTERFERENCE
+
+    cpu = "cpu" in profile.hardware.lower() or (profile.host is not None and not profile.host.gpus)
+    sd = (CPU_INTERFERENCE if cpu else GPU_INTERFERENCE)[1] / 4  # around the profile's own interference values
+    return Uncertainty(interference=(), interference_sd=sd, sources={
+        "all": f"assumed: defaults (no calibration): per-sequence logit SD 0.5 over 8 sequences, run latency "
+               f"+-8%, interference SD {sd:.1%} around the profile's values"})
+
+
+def sample(profile: Profile, plan: Plan, sd_k: int, n: int = DRAWS, seed: int = 0, run_sequences: int | None = None,
+           only: str | None = None) -> dict[str, np.ndarray]:
+    """tok/s per sequence of AR, SD (K = sd_k) and the SSD plan, its p_hit, tokens per round and round ms, per draw."""
+    u = uncertainty_of(profile)
+    d = draws(u, n, seed, run_sequences, only, rows_tokens(plan, sd_k))
+    out = {k: np.empty(n) for k in ("ar", "sd", "ssd", "p_hit", "tokens_per_round", "round_ms")}
+    for i in range(n):
+        p = drawn_profile(profile, u, d, i)
+        ssd = predict_ssd(p, plan)
+        out["ar"][i] = predict_ar(p, plan.batch_size).per_seq_tok_s
+        out["sd"][i] = predict_sd(p, plan.batch_size, sd_k, plan.temperature).per_seq_tok_s
+        out["ssd"][i] = ssd.per_seq_tok_s
+        out["p_hit"][i], out["tokens_per_round"][i], out["round_ms"][i] = ssd.p_hit, ssd.tokens_per_round, ssd.round_ms
+    return out
+
+
+def rows_tokens(plan: Plan, sd_k: int) -> tuple[int, int]:
+    """The largest forwards the plan and its SD baseline run, in rows x tokens: (target verify, draft branch step)."""
+    b = plan.batch_size
+    return b * (max(plan.K, sd_k) + 1), max(b * plan.budget, b * (plan.K + 1))
+
+
+def interval(x: np.ndarray, level: float = LEVEL) -> dict[str, float]:
+    """Mean, median and the central `level` interval of draws x."""
+    lo, mid, hi = np.quantile(x, [(1 - level) / 2, 0.5, (1 + level) / 2])
+    return {"mean": float(np.mean(x)), "p50": float(mid), "low": float(lo), "high": float(hi), "level": level}
+
+
+@dataclass(frozen=True)
+class Decision:
+    """SSD or SD under uncertainty: P(SSD faster), the recommendation and what would settle a close call."""
+
+    p_ssd_beats_sd: float
+    recommended_mode: str  # ssd | sd | ar
+    threshold: float
+    dominant: str  # the uncertainty source that moves SSD / SD most on its own
+    settle: str  # the measurement that would settle it
+
+    def to_dict(self) -> dict:
+        return {"p_ssd_beats_sd": self.p_ssd_beats_sd, "recommended_mode": self.recommended_mode,
+                "threshold": self.threshold, "dominant_uncertainty": self.dominant, "settle": self.settle}
+
+
+def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarray], n: int = 100,
+           threshold: float = DECIDE_THRESHOLD) -> Decision:
+    """Recommend SSD only if it beats SD in >= threshold of the draws; else SD (or AR if it beats both)."""
+    p = float(np.mean(samples["ssd"] > samples["sd"]))
+    spread = {}
+    for src in SOURCES:
+        s = sample(profile, plan, sd_k, n, seed=1, only=src)
+        spread[src] = float(np.std(np.log(s["ssd"] / s["sd"])))
+    dominant = max(spread, key=spread.get)
+    if p >= threshold:
+        rec = "ssd"
+    else:
+        rec = "sd" if np.mean(samples["sd"] > samples["ar"]) >= 0.5 else "ar"
+    return Decision(p, rec, threshold, dominant, SETTLE[dominant])
+
+
+def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, seed: int = 0) -> list[float]:
+    """The q-quantile of SSD tok/s per sequence of each plan over common draws (for --risk)."""
+    u = uncertainty_of(profile)
+    d = draws(u, n, seed, rows_tokens=max(rows_tokens(p, p.K) for p in plans))
+    vals = np.empty((len(plans), n))
+    for i in range(n):
+        p = drawn_profile(profile, u, d, i)
+        for j, plan in enumerate(plans):
+            vals[j, i] = predict_ssd(p, plan).per_seq_tok_s
+    return [float(np.quantile(v, q)) for v in vals]
+
+
+def uncertainty_report(profile: Profile, plan: Plan, sd_k: int, objective: str = "latency",
+                       seed: int = 0) -> dict:
+    """Intervals of every predicted quantity, P(SSD beats SD) and the decision, as the JSON report holds them."""
+    s = sample(profile, plan, sd_k, seed=seed)
+    d = decide(profile, plan, sd_k, s)
+    u = uncertainty_of(profile)
+    out = {k: interval(v) for k, v in s.items()}
+    out.update(d.to_dict())
+    out.update(draws=len(s["ssd"]), run_sequences=u.run_sequences, sources=dict(u.sources),
+               note="tok/s per sequence; intervals span the profile's uncertainty (model/uncertainty.py); "
+                    "the decision compares SSD with SD at the same draws")
+    if objective != "latency":
+        out["recommended_mode"] = None  # the decision is per sequence; the device objective keeps the point ranking
+    return out
+
+
+def scaled_interval(profile: Profile, plan: Plan, mode: str, value: float, run_sequences: int | None = None,
+                    level: float = LEVEL) -> tuple[float, float]:
+    """The interval of a tok/s `value` from elsewhere (a simulation of the plan in `mode`): value times the analytic
+    interval's ends relative to the analytic point, for a run of `run_sequences` sequences."""
+    s = sample(profile, plan, plan.K, run_sequences=run_sequences)
+    point = {"ar": predict_ar(profile, plan.batch_size).per_seq_tok_s,
+             "sd": predict_sd(profile, plan.batch_size, plan.K, plan.temperature).per_seq_tok_s,
+             "ssd": predict_ssd(profile, plan).per_seq_tok_s}[mode]
+    iv = interval(s[mode], level)
+    return value * iv["low"] / point, value * iv["high"] / point
