@@ -41,7 +41,7 @@ from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.plan.plan import Plan
 
-from .cli import add_model_args, add_prompt_args, model_specs, prompt_ids, slice_label
+from .cli import DEFAULT_LOG_TOPN, add_model_args, add_prompt_args, model_specs, prompt_ids, slice_label
 
 PROG = "ssd-run calibrate-here"
 
@@ -157,8 +157,8 @@ def _measure(runs: list[Run], specs: dict, job_kw: dict, args, out: Path) -> lis
             header = {"prompt_source": f"calibrate-here:{job_kw['base']}{slice_label(job_kw['index'][:n])}"}
             progress.start(i, run.name, len(prompts) * args.max_new_tokens)
             t0 = time.monotonic()
-            res = session.run(Job(run.plan, run.plan.mode, prompts, args.max_new_tokens,
-                                  draft_timeout_s=600.0, trace_path=str(path), header=header), progress.advance)
+            res = session.run(Job(run.plan, run.plan.mode, prompts, args.max_new_tokens, draft_timeout_s=600.0,
+                                  trace_path=str(path), header=header, log_topn=DEFAULT_LOG_TOPN), progress.advance)
             if res.faults:
                 raise SystemExit(f"{PROG}: error: the draft failed during {run.name} ({res.faults[0]}); its trace "
                                  f"{path} fell back to AR, so nothing was calibrated; rerun")

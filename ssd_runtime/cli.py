@@ -60,7 +60,7 @@ def build_parser() -> OneLineParser:
                    help="if the draft does not answer within this time, finish autoregressively (default 120; 0 = wait forever)")
     r.add_argument("--no-pin", action="store_true", help="do not pin the CPU processes to one core each")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
-    r.add_argument("--log-topn", type=_topn, default=20, metavar="N",
+    r.add_argument("--log-topn", type=_topn, default=DEFAULT_LOG_TOPN, metavar="N",
                    help="SD / SSD traces: per verified position, the top-N token ids and log-probs (T = 1) of the "
                         "target and the draft, from which ssd-plan calibrate derives acceptance and hit rates at any "
                         "temperature, C and fan-out (default 20, about 0.56 KB per generated token; 0 = off)")
@@ -127,6 +127,7 @@ def _rate(text: str) -> float:
 
 
 MAX_TOPN = 256
+DEFAULT_LOG_TOPN = 20  # covers fan-outs up to 19 per position; ~0.56 KB per generated token
 
 
 def _topn(text: str) -> int:
