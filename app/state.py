@@ -14,6 +14,7 @@ from pathlib import Path
 
 import streamlit as st
 
+from app.launch import MAX_UPLOAD_MB
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, current_host, host_warning
 from ssd_sim.model.presets import get_preset, list_presets
@@ -53,8 +54,16 @@ def keep_widget_state() -> None:
 
 # --- profiles ---------------------------------------------------------------------------------------
 
+def check_upload(data: bytes, name: str, what: str) -> None:
+    """ConfigError (one line) for an upload over the cap (app.launch.MAX_UPLOAD_MB; Streamlit enforces it too)."""
+    if len(data) > MAX_UPLOAD_MB * 2**20:
+        raise ConfigError("upload", f"{name} is {len(data) / 2**20:.1f} MB, over the {MAX_UPLOAD_MB} MB upload cap; "
+                                    f"put the {what} under traces/ (it is listed there) or cut it down")
+
+
 def profile_from_bytes(data: bytes, name: str = "upload") -> Profile:
-    """Parse a profile JSON upload; every problem is a ConfigError with a one-line message."""
+    """Parse a profile JSON upload in memory; every problem is a ConfigError with a one-line message."""
+    check_upload(data, name, "profile")
     if not data.strip():
         raise ConfigError("profile", f"{name} is empty; upload a profile JSON from `ssd-plan calibrate`")
     try:

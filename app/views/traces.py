@@ -21,7 +21,8 @@ def trace_files() -> list[str]:
 
 
 def parse_upload(name: str, data: bytes) -> Trace:
-    """Parse an uploaded trace; empty, non-UTF-8 or invalid files raise ConfigError (one line)."""
+    """Parse an uploaded trace in memory; oversized, empty, non-UTF-8 or invalid files raise ConfigError (one line)."""
+    state.check_upload(data, name, "trace")
     if not data.strip():
         raise ConfigError("trace", f"{name} is empty; upload a JSONL trace written by ssd-run")
     try:

@@ -289,3 +289,20 @@ def test_a_profile_from_another_or_an_unrecorded_host_shows_one_warning(at):
     (warning,) = at.sidebar.warning
     assert "qwen-coder-1.5b-0.5b-cpu was measured on an unrecorded host" in warning.value
     assert "ssd-run calibrate-here" in warning.value
+
+
+def test_uploads_over_the_cap_get_one_line_and_nothing_is_written(at, traces):
+    from app.launch import MAX_UPLOAD_MB
+
+    before = sorted(p.relative_to(traces) for p in traces.rglob("*"))
+    big = b'{"type": "header"}\n' + b" " * (MAX_UPLOAD_MB * 2**20)
+    at.switch_page("views/traces.py").run()
+    at.file_uploader(key="tr_upload").set_value(("huge.jsonl", big, "application/jsonl")).run()
+    errors = [e.value for e in at.error]
+    assert len(errors) == 1 and f"over the {MAX_UPLOAD_MB} MB upload cap" in errors[0] and "\n" not in errors[0]
+    at.sidebar.file_uploader[0].set_value(("huge.json", big, "application/json")).run()
+    assert any(f"over the {MAX_UPLOAD_MB} MB upload cap" in e.value for e in at.sidebar.error)
+    small = (traces / "ssd-run.jsonl").read_bytes()  # a real trace under the cap is parsed in memory
+    at.file_uploader(key="tr_upload").set_value(("t.jsonl", small, "application/jsonl")).run()
+    assert not at.exception
+    assert sorted(p.relative_to(traces) for p in traces.rglob("*")) == before  # no upload lands next to the traces

@@ -1,28 +1,89 @@
-"""app.launch: the ssd-dashboard entry point."""
+"""app.launch: the ssd-dashboard entry point, its listening address and upload cap."""
 
 from __future__ import annotations
 
+import os
+import signal
+import socket
+import subprocess
 import sys
+import time
+from pathlib import Path
+
+import pytest
 
 from app import launch
 
 
-def test_command_runs_the_dashboard_with_passthrough_args():
+def test_command_runs_the_dashboard_on_loopback_with_the_upload_cap():
     cmd = launch.command(["--server.port", "8600"])
-    assert cmd[:4] == [sys.executable, "-m", "streamlit", "run"]
-    assert cmd[4].endswith("app/dashboard.py") and cmd[5:] == ["--server.port", "8600"]
+    assert cmd[:4] == [sys.executable, "-m", "streamlit", "run"] and cmd[4].endswith("app/dashboard.py")
+    assert cmd[5:] == ["--server.address", "127.0.0.1", "--server.maxUploadSize", str(launch.MAX_UPLOAD_MB),
+                       "--server.port", "8600"]
+
+
+def test_host_or_server_address_choose_the_address_on_purpose():
+    assert launch.command(["--host", "0.0.0.0"])[5:7] == ["--server.address", "0.0.0.0"]
+    mine = launch.command(["--server.address=10.0.0.5", "--server.maxUploadSize", "8"])
+    assert "127.0.0.1" not in mine and mine[5:] == ["--server.address=10.0.0.5", "--server.maxUploadSize", "8"]
+    with pytest.raises(ValueError):
+        launch.command(["--host", "0.0.0.0", "--server.address", "1.2.3.4"])
+    with pytest.raises(ValueError):
+        launch.command(["--host"])
 
 
 def test_help_and_missing_streamlit(monkeypatch, capsys):
     assert launch.main(["--help"]) == 0
     assert "streamlit run" in capsys.readouterr().out
+    assert launch.main(["--host"]) == 2
+    assert "--host needs an address" in capsys.readouterr().err
     monkeypatch.setattr(launch, "find_spec", lambda name: None)
     assert launch.main([]) == 2
     assert "pip install -e '.[app]'" in capsys.readouterr().err
 
 
-def test_main_execs_streamlit(monkeypatch):
+def test_main_execs_streamlit_and_says_where_it_listens(monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(launch.os, "execv", lambda path, argv: seen.append((path, argv)))
     launch.main(["--server.headless", "true"])
     assert seen == [(sys.executable, launch.command(["--server.headless", "true"]))]
+    assert "http://127.0.0.1:8501 (this machine only" in capsys.readouterr().err
+
+
+def listening(port: int) -> set[str]:
+    """Local addresses with a TCP socket in LISTEN on `port` (Linux /proc/net/tcp{,6})."""
+    out = set()
+    for name, width in (("tcp", 8), ("tcp6", 32)):
+        path = Path(f"/proc/net/{name}")
+        if not path.exists():
+            continue
+        for line in path.read_text().splitlines()[1:]:
+            local, state = line.split()[1], line.split()[3]
+            addr, p = local.split(":")
+            if state == "0A" and int(p, 16) == port:
+                out.add(socket.inet_ntop(socket.AF_INET, bytes.fromhex(addr)[::-1]) if width == 8 else "v6:" + addr)
+    return out
+
+
+def free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+@pytest.mark.skipif(not Path("/proc/net/tcp").exists(), reason="reads the listening sockets from /proc/net/tcp")
+@pytest.mark.parametrize("extra,want", [([], "127.0.0.1"), (["--host", "0.0.0.0"], "0.0.0.0")])
+def test_the_launcher_listens_on_loopback_unless_told_otherwise(extra, want):
+    port = free_port()
+    proc = subprocess.Popen([sys.executable, "-m", "app.launch", "--server.port", str(port), "--server.headless",
+                             "true", "--browser.gatherUsageStats", "false", *extra],
+                            stdout=subprocess.DEVNULL, stderr=subprocess.PIPE, start_new_session=True,
+                            cwd=Path(launch.__file__).resolve().parents[1])
+    try:
+        deadline = time.monotonic() + 60
+        while not listening(port) and time.monotonic() < deadline and proc.poll() is None:
+            time.sleep(0.2)
+        assert listening(port) == {want}
+    finally:
+        os.killpg(proc.pid, signal.SIGTERM)
+        proc.wait(timeout=20)
