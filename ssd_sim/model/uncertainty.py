@@ -101,13 +101,35 @@ def _logit_shift(p: np.ndarray, delta: float) -> np.ndarray:
     return np.where(inner, 1.0 / (1.0 + np.exp(-(np.log(q / (1 - q)) + delta))), p)
 
 
-def shift_hit(h, delta: float, max_f: int = 64):
-    """A hit model with every hit probability moved by delta in logit space (a HitTable)."""
-    if isinstance(h, HitCurve):
-        row = tuple(float(v) for v in 1.0 - h.miss_matrix(0, max_f)[0])
-        h = HitTable(reject=(row,), accepted=(row,))
-    rows = lambda side: tuple(tuple(float(v) for v in np.maximum.accumulate(_logit_shift(r, delta))) for r in side)  # noqa: E731
-    return HitTable(reject=rows(h.reject), accepted=rows(h.accepted))
+@dataclass(frozen=True)
+class ShiftedHit:
+    """A hit model (HitCurve or HitTable) with every hit probability moved by delta in logit space, evaluated on
+    demand (a logit shift keeps hit rates monotone in F, 0 at F = 0 and exact 1s)."""
+
+    base: HitCurve | HitTable
+    delta: float
+
+    def hit(self, fan_out) -> np.ndarray:
+        return _logit_shift(self.base.hit(fan_out), self.delta)
+
+    def miss(self, fan_out) -> np.ndarray:
+        return 1.0 - self.hit(fan_out)
+
+    def miss_matrix(self, K: int, max_f: int) -> np.ndarray:
+        return 1.0 - _logit_shift(1.0 - self.base.miss_matrix(K, max_f), self.delta)
+
+    @property
+    def miss_at_one(self) -> float:
+        return float(self.miss([1])[0])
+
+    @property
+    def r(self) -> float:
+        return self.base.r
+
+
+def shift_hit(h, delta: float):
+    """h with every hit probability moved by delta in logit space (h itself when delta is 0)."""
+    return h if delta == 0 else ShiftedHit(h, delta)
 
 
 @dataclass(frozen=True)

@@ -89,7 +89,7 @@ class Decision:
                 "threshold": self.threshold, "dominant_uncertainty": self.dominant, "settle": self.settle}
 
 
-def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarray], n: int = 100,
+def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarray], n: int = 50,
            threshold: float = DECIDE_THRESHOLD) -> Decision:
     """Recommend SSD only if it beats SD in >= threshold of the draws; else SD (or AR if it beats both)."""
     p = float(np.mean(samples["ssd"] > samples["sd"]))

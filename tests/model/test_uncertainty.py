@@ -46,7 +46,8 @@ def test_a_logit_shift_moves_acceptance_and_hits_together_and_keeps_certainties(
     assert down.primary_hit.hit(fo)[0] < base.primary_hit.hit(fo)[0] < up.primary_hit.hit(fo)[0]
     h = shift_hit(HitCurve(0.5, 0.8), 2.0)
     assert h.hit([0, 1])[0] == 0.0  # no guess never hits
-    assert np.all(np.diff(h.reject[0]) >= 0)
+    row = 1.0 - h.miss_matrix(0, 40)[0]
+    assert np.all(np.diff(row) >= 0) and row[1] == pytest.approx(1 / (1 + np.exp(-2.0)))  # hit(1) = 0.5 -> logit 2
 
 
 def test_one_source_at_a_time_leaves_the_others_at_their_centre():
