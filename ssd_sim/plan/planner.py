@@ -17,7 +17,7 @@ import numpy as np
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.intervals import quantile_tok_s
-from ssd_sim.plan.plan import Plan, check_budget
+from ssd_sim.plan.plan import MAX_BUDGET, Plan, check_budget
 from ssd_sim.plan.predict import (
     Prediction,
     backup_outcomes,
@@ -121,8 +121,10 @@ def make_plan(
     c_range = _c_range(knobs, temperature)
     backups = _backups(knobs, batch_size)
     scored: list[tuple[float, dict]] = []
-    fits = {K: budget_fit(profile, batch_size, K, draft_devices, budget_cap) for K in k_range}
-    budget_cap = min(budget_cap, timed_budget_cap(profile, batch_size))
+    # what fits inside one verify, up to the largest plannable budget: the binding line can then tell a cap from draft time
+    fits = {K: budget_fit(profile, batch_size, K, draft_devices, MAX_BUDGET) for K in k_range}
+    user_cap, timed_cap = budget_cap, timed_budget_cap(profile, batch_size)
+    budget_cap = min(user_cap, timed_cap)
     for K, fit in fits.items():
         for C in c_range:
             acc = profile.acceptance.at(temperature, C)
@@ -156,7 +158,7 @@ def make_plan(
     sd = best_sd(profile, batch_size, temperature, range(1, k_max + 1))
     ar = predict_ar(profile, batch_size)
     fit = fits[best.K]
-    binding = _binding(best, ssd, fit, knobs, budget_cap)
+    binding = _binding(best, ssd, fit, knobs, user_cap, timed_cap)
     return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored), gain)
 
 
@@ -303,14 +305,16 @@ def timed_budget_cap(profile: Profile, batch_size: int) -> int:
     return max(1, TIMED_FACTOR * u.timed_rows_tokens[1] // batch_size)
 
 
-def _binding(plan: Plan, ssd: Prediction, fit: int, knobs: Knobs, cap: int) -> str:
+def _binding(plan: Plan, ssd: Prediction, fit: int, knobs: Knobs, user_cap: int, timed_cap: int) -> str:
     """A one-line explanation of the constraint that binds the chosen budget."""
     if knobs.fan_out is not None:
         return f"fan-out fixed by the user (budget {plan.budget})"
+    cap = min(user_cap, timed_cap)
     if plan.budget >= cap and cap < fit:
-        timed = "" if cap >= 128 else (" or the timed range (the calibration timed draft forwards small enough that "
-                                        "larger caches are extrapolated; an SSD trace of a larger cache measures them)")
-        return f"budget cap: {plan.budget} guesses (--budget-cap{timed}); up to {fit} would fit inside one verify"
+        why = (f"--budget-cap {user_cap}" if user_cap <= timed_cap else
+               f"the timed range: the calibration timed draft forwards of up to {timed_cap // TIMED_FACTOR * plan.batch_size} "
+               "rows, larger caches would be extrapolated (an SSD trace of a larger cache measures them)")
+        return f"budget cap: {plan.budget} guesses ({why}); up to {fit} would fit inside one verify"
     if fit == 0:
         return (f"draft time: even a budget of 1 takes T_p = {ssd.draft_ms:.1f} ms > T_v = {ssd.verify_ms:.1f} ms, "
                 f"so the target waits for the draft every round")

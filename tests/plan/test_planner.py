@@ -173,3 +173,12 @@ def test_a_per_position_c_list_combines_each_positions_own_response():
     assert pt.primary_hit.hit(fo)[0] == pytest.approx(lo.primary_hit.hit(fo)[0])
     assert pt.primary_hit.hit(fo)[1] == pytest.approx(hi.primary_hit.hit(fo)[1])
     assert pt.primary_hit.hit(fo)[2] == pytest.approx(hi.primary_hit.hit(fo)[2])  # all accepted: C-free
+
+
+def test_a_budget_cap_that_binds_is_named_in_the_binding_line():
+    prof = get_preset("llama70b-1b-h100")
+    free = make_plan(prof, 1, 0.0)
+    capped = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=free.plan.K), budget_cap=2)
+    assert capped.plan.budget == 2 and capped.budget_fit > 2
+    assert capped.binding.startswith("budget cap: 2 guesses (--budget-cap 2)")
+    assert not free.binding.startswith("budget cap")
