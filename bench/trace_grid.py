@@ -20,6 +20,7 @@ import json
 import time
 from pathlib import Path
 
+from ssd_runtime.cli import slice_label
 from ssd_runtime.models import ModelSpec, load_tokenizer, resolve_path
 from ssd_runtime.prompts import encode, prompt_set
 from ssd_runtime.run import Job, Session
@@ -36,7 +37,7 @@ def run_prompts(grid: dict, spec: dict, tokenizer) -> tuple[list[list[int]], str
     every = prompt_set(name)
     if off + n > len(every):
         raise SystemExit(f"{spec['name']}: prompts {off}..{off + n - 1} but the {name} set has {len(every)}")
-    return encode(every[off:off + n], tokenizer), f"prompt-set:{name}[{off}:{off + n}]"
+    return encode(every[off:off + n], tokenizer), f"prompt-set:{name}" + slice_label(list(range(off, off + n)))
 
 
 def run_plan(spec: dict) -> tuple[Plan, str]:

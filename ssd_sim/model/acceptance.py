@@ -417,11 +417,11 @@ def _interpolate_grid(points, temperature: float, saguaro_c: float) -> Acceptanc
     c_lo, c_hi, w_c, out_c = _bracket(sorted({p.saguaro_c for p in points}), saguaro_c)
 
     def along_c(t: float) -> AcceptancePoint:
-        return _lerp_point(_find(points, t, c_lo), _find(points, t, c_hi), w_c, t, saguaro_c)
+        return lerp_point(_find(points, t, c_lo), _find(points, t, c_hi), w_c, t, saguaro_c)
 
     source = "extrapolated" if out_t or out_c else "derived"
     lo = along_c(t_lo)
-    point = _lerp_point(lo, lo if t_hi == t_lo else along_c(t_hi), w_t, temperature, saguaro_c)
+    point = lerp_point(lo, lo if t_hi == t_lo else along_c(t_hi), w_t, temperature, saguaro_c)
     return replace(point, source=source, hit_source="")
 
 
@@ -443,10 +443,10 @@ def _interpolate_temperature(points: list[AcceptancePoint], temperature: float) 
         return replace(lo, temperature=temperature, source="extrapolated",
                        hit_source="extrapolated") if lo.temperature != temperature else lo
     w = (temperature - lo.temperature) / (hi.temperature - lo.temperature)
-    return _lerp_point(lo, hi, w, temperature, lo.saguaro_c)
+    return lerp_point(lo, hi, w, temperature, lo.saguaro_c)
 
 
-def _lerp_point(lo: AcceptancePoint, hi: AcceptancePoint, w: float, temperature: float,
+def lerp_point(lo: AcceptancePoint, hi: AcceptancePoint, w: float, temperature: float,
                 saguaro_c: float) -> AcceptancePoint:
     """(1 - w) lo + w hi: acceptance per position (the shorter list padded with its last value), hit models
     by lerp_hit; placed at (temperature, saguaro_c) and marked derived."""

@@ -389,18 +389,13 @@ def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> Accept
     for entry in report.acceptance:  # the derived rates next to the counted ones: a check of the whole derivation
         pt = model.at(entry["temperature"], entry["saguaro_c"])
         entry["derived_acceptance"] = [float(a) for a in pt.acceptance]
-    logged_T = sorted({float(t.plan.get("temperature", 0.0)) for t in drafted if _has_dists(t)})
-    if max(logged_T) == 0:
+    if max(report.logged["run_temperatures"]) == 0:
         report.warnings.append("rates at T > 0 are derived from the contexts of T = 0 runs (greedy text, "
                                "usually easier to draft); record one T > 0 trace to check them")
     rows = len(model.points[0].acceptance)
     report.warnings.append(f"stopping positions >= {rows} reuse position {rows - 1}'s rates (fewer than "
                            f"{MIN_CONTEXTS} logged contexts beyond it)")
     return model
-
-
-def _has_dists(t: Trace) -> bool:
-    return any("dists" in s for r in t.rounds[:5] for s in r["seqs"])
 
 
 def _warn_measured_only(points: list[AcceptancePoint], report: CalibrationReport) -> None:
@@ -499,7 +494,7 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
     hit_assumed = report.logged is None and any(e["primary_hit"].get("assumed") for e in report.acceptance)
     if hit_assumed:
         src["hit"] = "assumed: miss(1) ~ U[0.1, 0.9], r ~ U[0.3, 1.5] (no bonus ranks or distributions)"
-    timed = (_max_rows_tokens([t for t in traces]), _max_rows_tokens(traces, draft=True))
+    timed = _max_rows_tokens(traces)
     src["timed_rows_tokens"] = (f"measured: forwards of up to {timed[0]} (target) and {timed[1]} (draft) rows x tokens; "
                                 f"beyond them latency is extrapolated, +{EXTRAPOLATION_SD:.0%} SD per doubling (assumed)")
     return Uncertainty(float(sd), max(n_cal, 1), max(n_run, 1), float(lat_sd), rng, isd, hit_assumed, timed, src)
@@ -518,11 +513,10 @@ def interference_range(traces: Sequence[Trace]) -> tuple[float, float]:
 SESSION_SD = 0.03  # run-to-run timing spread between sessions the calibration's own runs cannot show (assumed)
 
 
-def _max_rows_tokens(traces: Sequence[Trace], draft: bool = False) -> int:
-    """The largest rows x tokens of one timed forward: target verifies, or the draft's SD / glue / branch steps."""
+def _max_rows_tokens(traces: Sequence[Trace]) -> tuple[int, int]:
+    """The largest rows x tokens of one timed forward: (target verifies, the draft's SD / glue / branch steps)."""
     s = latency_samples(traces)
-    work = s.draft_work if draft else s.target_work
-    return max((r * t for w in work for r, t, _ in w), default=1)
+    return tuple(max((r * t for w in work for r, t, _ in w), default=1) for work in (s.target_work, s.draft_work))
 
 
 def _between_sequence_sd(drafted: Sequence[Trace]) -> tuple[float | None, int, int]:

@@ -25,7 +25,7 @@ from dataclasses import asdict, dataclass, field, replace
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve, HitTable, lerp_hit
+from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve, HitTable, lerp_point
 
 EXTRAPOLATION_SD = 0.1  # relative latency SD per doubling of rows x tokens beyond the timed range (assumed)
 CPU_INTERFERENCE = (0.0, 0.5)  # assumed range on CPUs: the project's calibrations measured +1% .. +46%
@@ -152,12 +152,8 @@ class DrawnAcceptance:
     def at(self, temperature: float, saguaro_c: float = 1.0) -> AcceptancePoint:
         pt = self.base.at(temperature, saguaro_c)
         if self.saguaro_w < 1.0 and saguaro_c < 1.0 and pt.source == "assumed" and self.base.response == "synthetic":
-            plain = self.base.at(temperature, 1.0)
-            w = self.saguaro_w
-            n = max(len(pt.acceptance), len(plain.acceptance))
-            a = [plain.acceptance[min(i, len(plain.acceptance) - 1)] * (1 - w) + pt.acceptance[min(i, len(pt.acceptance) - 1)] * w
-                 for i in range(n)]
-            pt = replace(pt, acceptance=tuple(a), primary_hit=lerp_hit(plain.primary_hit, pt.primary_hit, w))
+            moved = lerp_point(self.base.at(temperature, 1.0), pt, self.saguaro_w, temperature, saguaro_c)
+            pt = replace(moved, source=pt.source, hit_source=pt.hit_source)
         return self._draw(pt)
 
     def at_positions(self, temperature: float, cs) -> AcceptancePoint:

@@ -13,7 +13,14 @@ from dataclasses import dataclass
 import numpy as np
 
 from ssd_sim.model.profile import Profile
-from ssd_sim.model.uncertainty import SOURCES, Uncertainty, drawn_profile, draws
+from ssd_sim.model.uncertainty import (
+    CPU_INTERFERENCE,
+    GPU_INTERFERENCE,
+    SOURCES,
+    Uncertainty,
+    drawn_profile,
+    draws,
+)
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
 
@@ -37,8 +44,6 @@ def uncertainty_of(profile: Profile) -> Uncertainty:
     """The profile's Uncertainty, or stated defaults (all assumed) for profiles without one."""
     if profile.uncertainty is not None:
         return profile.uncertainty
-    from ssd_sim.model.uncertainty import CPU_INTERFERENCE, GPU_INTERFERENCE
-
     cpu = "cpu" in profile.hardware.lower() or (profile.host is not None and not profile.host.gpus)
     sd = (CPU_INTERFERENCE if cpu else GPU_INTERFERENCE)[1] / 4  # around the profile's own interference values
     return Uncertainty(interference=(), interference_sd=sd, sources={

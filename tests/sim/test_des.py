@@ -73,12 +73,17 @@ def test_sd_matches_sd_speedup_within_1pct():
     assert m.mean_accept_len == pytest.approx(analytic.expected_tokens(ALPHA, K), rel=0.01)
 
 
-def test_ssd_single_sequence_matches_theorem_7_within_1pct():
-    # seed 0, 400,000 tokens (about 119,000 rounds). T_p = glue 1 + branch 4 = 5 ms <= T_v; T_b = 4 ms.
+def ssd_closed_form(b: int):
+    """(exact profile, its hit probability, Corollary 16's tok/s per sequence at batch b: T_p 0.5, T_b 0.4)."""
     profile = exact_profile()
     p = hit_probability(profile)
     e = analytic.expected_tokens(ALPHA, K)
-    closed = analytic.ssd_speedup(p, e, e, 0.5, 0.4, 1) * AR_TOK_S
+    return profile, p, analytic.ssd_speedup(p, e, e, 0.5, 0.4, b) * AR_TOK_S
+
+
+def test_ssd_single_sequence_matches_theorem_7_within_1pct():
+    # seed 0, 400,000 tokens (about 119,000 rounds). T_p = glue 1 + branch 4 = 5 ms <= T_v; T_b = 4 ms.
+    profile, p, closed = ssd_closed_form(1)
     assert closed == pytest.approx(309.968, rel=1e-5)
     plan = Plan(num_speculative_tokens=K, fan_out=FAN_OUT)
     assert predict_ssd(profile, plan).per_seq_tok_s == pytest.approx(closed, rel=1e-9)
@@ -90,10 +95,7 @@ def test_ssd_single_sequence_matches_theorem_7_within_1pct():
 
 def test_ssd_batch_of_4_matches_corollary_16_within_1pct():
     # seed 0, 4 sequences x 200,000 tokens (about 60,000 rounds). A round stalls on any of the 4 misses.
-    profile = exact_profile()
-    p = hit_probability(profile)
-    e = analytic.expected_tokens(ALPHA, K)
-    closed = analytic.ssd_speedup(p, e, e, 0.5, 0.4, 4) * AR_TOK_S
+    profile, p, closed = ssd_closed_form(4)
     assert closed == pytest.approx(269.969, rel=1e-5)
     plan = Plan(num_speculative_tokens=K, fan_out=FAN_OUT, batch_size=4)
     m = decode(profile, plan, "ssd", 200_000)
