@@ -36,5 +36,6 @@ def flags_text(rep: dict) -> str:
     """The three engine commands as a shell script."""
     lines = ["#!/bin/sh", "# engine flags for the plan (ssd-dashboard)"]
     for eng, label in ENGINES.items():
-        lines += [f"# {label}", rep["engine_flags"][eng]["command"]]
+        flags = rep["engine_flags"][eng]
+        lines += [f"# {label}", flags["command"] if flags.get("supported", True) else f"# not supported: {flags['notes'][0]}"]
     return "\n".join(lines) + "\n"

@@ -59,3 +59,18 @@ def test_every_cli_command_in_the_readme_exits_0(tmp_path, monkeypatch, capsys):
                                                      r"[\w./-]+\.(?:py|md|json|toml))`", README))))
 def test_every_file_the_readme_names_exists(path):
     assert (ROOT / path).exists(), path
+
+
+def test_the_regression_table_matches_the_model():
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("preset_table", ROOT / "bench" / "preset_table.py")
+    pt = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(pt)
+    shown = pt.readme_table(README).splitlines()
+    fresh = pt.table().splitlines()
+    assert [row.split("|")[1:3] for row in shown] == [row.split("|")[1:3] for row in fresh]  # presets and T
+    num = re.compile(r"\d+\.\d+")
+    for s_row, f_row in zip(shown[2:], fresh[2:], strict=True):  # values to the printed digit (+-1 in the last)
+        for a, b in zip(num.findall(s_row), num.findall(f_row), strict=True):
+            assert float(a) == pytest.approx(float(b), abs=1.01 * 10 ** -len(a.split(".")[1])), (s_row, f_row)

@@ -26,7 +26,8 @@ def render() -> None:
                        mime="text/x-shellscript", key="dl_flags")
     for eng, label in ENGINES.items():
         st.subheader(label)
-        st.code(rep["engine_flags"][eng]["command"], language="bash", wrap_lines=True)
+        if rep["engine_flags"][eng].get("supported", True):
+            st.code(rep["engine_flags"][eng]["command"], language="bash", wrap_lines=True)
         for note in rep["engine_flags"][eng]["notes"]:
             st.caption(f"note: {note}")
     st.subheader("report (ssd-plan --json)")

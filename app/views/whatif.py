@@ -21,7 +21,8 @@ def _optimise() -> None:
     if sc is None:
         return
     ss = st.session_state
-    res = make_plan(sc.profile, int(ss[P + "b"]), float(ss[P + "T"]), ss[P + "objective"], int(ss[P + "dd"]))
+    res = make_plan(sc.profile, int(ss[P + "b"]), float(ss[P + "T"]), ss[P + "objective"], int(ss[P + "dd"]),
+                    scan_b_star=False)  # only K, budget, C and backup are loaded; the page computes its own b*
     ss[P + "K"], ss[P + "B"], ss[P + "C"] = res.plan.K, res.plan.budget, res.plan.saguaro_c
     ss[P + "backup"], ss[P + "uniform"] = res.plan.backup, False
 

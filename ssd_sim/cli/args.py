@@ -101,13 +101,15 @@ def add_knob_args(p: argparse.ArgumentParser, workload: bool = True) -> None:
     g.add_argument("--saguaro-c", type=unit_float, metavar="C",
                    help="Saguaro down-weight of the cached tokens in [0, 1] (1 = plain sampling)")
     g.add_argument("--downweight", choices=DOWNWEIGHT_SETS,
-                   help="which set C multiplies: top_f (paper) or top_f_plus_1 (reference engine)")
+                   help="which set C multiplies: top_f (paper) or top_f_plus_1 (reference engine); default: what "
+                        "the profile's engine does")
     g.add_argument("--backup", choices=BACKUPS,
                    help="on a cache miss: jit (neural redraft), fast (random tokens) or adaptive (by batch size)")
     g.add_argument("--backup-threshold", type=threshold_arg, metavar="B",
                    help="adaptive backup: jit below this batch size, fast at or above (sequences; 'inf' = never)")
     g.add_argument("--jit-redraft", choices=JIT_REDRAFT,
-                   help="jit backup redrafts only the rows that missed (rows) or the whole batch (batch)")
+                   help="jit backup redrafts only the rows that missed (rows, ssd-run) or the whole batch (batch, "
+                        "the reference engine); default: what the profile's engine does")
     if workload:
         w = p.add_argument_group("workload")
         w.add_argument("-b", "--batch-size", type=positive_int, metavar="B",
@@ -127,8 +129,8 @@ def knobs_from_args(args: argparse.Namespace) -> Knobs:
         saguaro_c=args.saguaro_c,
         backup=args.backup,
         backup_threshold=args.backup_threshold,
-        downweight=args.downweight or "top_f",
-        jit_redraft=args.jit_redraft or "rows",
+        downweight=args.downweight,
+        jit_redraft=args.jit_redraft,
     )
 
 

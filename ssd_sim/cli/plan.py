@@ -89,6 +89,9 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, e)
     simulated = _simulate(profile, result, args) if args.simulate else None
     report = build_report(profile, result, simulated, source=base_extra)
+    if args.emit and not report["engine_flags"][args.emit].get("supported", True):
+        fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
+                                       "choose vllm or sglang"))
     if report["host"]["warning"]:
         print(f"{PROG}: warning: {report['host']['warning']}", file=sys.stderr)
     if args.output:
@@ -178,6 +181,7 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
         "ssd_verify_ms": ssd.verify_ms, "ssd_primary_ms": ssd.draft_ms, "ssd_backup_ms": ssd.backup_ms,
         "ssd_round_ms": ssd.round_ms, "speedup_ssd_vs_ar": ssd.per_seq_tok_s / ar.per_seq_tok_s,
         "speedup_ssd_vs_sd": ssd.per_seq_tok_s / sd.per_seq_tok_s,
+        "speedup_ssd_vs_sd_bound": result.gain_bound, "gain_captured": _finite(result.gain_captured),
     }
     report = {
         "plan": result.plan.to_dict(),
@@ -188,10 +192,11 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
         "binding": result.binding,
         "b_star": None if math.isinf(result.b_star) else result.b_star,
         "b_star_closed_form": None if math.isinf(result.b_star_closed_form) else result.b_star_closed_form,
+        "b_star_curve": result.crossover.to_dict() if result.crossover is not None else None,
         "budget_fit": result.budget_fit,
         "baselines": {"ar": ar.to_dict(), "sd": sd.to_dict()},
         "ssd": ssd.to_dict(),
-        "engine_flags": engine_flags(profile, result.plan, sd),
+        "engine_flags": engine_flags(profile, result.plan, sd, result.budget_cap),
         "configurations_scored": result.evaluated,
         "c_per_position_gain_pct": result.c_per_position_gain_pct,
     }
@@ -203,6 +208,10 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
         report["recommended_mode"] = unc["recommended_mode"]
     report["host"] = host_report(profile)
     return report
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
 
 
 def _quantile(text: str) -> float:
@@ -232,6 +241,7 @@ def _print_presets() -> int:
 def print_report(profile: Profile, result: PlanResult, report: dict, explain: bool = False) -> None:
     """Human-readable tables of the report (rich)."""
     from rich.console import Console
+    from rich.markup import escape
     from rich.table import Table
 
     con = Console(width=None if sys.stdout.isatty() else 120)
@@ -257,6 +267,14 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     con.print(f"plan: K={plan.K} fan_out={list(plan.fan_out)} fan_out_miss={list(plan.fan_out_miss)} "
               f"saguaro_c={plan.c_label} backup={plan.backup} (fast backup from b*={thr}; closed form "
               f"{result.b_star_closed_form:.2f})")
+    if result.crossover is not None:
+        cx = result.crossover
+        con.print("b*: first batch size where fast beats jit, each re-planned per batch (tok/s per seq jit/fast): "
+                  + ", ".join(f"b={b} {j:.1f}/{f:.1f}" for b, j, f in zip(cx.batch_sizes, cx.jit, cx.fast, strict=True)))
+    x = result.ssd.per_seq_tok_s / result.sd.per_seq_tok_s
+    captured = "" if math.isnan(result.gain_captured) else f"; the plan captures {result.gain_captured:.0%} of it"
+    con.print(f"gain over SD: {x:.2f}x of at most {result.gain_bound:.2f}x (Corollary 9: (1 + T_SD) E_hit / E_SD)"
+              + captured)
     con.print(f"binding: {result.binding}")
     if result.c_per_position_gain_pct is not None:
         used = "used" if plan.saguaro_c_list else f"not used (below {MIN_C_GAIN_PCT:g}%)"
@@ -277,19 +295,20 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
         con.print(f"simulated ({sim['tokens_per_sequence']} tokens/sequence, seed {sim['seed']}): "
                   f"AR {sim['ar_tok_s']:.2f}, SD {sim['sd_tok_s']:.2f}, SSD {sim['ssd_tok_s']:.2f} tok/s per sequence, "
                   f"hit rate {sim['p_hit']:.3f}" + ("; re-ranking changed the plan" if sim["changed_plan"] else ""))
-    con.print(f"ssd-engine: {report['engine_flags']['ssd-engine']['command']}")
-    for note in report["engine_flags"]["ssd-engine"]["notes"]:
-        con.print(f"  note: {note}")
+    eng = report["engine_flags"]["ssd-engine"]
+    con.print(f"ssd-engine: {eng['command']}" if eng["supported"] else "ssd-engine: not supported")
+    for note in eng["notes"]:
+        con.print(f"  note: {escape(note)}")
     if explain:
         t = Table(title=f"where the numbers of {profile.name} come from")
         t.add_column("quantity")
         t.add_column("source")
         for k, v in profile.provenance.items():
-            t.add_row(k, v)
+            t.add_row(k, escape(v))
         con.print(t)
         for k, v in profile.provenance.items():
-            if v.startswith(("assumed", "extrapolated")):
-                con.print(f"warning: {k} is {v.split(':')[0]}: {v.split(':', 1)[-1].strip()}")
+            if v.startswith(("assumed", "extrapolated", "conflict")):
+                con.print(f"warning: {k} is {v.split(':')[0]}: {escape(v.split(':', 1)[-1].strip())}")
         pt = plan_point(profile, plan)
         if pt.source in ("assumed", "extrapolated") or pt.hit_source in ("assumed", "extrapolated"):
             con.print(f"warning: acceptance at T={plan.temperature:g}, C={plan.c_label} is "

@@ -104,6 +104,7 @@ class LatencyModel:
     lookup_ms: float = 0.0  # SSD: speculation-cache lookup on the draft
     fast_backup_ms: float = 0.0  # SSD: producing random backup tokens
     sd_transfer: bool = False  # SD drafts on another device/process and pays transfer_ms per round
+    sd_extra_forward: bool = False  # SD runs K + 1 draft forwards: the last caches the K-th token (reference engine)
     verify_slowdown_one_row: float = 0.0  # SSD: target forward slower by this fraction while the draft decodes 1 row
     verify_slowdown_rows: float = 0.0  # ... while it decodes several rows per step or its multi-token glue
     draft_slowdown: float = 0.0  # SSD: the draft's glue and branch decode slower by this fraction (target busy)
@@ -126,8 +127,10 @@ class LatencyModel:
         return self.target(b, np.asarray(K) + 1) + self.round_overhead_ms
 
     def sd_draft_ms(self, b: ArrayLike, K: ArrayLike):
-        """Synchronous SD drafting per round: K sequential draft steps over b rows (+ transfer if remote) (ms)."""
-        return np.asarray(K) * self.draft(b, 1) + (self.transfer_ms if self.sd_transfer else 0.0)
+        """Synchronous SD drafting per round: K (K + 1 with sd_extra_forward) sequential one-token draft steps
+        over b rows (+ transfer if remote) (ms)."""
+        steps = np.asarray(K) + (1 if self.sd_extra_forward else 0)
+        return steps * self.draft(b, 1) + (self.transfer_ms if self.sd_transfer else 0.0)
 
     def glue_ms(self, b: ArrayLike, K: ArrayLike):
         """SSD glue forward: the draft re-reads the K + 1 tokens it just proposed, b rows (ms)."""

@@ -61,9 +61,14 @@ def get_preset(name: str) -> Profile:
     src = preset_source(name)
     prov: dict[str, str] = {}
     ov, interference = src.get("overheads", {}), src.get("interference", {})
+    engine = src.get("engine", "ssd-runtime")
     round_overhead = float(ov.get("round_overhead_ms", 0.0))
     target = _forward(src["target"], "target", prov, round_overhead)
     draft = _forward(src["draft"], "draft", prov, 0.0)
+    if engine == "reference":
+        prov["latency.loop"] = ("the reference engine's loop: SD runs K + 1 one-token draft forwards per round "
+                                "(speculator_sync); SSD glue over K + 1 tokens then K tree steps over b x budget rows "
+                                "(draft_runner); the jit backup redrafts the whole batch; the draft's q is sent each round")
     latency = LatencyModel(
         target=target,
         draft=draft,
@@ -73,6 +78,7 @@ def get_preset(name: str) -> Profile:
         lookup_ms=float(ov.get("lookup_ms", 0.0)),
         fast_backup_ms=float(ov.get("fast_backup_ms", 0.0)),
         sd_transfer=bool(ov.get("sd_transfer", False)),
+        sd_extra_forward=engine == "reference",
         verify_slowdown_one_row=float(interference.get("one_row", 0.0)),
         verify_slowdown_rows=float(interference.get("rows", 0.0)),
     )
@@ -86,6 +92,8 @@ def get_preset(name: str) -> Profile:
         prov["acceptance"] = f"assumed: taken from preset {src['acceptance_from']} (same model pair)"
     else:
         acceptance = _acceptance(src.get("acceptance", []), latency, prov)
+    for check in src.get("check", []):
+        _cross_check(check, latency, acceptance, prov)
     host = Host.from_dict(src["host"], "host") if "host" in src else None
     prov["host"] = (f"measured on {host.label()}" if host is not None else
                     "not host-specific: datasheets and published measurements of the setup it names")
@@ -102,6 +110,7 @@ def get_preset(name: str) -> Profile:
         provenance=prov,
         host=host,
         uncertainty=_uncertainty(src.get("uncertainty"), prov),
+        engine=engine,
     )
 
 
@@ -154,20 +163,97 @@ def _forward(sec: dict, role: str, prov: dict, round_overhead: float) -> Forward
     exponent = float(sec.get("token_exponent", 1.0))
     if "ar_tok_s" in sec or "step_ms" in sec:
         step = 1e3 / sec["ar_tok_s"] if "ar_tok_s" in sec else float(sec["step_ms"])
+        rows = int(sec.get("step_rows", 1))  # a tree step decodes several branch rows at once
         overhead = round_overhead if "ar_tok_s" in sec else 0.0
         if "verify_ms" in sec:  # two measurements: slope per token, linear
             n = float(sec["verify_tokens"])
+            # the engine's verify phase (forward + acceptance) is compared with the whole AR step
             token_ms, exponent = max((sec["verify_ms"] - step) / (n - 1.0), 0.0), 1.0
         base = ForwardLatency(0.0, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
-        fixed = step - overhead - base(1, 1)
+        fixed = step - overhead - base(rows, 1)
+        field = "ar_tok_s" if "ar_tok_s" in sec else "step_ms"
         if fixed < 0:
-            raise ConfigError(f"{role}.ar_tok_s", f"measured step {step:.2f} ms is below the roofline "
-                              f"{base(1, 1):.2f} ms: check devices / params_b / gpu")
-        prov[f"{role}.latency"] = f"fixed overhead {fixed:.2f} ms derived from a measured {step:.2f} ms step"
+            raise ConfigError(f"{role}.{field}", f"measured step {step:.2f} ms is below the roofline "
+                              f"{base(rows, 1):.2f} ms: check devices / params_b / gpu")
+        prov[f"{role}.latency"] = (f"fixed overhead {fixed:.2f} ms per forward derived from a measured {step:.2f} ms "
+                                   f"step over {rows} row(s)" + _roofline_ratio(step - overhead, base(rows, 1)))
+        return ForwardLatency(fixed, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
+    if "overhead_from" in sec:  # another model's measured step in the same engine (on its own GPU)
+        o = sec["overhead_from"]
+        other = ForwardLatency(**_roofline({**sec, "params_b": o["params_b"], "devices": 1,
+                                            "gpu": o.get("gpu", sec["gpu"])}))
+        fixed = float(o["ms"]) - other(int(o.get("rows", 1)), 1)
+        if fixed < 0:
+            raise ConfigError(f"{role}.overhead_from", f"{o['ms']} ms is below that model's roofline")
+        prov[f"{role}.latency"] = (f"assumed: fixed overhead {fixed:.2f} ms per forward, the non-roofline part of "
+                                   f"{o.get('model', 'another model')}'s measured {o['ms']} ms step over "
+                                   f"{o.get('rows', 1)} rows in the same engine on {o.get('gpu', sec['gpu'])} "
+                                   f"(launches, attention planning and "
+                                   f"sampling, taken as model-independent); forward at 1 row "
+                                   f"{fixed + roof['memory_ms']:.2f} ms = roofline {roof['memory_ms']:.2f} + overhead")
         return ForwardLatency(fixed, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
     prov[f"{role}.latency"] = "assumed: roofline from specs plus the assumed fixed_ms / token_ms"
     return ForwardLatency(float(sec.get("fixed_ms", 0.0)), roof["memory_ms"], roof["compute_ms_per_token"],
                           token_ms, exponent)
+
+
+def _roofline_ratio(measured_ms: float, roofline_ms: float) -> str:
+    """A provenance clause comparing a measured forward with its roofline."""
+    if roofline_ms <= 0:
+        return ""
+    ratio = measured_ms / roofline_ms
+    verdict = ("plausible for a launch-bound small model or a tensor-parallel forward" if ratio <= ROOFLINE_PLAUSIBLE
+               else "far above the roofline: check the measurement")
+    return f"; {ratio:.2f}x its roofline {roofline_ms:.2f} ms ({verdict})"
+
+
+ROOFLINE_PLAUSIBLE = 8.0  # a forward above this many times its roofline is flagged (small GPU models run ~2-4x)
+CONFLICT_TOLERANCE = 0.25  # a reported time this far (relative) from what the derived model gives is a conflict
+
+
+def check_rows(check: dict, latency: LatencyModel, acceptance: AcceptanceModel) -> list[tuple]:
+    """[(b, reported ms, derived ms, T_p ms, T_v ms)] for a [[check]] entry of a preset (see _cross_check)."""
+    K, f = int(check["K"]), int(check["fan_out"])
+    acc = acceptance.at(float(check.get("temperature", 0.0)))
+    h = float(acc.pmf(K) @ acc.primary_hit.hit(np.full(K + 1, f)))  # per-sequence hit with this uniform cache
+    rows = []
+    for b, ms in zip(check["batch"], check["ms"], strict=True):
+        t_p = float(latency.primary_ms(b, K, f * (K + 1)))
+        derived = t_p
+        if check["kind"] == "ssd_step":  # the reference engine redrafts the whole batch when any row misses
+            derived += latency.lookup_ms + (1.0 - h**b) * float(latency.jit_backup_ms(b, K))
+        rows.append((b, ms, derived, t_p, float(latency.verify_ms(b, K))))
+    return rows
+
+
+def _cross_check(check: dict, latency: LatencyModel, acceptance: AcceptanceModel, prov: dict) -> None:
+    """Compare a reported time the preset does not use as input with what the derived model predicts for it.
+
+    kind "ssd_step": the reference engine's "avg draft step" (timed from the spec request to the populated cache):
+    lookup + the jit backup when any row misses + glue + K tree steps. kind "primary": glue + tree steps only.
+    Writes check.<name> and, beyond CONFLICT_TOLERANCE or where T_p > T_v, conflict.<name> entries.
+    """
+    name, K, f = check["name"], int(check["K"]), int(check["fan_out"])
+    rows = check_rows(check, latency, acceptance)
+    text = ", ".join(f"b={b}: {ms} vs {d:.1f} ms" for b, ms, d, _, _ in rows)
+    prov[f"check.{name}"] = (f"reported {check['kind']} at K={K}, fan-out {f} ({check.get('source', 'see sources')}) "
+                             f"vs this profile: {text}")
+    worst = max(rows, key=lambda r: abs(r[1] / r[2] - 1.0))
+    late = [r for r in rows if r[3] > r[4]]
+    issues = []
+    if abs(worst[1] / worst[2] - 1.0) > CONFLICT_TOLERANCE:
+        issues.append(f"at b={worst[0]} the reported {worst[1]} ms is {worst[1] / worst[2]:.2f}x the derived "
+                      f"{worst[2]:.1f} ms")
+    if late and check.get("expect_hidden"):
+        b, _, _, t_p, t_v = late[0]
+        issues.append(f"the derived primary speculation T_p = {t_p:.1f} ms exceeds T_v = {t_v:.1f} ms at b={b}, so at "
+                      f"K={K}, fan-out {f} this profile says the target waits for the draft"
+                      + f" ({check['expect_hidden']})")
+    elif late:
+        prov[f"check.{name}"] += (f"; T_p = {late[0][3]:.1f} ms > T_v = {late[0][4]:.1f} ms at b={late[0][0]}, as "
+                                  "the source also found")
+    if issues:
+        prov[f"conflict.{name}"] = "conflict: " + "; ".join(issues) + ". " + check.get("resolution", "")
 
 
 def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> AcceptanceModel:
@@ -184,8 +270,10 @@ def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> Accep
             if not 1.0 < want < K + 1:
                 raise ConfigError("acceptance.sd", f"{tok_s} tok/s needs {want:.2f} tokens/round, outside (1, K+1)")
             alpha = brentq(lambda a, K=K, want=want: expected_tokens(a, K) - want, 1e-9, 1 - 1e-9)
+            steps = K + (1 if latency.sd_extra_forward else 0)
             prov[f"acceptance.T{T:g}.alpha"] = (f"derived: {alpha:.3f} reproduces SD {tok_s} tok/s at K={K} "
-                                                f"({want:.2f} tokens per {round_ms:.1f} ms round)")
+                                                f"({want:.2f} tokens per {round_ms:.1f} ms round: verify "
+                                                f"{float(latency.verify_ms(1, K)):.1f} ms + {steps} draft forwards)")
         elif "alpha" in e:  # a value or per-position values, given directly
             alpha = e["alpha"] if isinstance(e["alpha"], list) else float(e["alpha"])
             prov[f"acceptance.T{T:g}.alpha"] = f"{e.get('source', 'assumed')}: {alpha}"

@@ -19,6 +19,11 @@ from ssd_sim.model.latency import LatencyModel
 from ssd_sim.model.uncertainty import Uncertainty
 
 PROFILE_SCHEMA = "ssd-profile/1"
+# The engine a profile's latencies were measured on, and the plan knobs that engine hard-wires (the planner's
+# defaults for this profile): our runtime redrafts only missed rows; the reference engine (github.com/
+# tanishqkumar/ssd) redrafts the whole batch on any miss (draft_runner.jit_speculate) and down-weights the top F + 1.
+ENGINES = {"ssd-runtime": {"jit_redraft": "rows", "downweight": "top_f"},
+           "reference": {"jit_redraft": "batch", "downweight": "top_f_plus_1"}}
 
 
 @dataclass(frozen=True)
@@ -37,6 +42,16 @@ class Profile:
     provenance: dict[str, str] = field(default_factory=dict)  # quantity -> measured/derived/assumed + how
     host: Host | None = None  # where the latencies were measured; None = not host-specific (datasheets, papers)
     uncertainty: Uncertainty | None = None  # spreads for prediction intervals; None = stated defaults (plan.intervals)
+    engine: str = "ssd-runtime"  # the engine whose loop the latencies describe (ENGINES: its hard-wired knobs)
+
+    def __post_init__(self):
+        if self.engine not in ENGINES:
+            raise ConfigError("engine", f"must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+
+    @property
+    def engine_knobs(self) -> dict[str, str]:
+        """Plan knobs the profile's engine hard-wires (jit_redraft, downweight): the planner's defaults."""
+        return dict(ENGINES[self.engine])
 
     def to_dict(self) -> dict[str, Any]:
         return {
@@ -53,6 +68,7 @@ class Profile:
             "latency": self.latency.to_dict(),
             "acceptance": self.acceptance.to_dict(),
             "uncertainty": self.uncertainty.to_dict() if self.uncertainty is not None else None,
+            "engine": self.engine,
         }
 
     @classmethod
@@ -75,6 +91,7 @@ class Profile:
             provenance=dict(d.get("provenance", {})),
             host=Host.from_dict(d["host"], "host") if d.get("host") is not None else None,
             uncertainty=Uncertainty.from_dict(d["uncertainty"]) if d.get("uncertainty") is not None else None,
+            engine=d.get("engine", "ssd-runtime"),
         )
 
     def to_json(self) -> str:

@@ -7,7 +7,8 @@ Sources, each measured by calibration where the traces allow and otherwise a sta
                 acceptance (between prompts plus each sequence's own sampling noise, both of which a run's mean
                 carries), n_run the predicted run's sequences, n_cal the calibration's distinct sequences.
   latency       a run's forwards are slower or faster than the fit by a factor exp(N(0, sd_run^2)) (host drift
-                between runs, shapes the smooth curve misses); target and draft share half of it.
+                between runs, shapes the smooth curve misses); target and draft share half of it. A draft latency
+                borrowed rather than measured (GPU presets) adds exp(N(0, draft_latency_sd^2)).
   extrapolation forwards larger than any the calibration timed: a further factor exp(N(0, sd_ext^2)), sd_ext =
                 EXTRAPOLATION_SD per doubling past the largest timed rows x tokens (target and draft apart).
   interference  the target's slowdown beside the busy draft (and the draft's beside the target): N(fit, sd^2) when
@@ -46,9 +47,10 @@ class Uncertainty:
     hit_assumed: bool = False  # hit curves are assumed
     timed_rows_tokens: tuple[int, ...] = ()  # (target, draft): the most rows x tokens one timed forward had; () = any
     sources: dict[str, str] = field(default_factory=dict)  # field -> measured / assumed + how
+    draft_latency_sd: float = 0.0  # extra relative SD of the draft's latency when it is borrowed, not measured (presets)
 
     def __post_init__(self):
-        for name in ("acceptance_logit_sd", "latency_run_sd", "interference_sd"):
+        for name in ("acceptance_logit_sd", "latency_run_sd", "draft_latency_sd", "interference_sd"):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 5):
                 raise ConfigError(f"uncertainty.{name}", f"must be a number in [0, 5], got {v!r}")
@@ -178,9 +180,9 @@ def draws(u: Uncertainty, n: int, seed: int = 0, run_sequences: int | None = Non
     z0, zt, zd = rng.standard_normal((3, n))
     lat = u.latency_run_sd * np.sqrt(0.5)
     ext_t, ext_d = u.extrapolation_sd(*rows_tokens)
-    ze_t, ze_d = rng.standard_normal((2, n))
+    ze_t, ze_d, zb = rng.standard_normal((3, n))
     run_t = lat * (z0 + zt) if on("latency") else 0.0
-    run_d = lat * (z0 + zd) if on("latency") else 0.0
+    run_d = lat * (z0 + zd) + u.draft_latency_sd * zb if on("latency") else 0.0
     ext = on("extrapolation")
     out = {"delta": rng.standard_normal(n) * u.workload_sd(run_sequences) if on("workload") else np.zeros(n),
            "target_scale": np.exp(run_t + (ext_t * ze_t if ext else 0.0)) * np.ones(n),

@@ -1,65 +1,119 @@
 """Engine flags for a plan: the reference SSD engine, and the best plain-SD fallback for vLLM / SGLang.
 
-Each emitter returns {"engine", "args" (list), "command" (one copy-paste line), "notes"}.
+Each emitter returns {"engine", "args" (list), "command" (one copy-paste line), "notes"}; ssd-engine adds
+"supported", the plan as the engine runs it and its prediction. tests/plan/test_emit.py checks every command
+against the engines' argument rules as encoded in plan.engine_rules.
 """
 
 from __future__ import annotations
 
 import json
+import math
+import re
 import shlex
 
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
-from ssd_sim.plan.predict import Prediction
+from ssd_sim.plan.predict import Prediction, predict_ssd
+from ssd_sim.plan.whatif import fan_outs
 
 ENGINES = ("ssd-engine", "vllm", "sglang")
 
-# The reference engine's bench.py selects models by family + size flags.
-_REFERENCE_MODELS = {
-    ("llama", "70"): ["--llama", "--size", "70"],
-    ("llama", "8"): ["--llama", "--size", "8"],
-    ("qwen", "32"): ["--qwen", "--size", "32"],
-    ("qwen", "8"): ["--qwen", "--size", "8"],
-}
+# The reference engine's bench.py (current: "Benchmark SSD performance") picks the target by family + size: Qwen3 is
+# the default family, --llama opts in; drafts by size within the family (bench_helpers.get_model_paths).
+_REFERENCE_TARGETS = {"llama": ("1", "3", "8", "70"), "qwen": ("0.6", "1.7", "4", "8", "14", "32")}
+_REFERENCE_DRAFTS = {"llama": ("1", "3", "8", "70"), "qwen": ("0.6",)}
+REFERENCE_UNIFORM_ABOVE_B = 8  # mask_helpers.get_custom_mask: every fan-out must equal F above batch 8
+REFERENCE_MAX_GPUS = 8  # Config: 1 <= num_gpus <= 8 (one node)
 
 
-def _reference_model_args(profile: Profile) -> list[str]:
-    t, d = profile.target_model.lower(), profile.draft_model.lower()
-    family = "llama" if "llama" in t else "qwen" if "qwen" in t else None
-    for (fam, size), args in _REFERENCE_MODELS.items():
-        if fam == family and f"-{size}b" in t:
-            draft = "1" if "1b" in d and fam == "llama" else "0.6" if "0.6b" in d else None
-            return args + (["--draft", draft] if draft else [])
-    return []
+def _family_size(model: str) -> tuple[str | None, str | None]:
+    name = model.lower()
+    family = "llama" if "llama" in name else "qwen" if "qwen" in name else None
+    m = re.search(r"-(\d+(?:\.\d+)?)b(?:-|$)", name)
+    return family, (m.group(1) if m else None)
 
 
-def ssd_engine_flags(profile: Profile, plan: Plan) -> dict:
-    """Flags of github.com/tanishqkumar/ssd bench/bench.py (--k --f --flh --flm --x --backup --b --temp)."""
-    K = plan.K
-    uniform = len(set(plan.fan_out)) == 1 and plan.fan_out == plan.fan_out_miss
-    gpus = profile.latency.target_devices + plan.draft_devices
-    args = _reference_model_args(profile) + ["--gpus", str(gpus), "--spec", "--async", "--k", str(K),
-                                             "--f", str(round(plan.budget / (K + 1)))]
-    if not uniform:
-        args += ["--flh", *map(str, plan.fan_out), "--flm", *map(str, plan.fan_out_miss)]
-    x = min(plan.saguaro_c_list) if plan.saguaro_c_list else plan.saguaro_c
-    if x < 1.0:
-        args += ["--x", f"{x:g}"]
-    args += ["--backup", plan.backup_for(plan.batch_size), "--b", str(plan.batch_size),
-             "--temp", f"{plan.temperature:g}"]
-    notes = []
-    if plan.backup == "adaptive" and plan.backup_threshold != float("inf"):
+def _reference_model_args(profile: Profile) -> tuple[list[str], str | None]:
+    """(bench.py model flags, None) or ([], why the engine cannot run this pair)."""
+    family, size = _family_size(profile.target_model)
+    d_family, d_size = _family_size(profile.draft_model)
+    if family is None or size not in _REFERENCE_TARGETS[family]:
+        return [], f"the reference engine has no target {profile.target_model or '(unnamed)'}"
+    if d_family != family or d_size not in _REFERENCE_DRAFTS[family]:
+        return [], f"the reference engine has no {family} draft {profile.draft_model or '(unnamed)'}"
+    return (["--llama"] if family == "llama" else []) + ["--size", size, "--draft", d_size], None
+
+
+def reference_plan(profile: Profile, plan: Plan, max_budget: int | None = None) -> tuple[Plan, list[str]]:
+    """The plan restricted to what the reference engine runs, and what changed.
+
+    The engine holds F (K + 1) branches per sequence with F >= 1 (--f; its buffers and, with --x, an assert),
+    the same fan-out at every position above b = 8, one C and jit or fast: the budget moves to the multiple of
+    K + 1 below or above it (above only within max_budget), whichever this profile predicts faster, with fan-outs
+    re-optimised at that budget.
+    """
+    K, b = plan.K, plan.batch_size
+    base = plan.replace(backup=plan.backup_for(b), backup_threshold=math.inf, saguaro_c_list=())
+    uniform_only = b > REFERENCE_UNIFORM_ABOVE_B
+    fits = plan.budget % (K + 1) == 0 and plan.budget > 0 and (
+        not uniform_only or len(set(plan.fan_out + plan.fan_out_miss)) == 1)
+    if fits:
+        return base, []
+    options = []
+    up = -(-plan.budget // (K + 1))
+    if max_budget is not None and up * (K + 1) > max_budget:
+        up = plan.budget // (K + 1)
+    for F in sorted({max(1, plan.budget // (K + 1)), max(1, up)}):
+        if uniform_only:
+            hit = miss = (F,) * (K + 1)
+        else:
+            hit, miss = fan_outs(profile, K, F * (K + 1), plan.temperature, plan.saguaro_c, base.backup)
+        cand = base.replace(fan_out=hit, fan_out_miss=miss)
+        options.append((predict_ssd(profile, cand).per_seq_tok_s, F, cand))
+    tok_s, F, best = max(options, key=lambda o: o[0])
+    why = "F (K + 1) guesses with F >= 1" + (f" and one fan-out at every position above b = {REFERENCE_UNIFORM_ABOVE_B}"
+                                            if uniform_only else "")
+    return best, [f"the reference engine needs {why}: budget {plan.budget} -> {best.budget} (F = {F}), fan-out "
+                  f"{list(best.fan_out)}; predicted {tok_s:.1f} tok/s per sequence vs the plan's "
+                  f"{predict_ssd(profile, plan).per_seq_tok_s:.1f}"]
+
+
+def ssd_engine_flags(profile: Profile, plan: Plan, max_budget: int | None = None) -> dict:
+    """Flags of github.com/tanishqkumar/ssd bench/bench.py (--k --f --flh --flm --x --backup --b --temp) for the
+    plan as the engine can run it (reference_plan); "supported" is False, with the reason, where it cannot."""
+    model_args, why_not = _reference_model_args(profile)
+    gpus = profile.latency.target_devices + 1  # the engine runs one draft GPU, the last one
+    if why_not is None and gpus > REFERENCE_MAX_GPUS:
+        why_not = f"the reference engine runs on one node of at most {REFERENCE_MAX_GPUS} GPUs, this setup needs {gpus}"
+    if why_not is not None:
+        return {"engine": "ssd-engine", "supported": False, "args": [], "command": "", "notes": [why_not],
+                "plan": None, "predicted_tok_s": None}
+    run, notes = reference_plan(profile, plan, max_budget)
+    K, F = run.K, run.budget // (run.K + 1)
+    args = model_args + ["--gpus", str(gpus), "--spec", "--async", "--k", str(K), "--f", str(F)]
+    if len(set(run.fan_out + run.fan_out_miss)) > 1:
+        args += ["--flh", *map(str, run.fan_out), "--flm", *map(str, run.fan_out_miss)]
+    if run.saguaro_c < 1.0 and run.temperature > 0:
+        args += ["--x", f"{run.saguaro_c:g}"]
+    args += ["--backup", run.backup, "--b", str(run.batch_size), "--temp", f"{run.temperature:g}"]
+    if plan.backup == "adaptive" and plan.backup_threshold <= 1:
+        notes.append("the engine has no adaptive backup: b* = 1, so --backup fast at every batch size")
+    elif plan.backup == "adaptive" and plan.backup_threshold != float("inf"):
         notes.append(f"the engine has no adaptive backup: use --backup jit below b* = {plan.backup_threshold:g} "
                      "sequences and --backup fast at or above")
     if plan.draft_devices > 1:
         notes.append("the reference engine runs one draft GPU; extra draft devices need engine support")
     if plan.saguaro_c_list:
         notes.append(f"the engine takes one C (--x): per-position C = {plan.c_label} runs in ssd-run only; "
-                     f"--x {x:g} is its smallest value")
-    if plan.downweight == "top_f" and x < 1.0:
+                     f"--x {run.saguaro_c:g} is the best single C")
+    if plan.downweight == "top_f" and run.saguaro_c < 1.0 and run.temperature > 0:
         notes.append("the engine down-weights the top F+1 tokens (downweight=top_f_plus_1), the plan assumed top F")
-    return {"engine": "ssd-engine", "args": args, "command": shlex.join(["python", "bench/bench.py", *args]),
-            "notes": notes}
+    if run.backup == "fast" and run.temperature > 0:
+        notes.append("at T > 0 the engine accepts fast-backup rows by greedy match, not the ratio test")
+    return {"engine": "ssd-engine", "supported": True, "args": args,
+            "command": shlex.join(["python", "bench/bench.py", *args]), "notes": notes, "plan": run.to_dict(),
+            "predicted_tok_s": predict_ssd(profile, run).per_seq_tok_s}
 
 
 def vllm_flags(profile: Profile, sd: Prediction) -> dict:
@@ -76,7 +130,7 @@ def vllm_flags(profile: Profile, sd: Prediction) -> dict:
 def sglang_flags(profile: Profile, sd: Prediction) -> dict:
     """SGLang launch_server flags for standalone draft-model SD at the best SD K."""
     K = sd.num_speculative_tokens
-    args = ["--model-path", profile.target_model or "TARGET_MODEL", "--tp", str(profile.latency.target_devices),
+    args = ["--model-path", profile.target_model or "TARGET_MODEL", "--tp-size", str(profile.latency.target_devices),
             "--speculative-algorithm", "STANDALONE",
             "--speculative-draft-model-path", profile.draft_model or "DRAFT_MODEL",
             "--speculative-num-steps", str(K), "--speculative-eagle-topk", "1",
@@ -86,7 +140,7 @@ def sglang_flags(profile: Profile, sd: Prediction) -> dict:
             "notes": ["plain SD fallback (SGLang has no SSD); temperature is a per-request sampling parameter"]}
 
 
-def engine_flags(profile: Profile, plan: Plan, sd: Prediction) -> dict[str, dict]:
-    """All three emitters keyed by engine name."""
-    return {"ssd-engine": ssd_engine_flags(profile, plan), "vllm": vllm_flags(profile, sd),
+def engine_flags(profile: Profile, plan: Plan, sd: Prediction, max_budget: int | None = None) -> dict[str, dict]:
+    """All three emitters keyed by engine name (max_budget: the largest cache the ssd-engine plan may pad to)."""
+    return {"ssd-engine": ssd_engine_flags(profile, plan, max_budget), "vllm": vllm_flags(profile, sd),
             "sglang": sglang_flags(profile, sd)}

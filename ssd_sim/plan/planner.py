@@ -10,7 +10,7 @@ Anything the user fixes is not searched.
 from __future__ import annotations
 
 import math
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 
 import numpy as np
 
@@ -27,6 +27,7 @@ from ssd_sim.plan.predict import (
     predict_ssd,
     ssd_rates,
 )
+from ssd_sim.theory.analytic import critical_batch_size, ssd_gain_bound
 from ssd_sim.theory.fanout import allocation_tables, backtrack
 
 OBJECTIVES = ("latency", "throughput-per-device")
@@ -43,8 +44,14 @@ class Knobs:
     saguaro_c: float | None = None
     backup: str | None = None  # jit | fast | adaptive
     backup_threshold: float | None = None
-    downweight: str = "top_f"
-    jit_redraft: str = "rows"
+    downweight: str | None = None  # None = what the profile's engine does (Profile.engine_knobs)
+    jit_redraft: str | None = None
+
+    def for_profile(self, profile: Profile) -> Knobs:
+        """These knobs with the unset engine knobs (downweight, jit_redraft) taken from the profile's engine."""
+        eng = profile.engine_knobs
+        return replace(self, downweight=self.downweight or eng["downweight"],
+                       jit_redraft=self.jit_redraft or eng["jit_redraft"])
 
 
 @dataclass
@@ -63,6 +70,15 @@ class PlanResult:
     candidates: list[tuple[Plan, Prediction]] = field(default_factory=list)  # best first, [0] = plan
     evaluated: int = 0  # configurations scored
     c_per_position_gain_pct: float | None = None  # T > 0: tok/s gain of the best C_k list over the best single C
+    crossover: Crossover | None = None  # the jit / fast curves behind b* (None: b* of the fixed plan)
+    gain_bound: float = math.nan  # Corollary 9: the most SSD (at this plan's K and E_hit) can gain over the best SD
+    budget_cap: int = MAX_BUDGET  # the largest budget the search allowed (--budget-cap and the timed range)
+
+    @property
+    def gain_captured(self) -> float:
+        """Share of the possible gain over SD (Corollary 9) that the plan's prediction captures, (x - 1) / (bound - 1)."""
+        x = self.ssd.per_seq_tok_s / self.sd.per_seq_tok_s
+        return (x - 1.0) / (self.gain_bound - 1.0) if self.gain_bound > 1.0 else math.nan
 
     def score(self, p: Prediction) -> float:
         return objective_value(p, self.objective)
@@ -104,32 +120,28 @@ def make_plan(
     budget_cap: int = 128,
     top_n: int = 8,
     risk: float | None = None,
+    scan_b_star: bool = True,
 ) -> PlanResult:
     """Search the SSD configuration space for one batch size and temperature; see module docstring.
+
+    scan_b_star: find b* by re-optimising the plan for each backup at every batch size (`crossover`, the
+    slow part at T > 0); False, or a fan-out fixed by the knobs, takes b* of the chosen plan held fixed
+    (`critical_batch`), e.g. for sweeps.
 
     risk: None ranks plans by the predicted tok/s; a quantile q in (0, 0.5] re-ranks the top_n candidates by the
     q-quantile of their tok/s over the profile's uncertainty (plan.intervals), e.g. 0.1 = the 10% worst case.
     """
     if risk is not None and not 0.0 < risk <= 0.5:
         raise ConfigError("risk", f"must be a quantile in (0, 0.5] (0.1 = plan for the 10% worst case), got {risk}")
-    knobs = knobs or Knobs()
+    knobs = (knobs or Knobs()).for_profile(profile)
     if objective not in OBJECTIVES:
         raise ConfigError("objective", f"must be one of {OBJECTIVES}, got {objective!r}")
     if not 1 <= batch_size <= 4096:
         raise ConfigError("batch_size", f"must be in 1..4096, got {batch_size}")
-    k_range = _k_range(knobs, k_max)
-    c_range = _c_range(knobs, temperature)
-    backups = _backups(knobs, batch_size)
-    scored: list[tuple[float, dict]] = []
-    # what fits inside one verify, up to the largest plannable budget: the binding line can then tell a cap from draft time
-    fits = {K: budget_fit(profile, batch_size, K, draft_devices, MAX_BUDGET) for K in k_range}
     user_cap, timed_cap = budget_cap, timed_budget_cap(profile, batch_size)
-    budget_cap = min(user_cap, timed_cap)
-    for K, fit in fits.items():
-        for C in c_range:
-            acc = profile.acceptance.at(temperature, C)
-            for backup in backups:
-                scored.extend(_evaluate(profile, acc, batch_size, K, C, backup, fit, knobs, draft_devices, budget_cap))
+    memo: dict = {}  # allocation tables, shared with the b* scan
+    scored, fits = _search(profile, batch_size, temperature, knobs, _k_range(knobs, k_max),
+                           _backups(knobs, batch_size), draft_devices, min(user_cap, timed_cap), memo=memo)
     # Within SSD at one batch size both objectives rank alike (same devices), so rank by tok/s per sequence.
     scored.sort(key=lambda x: -x[0])
     plans: list[Plan] = []
@@ -142,7 +154,10 @@ def make_plan(
     if risk is not None and len(plans) > 1:
         q = quantile_tok_s(profile, plans, risk)
         plans = [p for _, p in sorted(zip(q, plans, strict=True), key=lambda x: -x[0])]
-    b_star, b_closed = critical_batch(profile, plans[0])
+    scan = scan_b_star and knobs.fan_out is None  # a fixed fan-out: b* of that plan, each backup its own miss fan-out
+    curve = crossover(profile, temperature, knobs, draft_devices, k_max, budget_cap, memo=memo) if scan else None
+    b_star = curve.b_star if curve is not None else critical_batch(profile, plans[0])[0]
+    b_closed = closed_form_b_star(profile, plans[0])
     if knobs.backup in (None, "adaptive"):
         thr = knobs.backup_threshold if knobs.backup_threshold is not None else b_star
         adaptive = plans[0].replace(backup="adaptive", backup_threshold=thr)
@@ -159,7 +174,17 @@ def make_plan(
     ar = predict_ar(profile, batch_size)
     fit = fits[best.K]
     binding = _binding(best, ssd, fit, knobs, user_cap, timed_cap)
-    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored), gain)
+    bound = gain_bound(profile, ssd, sd)
+    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored), gain, curve,
+                      bound, min(user_cap, timed_cap))
+
+
+def gain_bound(profile: Profile, ssd: Prediction, sd: Prediction) -> float:
+    """Corollary 9 for an SSD prediction against an SD one: (1 + T_SD) E_hit / E_SD with both K's verify times
+    (SSD's verify as it runs idle, before interference and per-round transfers)."""
+    t_v_sd = sd.verify_ms
+    t_v_ssd = float(profile.latency.verify_ms(ssd.batch_size, ssd.num_speculative_tokens))
+    return float(ssd_gain_bound(ssd.e_hit, sd.tokens_per_round, sd.draft_ms / t_v_sd, t_v_ssd / t_v_sd))
 
 
 MIN_C_GAIN_PCT = 1.0  # a per-position C list replaces the single C only if predicted >= 1% faster
@@ -182,6 +207,81 @@ def per_position_c(profile: Profile, plan: Plan, grid=C_GRID, passes: int = 2) -
                 if v > best * (1 + 1e-9):
                     best, cs = v, trial
     return plan.replace(saguaro_c_list=tuple(cs)), 100.0 * (best / base - 1.0)
+
+
+def _search(profile: Profile, b: int, temperature: float, knobs: Knobs, k_range, backups, draft_devices: int,
+            budget_cap: int, best_only: bool = False, memo: dict | None = None
+            ) -> tuple[list[tuple[float, dict]], dict[int, int]]:
+    """Score every (K, C, backup, budget) the knobs leave open: ([(tok/s per sequence, config)], {K: budget_fit}).
+    What fits inside one verify is computed up to the largest plannable budget, so the binding line can tell a
+    cap from draft time. best_only keeps the best budget of each (K, C, backup)."""
+    fits = {K: budget_fit(profile, b, K, draft_devices, MAX_BUDGET) for K in k_range}
+    scored: list[tuple[float, dict]] = []
+    for K, fit in fits.items():
+        for C in _c_range(knobs, temperature):
+            acc = profile.acceptance.at(temperature, C)
+            for backup in backups:
+                scored.extend(_evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap,
+                                        best_only, memo))
+    return scored, fits
+
+
+@dataclass(frozen=True)
+class Crossover:
+    """SSD tok/s per sequence with each backup, the plan (K, budget, fan-outs, C) re-optimised at every batch size.
+
+    b_star is the first batch size at which the fast backup beats jit (inf if jit wins at every scanned size).
+    """
+
+    batch_sizes: tuple[int, ...]
+    jit: tuple[float, ...]
+    fast: tuple[float, ...]
+    b_star: float
+
+    def to_dict(self) -> dict:
+        return {"batch_sizes": list(self.batch_sizes), "jit_tok_s": list(self.jit), "fast_tok_s": list(self.fast),
+                "b_star": None if math.isinf(self.b_star) else self.b_star}
+
+
+def crossover(profile: Profile, temperature: float, knobs: Knobs | None = None, draft_devices: int = 1,
+              k_max: int = 10, budget_cap: int = 128, b_max: int | None = None, memo: dict | None = None) -> Crossover:
+    """b*: the first batch size from which the fast backup beats jit, each with its own best plan at that size.
+
+    Scans b = 1..16 and then a coarser grid up to b_max (default max(2 x the profile's max batch, 64)), stopping
+    two sizes after the first grid point fast wins, then every size between it and the grid point before, so
+    the first crossover is exact (the curve shows what lies behind it).
+    """
+    knobs = (knobs or Knobs()).for_profile(profile)
+    b_max = b_max or max(2 * profile.max_batch_size, 64)
+    k_range = _k_range(knobs, k_max)
+    memo = {} if memo is None else memo
+
+    def best(b: int) -> tuple[float, float]:
+        timed = min(budget_cap, timed_budget_cap(profile, b))
+        out = []
+        for backup in ("jit", "fast"):
+            scored, _ = _search(profile, b, temperature, knobs, k_range, (backup,), draft_devices, timed, True, memo)
+            out.append(max((v for v, _ in scored), default=0.0))
+        return out[0], out[1]
+
+    grid = sorted({*range(1, min(16, b_max) + 1), *(g for g in (24, 32, 48, 64, 96, 128, 192, 256) if g <= b_max),
+                   b_max})
+    rates: dict[int, tuple[float, float]] = {}
+    first = None
+    for i, b in enumerate(grid):  # the curve up to the first crossover and two sizes beyond it
+        rates[b] = best(b)
+        if first is None and rates[b][1] > rates[b][0]:
+            first = b
+        if first is not None and i >= grid.index(first) + 2:
+            break
+    if first is not None:
+        prev = max((b for b in grid if b < first), default=0)
+        for b in range(prev + 1, first):
+            rates[b] = best(b)
+        first = next(b for b in sorted(rates) if rates[b][1] > rates[b][0])
+    sizes = tuple(sorted(rates))
+    return Crossover(sizes, tuple(rates[b][0] for b in sizes), tuple(rates[b][1] for b in sizes),
+                     math.inf if first is None else float(first))
 
 
 def _backups(knobs: Knobs, batch_size: int) -> tuple[str, ...]:
@@ -210,8 +310,10 @@ def _c_range(knobs: Knobs, temperature: float) -> tuple[float, ...]:
     return (1.0,) if temperature == 0 else C_GRID  # greedy drafting ignores C
 
 
-def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap) -> list[tuple[float, dict]]:
-    """Score every admissible budget for one (K, C, backup): [(tok/s per sequence, config)]."""
+def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap,
+              best_only: bool = False, memo: dict | None = None) -> list[tuple[float, dict]]:
+    """Score every admissible budget for one (K, C, backup): [(tok/s per sequence, config)] (best_only: the best).
+    memo keeps the allocation tables per (K, C, backup) across batch sizes (they do not depend on b)."""
     pmf_p = acc.pmf(K)
     pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
     if knobs.fan_out is not None:
@@ -222,8 +324,13 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
         fixed = None
         budgets = np.arange(1, min(max(fit, 1), budget_cap) + 1)
     top = int(budgets.max())
-    tab_p = allocation_tables(top, pmf_p, acc.primary_hit.miss_matrix(K, top))
-    tab_b = allocation_tables(top, pmf_b, curve_b.miss_matrix(K, top))
+    key = (K, C, backup)
+    if memo is None or key not in memo or memo[key][0] < top:
+        tabs = (top, allocation_tables(top, pmf_p, acc.primary_hit.miss_matrix(K, top)),
+                allocation_tables(top, pmf_b, curve_b.miss_matrix(K, top)))
+        if memo is not None:
+            memo[key] = tabs
+    _, tab_p, tab_b = memo[key] if memo is not None else tabs
     if fixed is not None:
         h_p = np.array([float(pmf_p @ acc.primary_hit.hit(np.asarray(fixed)))])
     else:
@@ -235,13 +342,17 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
     r = ssd_rates(profile, b, K, budgets, h_p, h_b, acc.expected_tokens(K), e_miss, backup,
                   knobs.jit_redraft, draft_devices)
     out = []
-    for i, B in enumerate(budgets):
+    order = np.argsort(-r["per_seq"], kind="stable")
+    for i in (order if best_only else range(len(budgets))):
+        B = budgets[i]
         cfg = {"K": K, "C": C, "backup": backup,
                "fan_out": fixed or tuple(int(x) for x in backtrack(tab_p, int(B))),
                "fan_out_miss": knobs.fan_out_miss or tuple(int(x) for x in backtrack(tab_b, int(B)))}
         if C < 1.0 and not any(cfg["fan_out"][:-1] + cfg["fan_out_miss"][:-1]):
             continue  # C cannot act without cached guesses at drafted positions: the C = 1 entry covers it
         out.append((float(r["per_seq"][i]), cfg))
+        if best_only:
+            break
     return out
 
 
@@ -255,42 +366,41 @@ def _to_plan(cfg: dict, knobs: Knobs, temperature: float, b: int, draft_devices:
 
 
 def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tuple[float, float]:
-    """b*: the batch size from which on the fast backup beats jit, for this plan's K, budget and C.
-
-    Numerically, with batch-dependent latencies and each backup's own optimal miss-case fan-out
-    (inf if jit wins up to b_max), and by the closed form (analytic.critical_batch_size) with
-    latencies frozen at b = 1.
+    """b* of a fixed plan: the first batch size at which the fast backup beats jit with this plan's K, budget,
+    hit-case fan-out and C (each backup with its own optimal miss-case fan-out), inf if jit wins up to b_max;
+    and the closed form of Theorem 17 (closed_form_b_star). `crossover` re-optimises the plan per batch size.
     """
-    from ssd_sim.theory.analytic import critical_batch_size
-
     b_max = b_max or max(2 * profile.max_batch_size, 64)
     acc = plan_point(profile, plan)
     K, B = plan.K, plan.budget
-    pmf_p = acc.pmf(K)
-    h_p = float(pmf_p @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
+    h_p = float(acc.pmf(K) @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
     e_hit = acc.expected_tokens(K)
     per_backup = {}
     for backup in ("jit", "fast"):
         pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
         tab = allocation_tables(B, pmf_b, curve_b.miss_matrix(K, B))
-        h_b = 1.0 - tab[0][-1][B]
-        per_backup[backup] = (h_b, e_miss)
-    jit_wins = []
+        per_backup[backup] = (1.0 - tab[0][-1][B], e_miss)
+    b_star = math.inf
     for b in range(1, b_max + 1):
-        tok = {}
-        for backup, (h_b, e_miss) in per_backup.items():
-            r = ssd_rates(profile, b, K, B, h_p, h_b, e_hit, e_miss, backup, plan.jit_redraft, plan.draft_devices)
-            tok[backup] = float(r["per_seq"])
-        jit_wins.append(tok["jit"] > tok["fast"])
-    # The crossover need not be monotone at small b; b* is where fast starts winning for good.
-    last_jit = max((i + 1 for i, w in enumerate(jit_wins) if w), default=0)
-    b_star = math.inf if last_jit == b_max else float(last_jit + 1)
+        tok = {bk: float(ssd_rates(profile, b, K, B, h_p, h_b, e_hit, e_miss, bk, plan.jit_redraft,
+                                   plan.draft_devices)["per_seq"]) for bk, (h_b, e_miss) in per_backup.items()}
+        if tok["fast"] > tok["jit"]:
+            b_star = float(b)
+            break
+    return b_star, closed_form_b_star(profile, plan)
+
+
+def closed_form_b_star(profile: Profile, plan: Plan) -> float:
+    """Theorem 17 (analytic.critical_batch_size) for the plan with latencies frozen at b = 1."""
+    acc = plan_point(profile, plan)
+    K, B = plan.K, plan.budget
+    h_p = float(acc.pmf(K) @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
+    e_hit = acc.expected_tokens(K)
     lat = profile.latency
     t_v = float(lat.verify_ms(1, K))
-    closed = critical_batch_size(
+    return float(critical_batch_size(
         h_p, e_hit, e_hit, 1.0, float(lat.primary_ms(1, K, B, plan.draft_devices)) / t_v,
-        float(lat.jit_backup_ms(1, K)) / t_v, lat.fast_backup_ms / t_v)
-    return b_star, float(closed)
+        float(lat.jit_backup_ms(1, K)) / t_v, lat.fast_backup_ms / t_v))
 
 
 TIMED_FACTOR = 2  # caches up to this many times the largest timed draft forward are planned (latency extrapolated)
@@ -308,7 +418,12 @@ def timed_budget_cap(profile: Profile, batch_size: int) -> int:
 def _binding(plan: Plan, ssd: Prediction, fit: int, knobs: Knobs, user_cap: int, timed_cap: int) -> str:
     """A one-line explanation of the constraint that binds the chosen budget."""
     if knobs.fan_out is not None:
-        return f"fan-out fixed by the user (budget {plan.budget})"
+        if ssd.draft_ms > ssd.verify_ms:
+            return (f"draft time: the fan-out fixed by the user (budget {plan.budget}) takes T_p = {ssd.draft_ms:.1f} ms "
+                    f"> T_v = {ssd.verify_ms:.1f} ms, so the target waits {ssd.draft_ms - ssd.verify_ms:.1f} ms for the "
+                    f"draft every round; " + (f"a budget of at most {fit} fits inside one verify" if fit else
+                                              "even a budget of 1 does not fit at this K"))
+        return f"fan-out fixed by the user (budget {plan.budget}; T_p = {ssd.draft_ms:.1f} ms <= T_v = {ssd.verify_ms:.1f} ms)"
     cap = min(user_cap, timed_cap)
     if plan.budget >= cap and cap < fit:
         why = (f"--budget-cap {user_cap}" if user_cap <= timed_cap else

@@ -131,7 +131,8 @@ def build_plan(
     """An SSD plan from what-if knobs. backup = jit | fast | adaptive (switch at b* of critical_batch)."""
     c = 1.0 if temperature == 0 else float(saguaro_c)  # greedy drafting ignores C (as the planner does)
     plan = Plan(num_speculative_tokens=K, fan_out=(1,) * (K + 1), saguaro_c=c, backup="jit",
-                temperature=float(temperature), batch_size=batch_size, draft_devices=draft_devices)
+                temperature=float(temperature), batch_size=batch_size, draft_devices=draft_devices,
+                **profile.engine_knobs)
     threshold = math.inf
     used = backup
     if backup == "adaptive":
@@ -152,7 +153,7 @@ def knobs_of(plan: Plan) -> Knobs:
 def evaluate(profile: Profile, plan: Plan, objective: str = "latency", k_max: int = 10) -> PlanResult:
     """Score one plan like `ssd-plan --plan`: its SSD prediction, AR, best SD (K <= k_max), b*, binding."""
     return make_plan(profile, plan.batch_size, plan.temperature, objective, plan.draft_devices,
-                     knobs_of(plan), k_max=k_max)
+                     knobs_of(plan), k_max=k_max, scan_b_star=False)
 
 
 # --- sweeps -------------------------------------------------------------------------------------------
@@ -233,7 +234,7 @@ def pareto(profile: Profile, batch_sizes, temperature: float = 0.0, draft_device
     out = {m: {"batch_sizes": [], "per_seq_tok_s": [], "tok_s_per_device": [], "total_tok_s": [], "K": []}
            for m in ("ar", "sd", "ssd")}
     for b in batch_sizes:
-        res = make_plan(profile, int(b), temperature, "latency", draft_devices, k_max=k_max)
+        res = make_plan(profile, int(b), temperature, "latency", draft_devices, k_max=k_max, scan_b_star=False)
         for pred in (res.ar, res.sd, res.ssd):
             row = out[pred.mode]
             row["batch_sizes"].append(int(b))

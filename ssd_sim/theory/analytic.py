@@ -57,6 +57,16 @@ def ssd_speedup(
     return _out(tokens / time)
 
 
+def ssd_gain_bound(e_hit: ArrayLike, e_sd: ArrayLike, t_sd: ArrayLike, t_v_ssd: ArrayLike = 1.0):
+    """Corollary 9: the most SSD can gain over SD, speedup_SSD / speedup_SD <= (1 + T_SD) E_hit / E_SD.
+
+    SSD's round is never shorter than one verification and never yields more than E_hit tokens; SD's takes
+    1 + T_SD for E_SD. Times in units of SD's verify; t_v_ssd is SSD's verify in those units (1 at the same K).
+    """
+    e_hit, e_sd = np.asarray(e_hit, dtype=float), np.asarray(e_sd, dtype=float)
+    return _out((1.0 + np.asarray(t_sd, dtype=float)) * e_hit / (e_sd * np.asarray(t_v_ssd, dtype=float)))
+
+
 def critical_batch_size(
     p_hit: ArrayLike,
     e_hit: ArrayLike,

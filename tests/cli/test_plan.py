@@ -27,7 +27,10 @@ def test_every_preset_gives_valid_json_with_flags(capsys, name):
         assert rep["predicted"][key] > 0
     assert rep["plan"]["num_speculative_tokens"] >= 1
     flags = rep["engine_flags"]
-    assert "--k" in flags["ssd-engine"]["args"] and "--backup" in flags["ssd-engine"]["args"]
+    if name.endswith(("h100", "h200")):  # GPU pairs the reference engine runs
+        assert "--k" in flags["ssd-engine"]["args"] and "--backup" in flags["ssd-engine"]["args"]
+    else:
+        assert not flags["ssd-engine"]["supported"] and "has no target" in flags["ssd-engine"]["notes"][0]
     spec = json.loads(flags["vllm"]["args"][flags["vllm"]["args"].index("--speculative-config") + 1])
     assert spec["method"] == "draft_model" and spec["num_speculative_tokens"] == rep["predicted"]["sd_num_speculative_tokens"]
     assert "--speculative-num-steps" in flags["sglang"]["args"]
@@ -48,9 +51,16 @@ def test_fixed_knobs_are_evaluated(capsys):
 
 def test_emit_prints_one_command(capsys):
     code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "ssd-engine")
-    assert out.count("\n") == 1 and out.startswith("python bench/bench.py --qwen --size 32 --draft 0.6")
+    assert out.count("\n") == 1 and out.startswith("python bench/bench.py --size 32 --draft 0.6")  # Qwen: default family
     code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "vllm")
     assert out.startswith("vllm serve Qwen/Qwen3-32B") and "--speculative-config" in out
+
+
+def test_emit_for_an_engine_that_cannot_run_the_pair_is_one_line_exit_2(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "qwen-coder-1.5b-0.5b-cpu", "--emit", "ssd-engine"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "has no target" in err and "choose vllm or sglang" in err
 
 
 def test_plan_file_round_trip_and_reevaluation(capsys, tmp_path):

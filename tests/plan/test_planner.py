@@ -177,8 +177,54 @@ def test_a_per_position_c_list_combines_each_positions_own_response():
 
 def test_a_budget_cap_that_binds_is_named_in_the_binding_line():
     prof = get_preset("llama70b-1b-h100")
-    free = make_plan(prof, 1, 0.0)
-    capped = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=free.plan.K), budget_cap=2)
+    free = make_plan(prof, 8, 0.0)
+    capped = make_plan(prof, 8, 0.0, knobs=Knobs(num_speculative_tokens=free.plan.K), budget_cap=2)
     assert capped.plan.budget == 2 and capped.budget_fit > 2
     assert capped.binding.startswith("budget cap: 2 guesses (--budget-cap 2)")
-    assert not free.binding.startswith("budget cap")
+    assert free.binding.startswith("draft time: budget") and free.plan.budget == free.budget_fit
+
+
+def test_a_draft_bound_fixed_plan_names_draft_time_not_the_user():
+    prof = get_preset("llama70b-1b-h100")
+    r = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=7, fan_out=3))
+    assert r.ssd.draft_ms > r.ssd.verify_ms  # 8 tree steps of 24 rows do not fit in one 18.3 ms verify
+    assert r.binding.startswith("draft time: the fan-out fixed by the user (budget 24) takes T_p = ")
+    assert r.binding.endswith("even a budget of 1 does not fit at this K") and r.budget_fit == 0
+    wide = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=5, fan_out=40))
+    assert wide.ssd.draft_ms > wide.ssd.verify_ms and 0 < wide.budget_fit < 240
+    assert wide.binding.endswith(f"a budget of at most {wide.budget_fit} fits inside one verify")
+    small = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=3, fan_out=1))
+    assert small.binding.startswith("fan-out fixed by the user (budget 4; T_p = ")
+
+
+@pytest.mark.parametrize("T", [0.0, 1.0])
+@pytest.mark.parametrize("name", ["llama70b-1b-h100", "qwen32b-0.6b-h100", "qwen-coder-1.5b-0.5b-cpu"])
+def test_b_star_is_the_first_batch_where_fast_beats_jit_each_replanned(name, T):
+    prof = get_preset(name)
+    r = make_plan(prof, 1, T)
+    cx = r.crossover
+    assert r.b_star == cx.b_star and cx.batch_sizes[: int(r.b_star)] == tuple(range(1, int(r.b_star) + 1))
+    for b in range(1, int(r.b_star) + 1):  # independent recomputation: the best plan with each backup at b
+        jit = make_plan(prof, b, T, knobs=Knobs(backup="jit"), scan_b_star=False).ssd.per_seq_tok_s
+        fast = make_plan(prof, b, T, knobs=Knobs(backup="fast"), scan_b_star=False).ssd.per_seq_tok_s
+        assert cx.jit[b - 1] == pytest.approx(jit) and cx.fast[b - 1] == pytest.approx(fast)
+        assert (fast > jit) == (b == r.b_star)
+
+
+def test_b_star_is_not_never_when_fast_wins_only_at_a_large_batch():
+    from ssd_sim.plan.planner import crossover
+
+    prof = get_preset("llama70b-1b-h100")
+    cx = crossover(prof, 0.0, Knobs(num_speculative_tokens=1))
+    assert math.isfinite(cx.b_star)
+    i = cx.batch_sizes.index(int(cx.b_star))
+    assert cx.fast[i] > cx.jit[i] and all(j >= f for j, f in zip(cx.jit[:i], cx.fast[:i], strict=True))
+
+
+@pytest.mark.parametrize("T", [0.0, 1.0])
+def test_the_plan_stays_under_the_corollary_9_bound(T):
+    for name in ("llama70b-1b-h100", "qwen32b-0.6b-h100", "qwen-coder-1.5b-0.5b-cpu"):
+        r = make_plan(get_preset(name), 1, T, scan_b_star=False)
+        x = r.ssd.per_seq_tok_s / r.sd.per_seq_tok_s
+        assert 1.0 < r.gain_bound and x <= r.gain_bound + 1e-9
+        assert r.gain_captured == pytest.approx((x - 1) / (r.gain_bound - 1))

@@ -138,3 +138,17 @@ def test_corollary_8_ssd_never_slower_than_sd(a, K, t_sd, p_hit):
     ssd = ssd_speedup(p_hit, e, e, t_sd, t_sd)
     assert ssd == pytest.approx(e / (1 + (1 - p_hit) * t_sd))
     assert ssd >= sd_speedup(a, K, t_sd) - 1e-12
+
+
+def test_corollary_9_bounds_the_gain_over_sd():
+    from ssd_sim.theory.analytic import sd_speedup, ssd_gain_bound, ssd_speedup
+
+    a, K, t_sd = 0.8, 5, 0.4
+    e = float(expected_tokens(a, K))
+    bound = ssd_gain_bound(e, e, t_sd)
+    assert bound == pytest.approx(1 + t_sd)  # same draft, E_hit = E_SD: all of SD's drafting hidden at best
+    sd = float(sd_speedup(a, K, t_sd))
+    for p_hit in (0.0, 0.5, 0.9, 1.0):  # SSD with the SD draft as primary and backup (Corollary 8) stays below
+        assert float(ssd_speedup(p_hit, e, e, t_sd, t_sd)) / sd <= bound + 1e-12
+    assert float(ssd_speedup(1.0, e, e, t_sd, t_sd)) / sd == pytest.approx(bound)  # and reaches it on all hits
+    assert ssd_gain_bound(e, e, t_sd, t_v_ssd=1.1) == pytest.approx((1 + t_sd) / 1.1)

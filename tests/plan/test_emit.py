@@ -1,0 +1,110 @@
+"""Emitted engine commands pass the engines' argument rules (plan.engine_rules), for every GPU preset."""
+
+import json
+
+import pytest
+
+from ssd_sim.model.presets import get_preset
+from ssd_sim.plan.emit import engine_flags, reference_plan
+from ssd_sim.plan.engine_rules import check
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.predict import predict_ssd
+
+GPU_PRESETS = ("llama70b-1b-h100", "qwen32b-0.6b-h100", "llama70b-1b-h200")
+
+
+@pytest.mark.parametrize("T", [0.0, 1.0])
+@pytest.mark.parametrize("b", [1, 8, 32])
+@pytest.mark.parametrize("name", GPU_PRESETS)
+def test_every_emitted_command_passes_its_engines_rules(name, b, T):
+    prof = get_preset(name)
+    r = make_plan(prof, b, T, scan_b_star=False)
+    flags = engine_flags(prof, r.plan, r.sd, r.budget_cap)
+    for engine, f in flags.items():
+        assert check(engine, f["args"]) == [], (engine, f["command"])
+    ref = flags["ssd-engine"]
+    run = Plan.from_dict(ref["plan"])
+    K, F = run.K, int(ref["args"][ref["args"].index("--f") + 1])
+    assert F >= 1 and run.budget == F * (K + 1) and run.budget <= max(r.budget_cap, K + 1)
+    assert ref["predicted_tok_s"] == pytest.approx(predict_ssd(prof, run).per_seq_tok_s)
+    if run.budget != r.plan.budget:  # the change is said, with both predictions
+        assert any(n.startswith("the reference engine needs F (K + 1) guesses with F >= 1") for n in ref["notes"])
+
+
+@pytest.mark.parametrize("budget_fan_out,K,want_budget", [
+    ((5, 4, 4, 6), 3, 20),      # 19 guesses at K=3: --f 5 needs 20
+    ((10, 8, 17), 2, 36),       # 35 at K=2: --f 12 needs 36
+    ((1, 0, 0, 2), 3, 4),       # 3 at K=3: F would round to 1 -> 4
+    ((0, 0, 0, 1), 3, 4),       # 1 at K=3: F >= 1
+])
+def test_plans_the_engine_cannot_hold_are_padded_or_cut_to_f_times_k_plus_1(budget_fan_out, K, want_budget):
+    prof = get_preset("llama70b-1b-h100")
+    plan = Plan(num_speculative_tokens=K, fan_out=budget_fan_out, saguaro_c=0.7, temperature=1.0,
+                **prof.engine_knobs)
+    run, notes = reference_plan(prof, plan)
+    assert run.budget % (K + 1) == 0 and run.budget // (K + 1) >= 1
+    assert run.budget in (want_budget, want_budget - (K + 1))  # the multiple below or above, the faster one
+    assert notes and f"budget {plan.budget} -> {run.budget}" in notes[0]
+    args = engine_flags(prof, plan, make_plan(prof, 1, 1.0, scan_b_star=False).sd)["ssd-engine"]["args"]
+    assert check("ssd-engine", args) == []
+
+
+def test_above_batch_8_the_engine_gets_one_fan_out_everywhere():
+    prof = get_preset("qwen32b-0.6b-h100")
+    plan = Plan(num_speculative_tokens=3, fan_out=(4, 3, 2, 3), batch_size=16, **prof.engine_knobs)
+    run, notes = reference_plan(prof, plan)
+    assert set(run.fan_out) == set(run.fan_out_miss) and len(set(run.fan_out)) == 1
+    assert "one fan-out at every position above b = 8" in notes[0]
+
+
+def test_cpu_profiles_are_not_emitted_for_the_reference_engine():
+    prof = get_preset("qwen-coder-1.5b-0.5b-cpu")
+    r = make_plan(prof, 1, 0.0, scan_b_star=False)
+    ref = engine_flags(prof, r.plan, r.sd)["ssd-engine"]
+    assert not ref["supported"] and ref["command"] == "" and "has no target Qwen2.5-Coder-1.5B" in ref["notes"][0]
+
+
+# --- the encoded rules reject what the engines reject ---------------------------------------------------------
+
+BASE = ["--llama", "--size", "70", "--draft", "1", "--gpus", "5", "--spec", "--async"]
+
+
+@pytest.mark.parametrize("args,needle", [
+    (["--k", "3", "--f", "5", "--flh", "5", "4", "4", "6", "--flm", "5", "4", "4", "6", "--x", "0.7"], "sums to 19"),
+    (["--k", "2", "--f", "12", "--flh", "10", "8", "17", "--flm", "10", "8", "17"], "sums to 35"),
+    (["--k", "3", "--f", "1", "--flh", "1", "0", "0", "2", "--flm", "1", "0", "0", "2"], "sums to 3"),
+    (["--k", "3", "--f", "0", "--flh", "0", "0", "0", "1", "--flm", "0", "0", "0", "1"], "needs F >= 1"),
+    (["--k", "3", "--f", "2", "--flh", "2", "2", "2"], "has 3 entries"),
+    (["--k", "3", "--f", "2", "--flh", "2", "2", "2", "2", "--flm", "8", "0", "0", "0", "--b", "16"], "above b = 8"),
+    (["--k", "3", "--backup", "adaptive"], "argparse"),
+    (["--k", "3", "--qwen"], "argparse"),  # the current bench.py has no --qwen (Qwen is the default family)
+])
+def test_reference_rules_reject_what_the_engine_rejects(args, needle):
+    errs = check("ssd-engine", BASE + args)
+    assert any(needle in e for e in errs), errs
+
+
+def test_reference_rules_accept_the_engines_own_default_run():
+    assert check("ssd-engine", BASE + ["--k", "7", "--f", "3", "--backup", "jit", "--b", "1", "--temp", "0"]) == []
+
+
+def test_vllm_rules():
+    ok = {"method": "draft_model", "model": "d", "num_speculative_tokens": 4, "draft_tensor_parallel_size": 1}
+    good = ["serve", "t", "--tensor-parallel-size", "4", "--speculative-config", json.dumps(ok)]
+    assert check("vllm", good) == []
+    for change, needle in (({"num_speculative_tokens": 0}, "int > 0"), ({"method": "draft"}, "is not one of"),
+                           ({"draft_tensor_parallel_size": 2}, "1 or the target"), ({"k": 1}, "unknown"),
+                           ({"tensor_parallel_size": 1}, "draft_tensor_parallel_size")):
+        bad = good[:-1] + [json.dumps({**ok, **change})]
+        assert any(needle in e for e in check("vllm", bad)), change
+
+
+def test_sglang_rules():
+    good = ["--model-path", "t", "--tp-size", "4", "--speculative-algorithm", "STANDALONE",
+            "--speculative-draft-model-path", "d", "--speculative-num-steps", "4", "--speculative-eagle-topk", "1",
+            "--speculative-num-draft-tokens", "5"]
+    assert check("sglang", good) == []
+    assert any("rewritten" in e for e in check("sglang", good[:-1] + ["7"]))
+    assert any("all three" in e for e in check("sglang", good[:-4]))
+    assert any("argparse" in e for e in check("sglang", [*good[:5], "MEDUSA", *good[6:]]))
