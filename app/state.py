@@ -17,8 +17,9 @@ import streamlit as st
 from app.launch import MAX_UPLOAD_MB
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, current_host, host_warning
+from ssd_sim.io.jsonfile import parse_json
 from ssd_sim.model.presets import get_preset, list_presets
-from ssd_sim.model.profile import Profile
+from ssd_sim.model.profile import Profile, profile_from_dict
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import make_plan
 from ssd_sim.plan.whatif import build_plan, profile_values, with_overrides
@@ -67,17 +68,13 @@ def profile_from_bytes(data: bytes, name: str = "upload") -> Profile:
     if not data.strip():
         raise ConfigError("profile", f"{name} is empty; upload a profile JSON from `ssd-plan calibrate`")
     try:
-        obj = json.loads(data.decode("utf-8"))
-    except (UnicodeDecodeError, json.JSONDecodeError) as e:
-        raise ConfigError("profile", f"{name} is not valid JSON ({e})") from e
+        text = data.decode("utf-8")
+    except UnicodeDecodeError as e:
+        raise ConfigError("profile", f"{name} is not a UTF-8 text file (byte {e.start})") from e
+    obj = parse_json(text, name)
     if not isinstance(obj, dict):
         raise ConfigError("profile", f"{name} must hold a JSON object")
-    try:
-        return Profile.from_dict(obj)
-    except ConfigError:
-        raise
-    except (KeyError, TypeError, ValueError) as e:
-        raise ConfigError("profile", f"{name}: {e}") from e
+    return profile_from_dict(obj, name)
 
 
 @st.cache_data(show_spinner=False)

@@ -5,33 +5,49 @@
     ssd-run fetch-models            # download, verify and convert the default Qwen2.5-Coder pair once
 
 Knob flags (-k, --fan-out, --saguaro-c, --backup, -t, ...) behave exactly as in ssd-plan and override
-the plan file. Bad input prints one line naming the flag or field and exits with status 2; outputs are
-written atomically (a failed run leaves no half-written --output file; the trace stays as NAME.partial).
+the plan file. Bad input prints one line naming the flag or field and exits with status 2, before any process
+starts (files that cannot be written, prompts that do not fit the model's context included); outputs are
+written atomically (a failed run leaves no half-written --output file; the trace stays as NAME.partial, whole
+lines only). A worker process that dies or fails ends the run with one line and status 1 (a draft that dies
+mid-run does not: the run finishes autoregressively, exactly); Ctrl-C and SIGTERM stop every process at once,
+with one line and status 130 / 143.
 """
 
 from __future__ import annotations
 
+import contextlib
 import json
+import os
 import re
+import signal
 import sys
+import tempfile
+import threading
+from collections.abc import Callable
 from pathlib import Path
 
 from ssd_sim.cli.args import (
     OneLineParser,
     add_knob_args,
+    bounded_int,
     fail,
     nonneg_float,
     nonneg_int,
+    one_line,
     plan_from_args,
     positive_int,
 )
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.jsonfile import check_writable, resolve_output, save_text_atomic
+from ssd_sim.io.limits import MAX_TOKENS
 from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
-from .models import DTYPES, LINEAR, QUANTIZE, ModelSpec, linear_kernels, resolve_path
 from .prompts import PROMPT_SETS, encode, load_prompts, prompt_set
+from .specs import DTYPE_NAMES, LINEAR, QUANTIZE, ModelSpec
+
+# torch, transformers and the runtime (.models, .run) are imported inside functions, once guarded() answers
+# Ctrl-C and SIGTERM: importing them takes a second or more
 
 PROG = "ssd-run"
 
@@ -47,17 +63,22 @@ def build_parser() -> OneLineParser:
     add_model_args(p)
     w = add_prompt_args(p, default_tokens=64)
     w.add_argument("--ignore-eos", action="store_true", help="always generate max-new-tokens tokens")
-    w.add_argument("--output", metavar="FILE", help="write one JSON line per prompt: prompt, generated ids, text")
+    w.add_argument("-o", "--output", metavar="FILE",
+                   help="write one JSON line per prompt: prompt, generated ids, text (checked before the run; a "
+                        "symlink is written through)")
     w.add_argument("--trace", metavar="FILE",
                    help="JSONL trace path (default runs/<mode>-<UTC time>.jsonl under the current directory; "
                         "the repository's traces/ holds curated runs, one folder per setup)")
     r = p.add_argument_group("run")
-    r.add_argument("--seed", type=int, default=0, help="seed of the target's and draft's samplers (default 0)")
+    r.add_argument("--seed", type=bounded_int(0, MAX_SEED, "sampler seed"), default=0,
+                   help=f"seed of the target's and draft's samplers, 0..{MAX_SEED} (default 0)")
     r.add_argument("--forced-acceptance", type=_rate, metavar="RATE",
                    help="synthetic acceptance: accept each draft token with this probability (output NOT exact; "
                         "exercises the pipeline with controlled outcomes)")
-    r.add_argument("--draft-timeout", type=nonneg_float, default=120.0, metavar="SECONDS",
-                   help="if the draft does not answer within this time, finish autoregressively (default 120; 0 = wait forever)")
+    r.add_argument("--draft-timeout", type=_timeout, default=120.0, metavar="SECONDS",
+                   help="if the draft does not answer within this time, finish autoregressively; at start-up, how "
+                        "long the loaded target waits for the draft (default 120, at most "
+                        f"{MAX_DRAFT_TIMEOUT_S:g}; 0 = wait forever)")
     r.add_argument("--no-pin", action="store_true", help="do not pin the CPU processes to one core each")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--log-topn", type=_topn, default=DEFAULT_LOG_TOPN, metavar="N",
@@ -76,7 +97,7 @@ def add_model_args(p: OneLineParser) -> None:
     m.add_argument("--draft", default="qwen-coder-0.5b", metavar="PATH|NAME",
                    help="the same for the draft; must share the target's vocabulary (default qwen-coder-0.5b)")
     for role in ("target", "draft"):
-        m.add_argument(f"--{role}-dtype", choices=list(DTYPES), default="float32",
+        m.add_argument(f"--{role}-dtype", choices=DTYPE_NAMES, default="float32",
                        help=f"{role} weights/activations dtype (float32 is fastest on CPU)")
         m.add_argument(f"--{role}-quantize", choices=QUANTIZE, default="none",
                        help="int8 = dynamic int8 Linear layers on CPU (2.5-5x faster); " + (
@@ -104,8 +125,10 @@ def add_prompt_args(p: OneLineParser, default_tokens: int, default_num: int | No
                         "--prompt-offset 1 --prompt-stride 2)")
     w.add_argument("--num-prompts", type=positive_int, default=default_num, metavar="N",
                    help="use only N prompts (after offset and stride)" + (f"; default {default_num}" if default_num else ""))
-    w.add_argument("--max-new-tokens", type=positive_int, default=default_tokens, metavar="N",
-                   help=f"tokens to generate per prompt (default {default_tokens})")
+    w.add_argument("--max-new-tokens", type=bounded_int(1, MAX_TOKENS, "tokens per sequence"),
+                   default=default_tokens, metavar="N",
+                   help=f"tokens to generate per prompt, 1..{MAX_TOKENS} and within the models' context "
+                        f"(default {default_tokens})")
     return w
 
 
@@ -127,7 +150,20 @@ def _rate(text: str) -> float:
 
 
 MAX_TOPN = 256
+MAX_SEED = 2**63 - 2  # the draft seeds its sampler with seed + 1; torch takes seeds below 2**64
+MAX_DRAFT_TIMEOUT_S = 7 * 86400.0  # a week; 0 means no timeout at all
 DEFAULT_LOG_TOPN = 20  # covers fan-outs up to 19 per position; ~0.56 KB per generated token
+
+
+def _timeout(text: str) -> float:
+    """--draft-timeout: seconds in 0..MAX_DRAFT_TIMEOUT_S (0 = wait forever)."""
+    import argparse
+
+    v = nonneg_float(text)
+    if v > MAX_DRAFT_TIMEOUT_S:
+        raise argparse.ArgumentTypeError(f"{v:g} s is more than {MAX_DRAFT_TIMEOUT_S:g} s (a week); use 0 to wait "
+                                         "forever")
+    return v
 
 
 def _topn(text: str) -> int:
@@ -143,19 +179,109 @@ def _topn(text: str) -> int:
 
 
 def main(argv: list[str] | None = None) -> int:
+    restore = argv is not None  # called in-process: give the caller its signal handlers back at the end
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "fetch-models":
         return fetch_main(argv[1:])
     if argv and argv[0] == "calibrate-here":
         from .calibrate_here import main as calibrate_here_main
 
-        return calibrate_here_main(argv[1:])
+        return guarded(f"{PROG} calibrate-here", lambda: calibrate_here_main(argv[1:]), restore=restore)
+    files = _Files()
+    return guarded(PROG, lambda: _run_main(argv, files), files.note, restore)
+
+
+def _run_main(argv: list[str], files: _Files) -> int:
     args = build_parser().parse_args(argv)
     try:
-        plan, job_kw, specs = _prepare(args)
+        plan, job_kw, specs = _prepare(args, files)
     except ConfigError as e:
         fail(PROG, e)
-    return _execute(args, plan, job_kw, specs)
+    return _execute(args, plan, job_kw, specs, files)
+
+
+# ---- one line for interrupts and dead workers ------------------------------------------------------------
+class Terminated(BaseException):
+    """SIGTERM arrived (raised in the main thread by guarded()'s handler; a BaseException, like Ctrl-C's
+    KeyboardInterrupt, so no `except Exception` on the way swallows it)."""
+
+
+def guarded(prog: str, body: Callable[[], int], note: Callable[[], str] = lambda: "", restore: bool = True) -> int:
+    """Run a CLI body so that every way it can be stopped ends in one line on stderr: Ctrl-C -> 130, SIGTERM ->
+    143, a worker process that died or failed -> 1, a closed stdout -> quietly 0. Sessions inside have already
+    killed their processes when these arrive here; `note()` adds what became of the files. After such an end,
+    further SIGINT / SIGTERM are ignored (a second Ctrl-C must not print a traceback while Python exits) unless
+    `restore` (in-process callers get their handlers back)."""
+    main_thread = threading.current_thread() is threading.main_thread()
+    old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
+    if main_thread:
+        signal.signal(signal.SIGTERM, _on_sigterm)
+    stopped = False
+    try:
+        return body()
+    except KeyboardInterrupt:
+        stopped = True
+        return _exit_now(_end(prog, "interrupted (SIGINT); stopped all processes", 130, note, main_thread), restore)
+    except Terminated:
+        stopped = True
+        return _exit_now(_end(prog, "terminated (SIGTERM); stopped all processes", 143, note, main_thread), restore)
+    except RuntimeError as e:  # a WorkerError: a worker process died or failed (run.py, imported by now)
+        from .run import WorkerError
+
+        if not isinstance(e, WorkerError):
+            raise
+        return _end(prog, f"error: {e}", 1, note, main_thread)
+    except BrokenPipeError:  # stdout was closed (`ssd-run ... | head`): nothing more to say there
+        os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+        return 0
+    finally:
+        if restore or not stopped:
+            for sig, handler in old.items():
+                signal.signal(sig, handler)
+
+
+def _exit_now(code: int, in_process: bool) -> int:
+    """After an interrupt, a command-line run exits at once (torch's and Python's teardown take another half
+    second and have nothing left to save: the workers are dead, the files closed); in-process callers get `code`."""
+    if not in_process:
+        for stream in (sys.stdout, sys.stderr):
+            with contextlib.suppress(OSError, ValueError):
+                stream.flush()
+        os._exit(code)
+    return code
+
+
+def _on_sigterm(signum, frame) -> None:
+    raise Terminated()
+
+
+def _end(prog: str, what: str, code: int, note: Callable[[], str], main_thread: bool) -> int:
+    """Print the one line (a second signal meanwhile is ignored) and return the exit status."""
+    if main_thread:
+        for sig in (signal.SIGINT, signal.SIGTERM):
+            signal.signal(sig, signal.SIG_IGN)
+    print(f"{prog}: {one_line(what + note())}", file=sys.stderr, flush=True)
+    return code
+
+
+class _Files:
+    """The run's --output and trace paths, to say what became of them when a run is cut short."""
+
+    def __init__(self):
+        self.output: Path | None = None
+        self.trace: Path | None = None
+        self.output_written = False
+
+    def note(self) -> str:
+        parts = []
+        if self.output is not None and not self.output_written:
+            parts.append(f"{self.output} not written")
+        if self.trace is not None:
+            partial = resolve_output(self.trace)
+            partial = partial.with_name(partial.name + ".partial")
+            if partial.is_file():
+                parts.append(f"the trace so far is in {partial}")
+        return "".join(f"; {p}" for p in parts)
 
 
 def fetch_main(argv: list[str]) -> int:
@@ -171,8 +297,12 @@ def fetch_main(argv: list[str]) -> int:
 
 
 # ---- validation (before any process starts) ----------------------------------------------------------
-def _prepare(args):
-    """Plan, prompts (token ids) and model specs from the flags; ConfigError on any bad input."""
+def _prepare(args, files: _Files | None = None):
+    """Plan, prompts (token ids) and model specs from the flags, and the output files checked; ConfigError on any
+    bad input."""
+    from .models import check_context, context_length, model_config
+    from .run import default_trace_path
+
     base = load_plan(args.plan).plan if args.plan else None
     plan = plan_from_args(args, base)
     mode = args.mode or (base.mode if base else "ssd")
@@ -182,18 +312,28 @@ def _prepare(args):
                                            "(more draft devices exist only in ssd-plan / ssd-sim)")
     specs = model_specs(args, with_draft=mode != "ar")
     job_kw = prompt_ids(args, Path(specs["target"].path), need_tokenizer=bool(args.output))
-    trace = Path(args.trace) if args.trace else None
-    for flag, path in (("--trace", trace), ("--output", Path(args.output) if args.output else None)):
-        if path is not None and path.is_dir():
-            raise ConfigError(flag.lstrip("-"), f"{path} is a directory; give a file name")
+    limits = {role: context_length(model_config(Path(spec.path), role)) for role, spec in specs.items() if spec}
+    check_context(job_kw["prompts"], args.max_new_tokens, mode, plan.num_speculative_tokens, limits)
+    args.trace = args.trace or str(default_trace_path(mode))
+    check_writable(args.trace, "trace")  # now, not after the run
+    if args.output:
+        check_writable(args.output, "output")
+    if files is not None:
+        files.trace, files.output = Path(args.trace), Path(args.output) if args.output else None
     return plan, job_kw, specs
 
 
 def model_specs(args, with_draft: bool) -> dict[str, ModelSpec | None]:
     """The target's and (with_draft) the draft's ModelSpec from the model flags; ConfigError on bad input."""
+    from .models import check_weights, linear_kernels, model_config, resolve_path
+
     devices = {role: _device(getattr(args, f"{role}_device"), f"{role}_device") for role in ("target", "draft")}
     tpath = resolve_path(args.target, "target")
     dpath = resolve_path(args.draft, "draft") if with_draft else None
+    for role, path in (("target", tpath), ("draft", dpath)):
+        if path is not None and path.is_dir():
+            model_config(path, role)  # a config.json that does not parse: one line now, not in the worker
+            check_weights(path, role)
     if dpath is not None:
         _early_vocab_check(tpath, dpath)
     specs = {"target": ModelSpec(path=str(tpath), dtype=args.target_dtype, quantize=args.target_quantize,
@@ -220,7 +360,7 @@ def prompt_ids(args, tpath: Path, need_tokenizer: bool = False) -> dict:
     index = list(range(len(every)))[args.prompt_offset::args.prompt_stride][:args.num_prompts]
     prompts = [every[i] for i in index]
     tokenizer = _tokenizer(tpath) if any(p.text is not None for p in prompts) or need_tokenizer else None
-    ids = encode(prompts, tokenizer, _config_vocab(tpath))
+    ids = encode(prompts, tokenizer, _config_vocab(tpath, "target"))
     base = args.prompts or f"prompt-set:{args.prompt_set or 'code'}"
     return {"prompts": ids, "texts": prompts, "tokenizer": tokenizer, "index": index, "base": base,
             "source": base + (slice_label(index) if len(index) < len(every) else "")}
@@ -233,20 +373,32 @@ def slice_label(index: list[int]) -> str:
 
 
 def _device(text: str, flag: str) -> str:
-    if text == "cpu" or re.fullmatch(r"cuda(:\d+)?", text):
-        return text
-    raise ConfigError(flag, f"{text!r} is not a device; use cpu or cuda:N")
+    """cpu or cuda[:N], where this torch has CUDA and device N exists; ConfigError naming the flag otherwise."""
+    m = re.fullmatch(r"cuda(?::(\d{1,4}))?", text)
+    if text != "cpu" and m is None:
+        raise ConfigError(flag, f"{text[:40]!r} is not a device; use cpu or cuda:N")
+    if m is not None:
+        import torch
+
+        option = "--" + flag.replace("_", "-")
+        if not torch.cuda.is_available():
+            why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
+            raise ConfigError(flag, f"{text}: {why} (torch {torch.__version__}); use {option} cpu")
+        n = torch.cuda.device_count()
+        if m.group(1) is not None and int(m.group(1)) >= n:
+            raise ConfigError(flag, f"{text}: this host has {n} CUDA device(s), cuda:0..cuda:{n - 1}")
+    return text
 
 
-def _config_vocab(path: Path) -> int | None:
-    cfg = path / "config.json"
-    if path.is_dir() and cfg.is_file():
-        return json.loads(cfg.read_text()).get("vocab_size")
-    return None
+def _config_vocab(path: Path, role: str) -> int | None:
+    from .models import model_config
+
+    v = (model_config(path, role) or {}).get("vocab_size")
+    return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 
 def _early_vocab_check(tpath: Path, dpath: Path) -> None:
-    vt, vd = _config_vocab(tpath), _config_vocab(dpath)
+    vt, vd = _config_vocab(tpath, "target"), _config_vocab(dpath, "draft")
     if vt is not None and vd is not None and vt != vd:
         raise ConfigError("draft", f"vocabulary mismatch: the target has {vt} tokens, the draft {vd}; "
                                    "use a draft with the target's tokenizer")
@@ -259,34 +411,67 @@ def _tokenizer(path: Path):
 
 
 # ---- run -----------------------------------------------------------------------------------------------
-def _execute(args, plan, job_kw, specs) -> int:
-    from .run import Job, Session, default_trace_path
+def _execute(args, plan, job_kw, specs, files: _Files) -> int:
+    from .run import Job, Session
 
-    trace = Path(args.trace) if args.trace else default_trace_path(plan.mode)
+    timeout = args.draft_timeout or None  # 0: wait forever
     job = Job(plan, plan.mode, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
-              forced_acceptance=args.forced_acceptance, draft_timeout_s=args.draft_timeout or None,
-              ignore_eos=args.ignore_eos, trace_path=str(trace), header={"prompt_source": job_kw["source"]},
+              forced_acceptance=args.forced_acceptance, draft_timeout_s=timeout,
+              ignore_eos=args.ignore_eos, trace_path=args.trace, header={"prompt_source": job_kw["source"]},
               log_topn=args.log_topn)
     total = len(job.prompts) * args.max_new_tokens
     try:
-        with Session(specs["target"], specs["draft"], pin=not args.no_pin) as session, \
+        with Session(specs["target"], specs["draft"], pin=not args.no_pin, draft_timeout_s=timeout) as session, \
                 _progress(total, args.no_progress) as advance:
             result = session.run(job, advance)
     except ConfigError as e:
         fail(PROG, e)
+    problems = [f"trace: {result.trace_error}"] if result.trace_error else []
     if args.output:
-        _write_outputs(Path(args.output), job_kw, result.outputs)
+        lost = save_outputs(Path(args.output), outputs_text(job_kw, result.outputs))
+        files.output_written = lost is None
+        problems += [f"output: {lost}"] if lost else []
     print_summary(result.summary, plan.mode, result.trace_path)
+    if problems:  # the run itself finished; say in one line what could not be written and where it went
+        print(f"{PROG}: error: {one_line('; '.join(problems))}", file=sys.stderr)
+        return 1
     return 0
 
 
-def _write_outputs(path: Path, job_kw: dict, outputs: list[list[int]]) -> None:
+def outputs_text(job_kw: dict, outputs: list[list[int]]) -> str:
+    """The --output file's text: one JSON line per prompt (index, prompt, prompt_ids, generated_ids, text)."""
     tok = job_kw["tokenizer"]
     lines = []
     for n, (pr, ids, out) in enumerate(zip(job_kw["texts"], job_kw["prompts"], outputs, strict=True)):
         lines.append(json.dumps({"index": n, "prompt": pr.text, "prompt_ids": ids, "generated_ids": out,
                                  "text": tok.decode(out) if tok is not None else None}))
-    save_json_atomic(path, "\n".join(lines))
+    return "\n".join(lines) + "\n"
+
+
+def save_outputs(path: Path, text: str) -> str | None:
+    """Write finished results atomically; if that fails (a full disk), never lose them: write them to a new file
+    in the temp folder, or failing that print them on stdout. None when `path` was written, else what happened."""
+    try:
+        save_text_atomic(path, text, "output")
+        return None
+    except ConfigError as e:
+        reason = str(e).split(": ", 1)[-1]
+    except OSError as e:  # AtomicWriter.abort() can fail on a full disk too: then remove its temp file here
+        reason = f"cannot write {path} ({e.strerror or e}); nothing was written"
+        target = resolve_output(path)
+        target.with_name(f".{target.name}.{os.getpid()}.tmp").unlink(missing_ok=True)
+    alt = None
+    try:
+        fd, alt = tempfile.mkstemp(prefix="ssd-run-output-", suffix=".jsonl")
+        with os.fdopen(fd, "w", encoding="utf-8") as f:
+            f.write(text)
+        return f"{reason}; the results are in {alt} instead"
+    except OSError:
+        if alt is not None:
+            Path(alt).unlink(missing_ok=True)
+    sys.stdout.write(text)
+    sys.stdout.flush()
+    return f"{reason}; the results are printed on stdout instead (one JSON line per prompt)"
 
 
 class _progress:

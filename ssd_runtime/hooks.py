@@ -7,10 +7,14 @@ job message) and, when present, is attached to the Target and the Drafter by wra
                      reference engine's fast path at T > 0; NOT exact), the other rows by the ratio test;
   report_unscaled_q  Drafter.decode: report q = softmax(logits / T) instead of the Saguaro-rescaled q the
                      tokens were sampled from (the ratio test is then biased);
-  draft_fault        Drafter.lookup: at the draft's SPEC number fault_round (0-based, counted from the job's
-                     start), "kill" the draft process (SIGKILL, like an OOM kill) or "hang" (stop answering).
-The exactness tests show the chi-square test catches the first two; the fault test shows the target finishes
-a run autoregressively after the third.
+  draft_fault        the draft process fails: "kill" (SIGKILL, like an OOM kill), "hang" (stop answering) or
+                     "raise" (an unexpected exception), where fault_phase says:
+                       "spec"   Drafter.lookup, at the draft's SPEC number fault_round (0-based, from the job's start);
+                       "batch"  Drafter.start_batch, at its prefill number fault_round (the batch's prompts);
+                       "load"   right after the draft process loaded its model, before it meets the target
+                                (these hooks travel with the Session, `Session(..., hooks=...)`, not with a job).
+The exactness tests show the chi-square test catches the first two; the fault tests show the target finishes
+a run autoregressively after a draft fault mid-run, and that start-up ends in one line after a fault at load.
 """
 
 from __future__ import annotations
@@ -34,8 +38,9 @@ class TestHooks:
 
     greedy_fast: bool = False
     report_unscaled_q: bool = False
-    draft_fault: str | None = None  # "kill" | "hang"
-    fault_round: int = 0  # the draft's SPEC (0-based) at which draft_fault strikes
+    draft_fault: str | None = None  # "kill" | "hang" | "raise"
+    fault_round: int = 0  # the draft's SPEC (or prefill, with fault_phase "batch"), 0-based, at which it strikes
+    fault_phase: str = "spec"  # "spec" | "batch" | "load"
 
     def attach_target(self, target) -> None:
         """Wrap target.accept (a Target) with the target-side hooks."""
@@ -46,8 +51,15 @@ class TestHooks:
         """Wrap drafter.decode / drafter.lookup (a Drafter) with the draft-side hooks."""
         if self.report_unscaled_q:
             drafter.decode = _unscaled_q(drafter, drafter.decode)
-        if self.draft_fault is not None:
+        if self.draft_fault is not None and self.fault_phase == "spec":
             drafter.lookup = _fault_at(self.fault_round, self.draft_fault, drafter.lookup)
+        if self.draft_fault is not None and self.fault_phase == "batch":
+            drafter.start_batch = _fault_at(self.fault_round, self.draft_fault, drafter.start_batch)
+
+    def at_load(self, role: str) -> None:
+        """Called by a worker process once its model is loaded: the "load" phase of draft_fault strikes here."""
+        if role == "draft" and self.draft_fault is not None and self.fault_phase == "load":
+            _fail(self.draft_fault)
 
 
 def _greedy_fast_rows(target, accept):
@@ -80,20 +92,22 @@ def _unscaled_q(drafter, decode):
     return unscaled
 
 
-def _fault_at(at: int, kind: str, lookup):
-    """lookup(spec), except that the SPEC number `at` first triggers the fault."""
+def _fault_at(at: int, kind: str, method):
+    """method(arg), except that the call number `at` (0-based) first triggers the fault."""
     count = itertools.count()
 
-    def faulty(spec: dict):
+    def faulty(arg):
         if next(count) == at:
             _fail(kind)
-        return lookup(spec)
+        return method(arg)
 
     return faulty
 
 
 def _fail(kind: str) -> None:
-    """Die (SIGKILL) or stop answering (sleep)."""
+    """Die (SIGKILL), stop answering (sleep) or raise an unexpected exception."""
+    if kind == "raise":
+        raise RuntimeError("test hook: the draft failed on purpose")
     if kind == "hang":
         time.sleep(1e6)
     os.kill(os.getpid(), signal.SIGKILL)

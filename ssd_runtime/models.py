@@ -8,6 +8,8 @@ layers; 2.5-5x faster on one core, see shared/cpu-latencies.md) and eval mode.
 from __future__ import annotations
 
 import hashlib
+import json
+import struct
 import warnings
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -15,34 +17,12 @@ from pathlib import Path
 import torch
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import read_json_object
 
 from .fetch import MODELS, converted_dir, is_converted
+from .specs import DTYPE_NAMES, LINEAR, QUANTIZE, ModelSpec  # ModelSpec and the option names live in specs
 
-DTYPES = {"float32": torch.float32, "bfloat16": torch.bfloat16, "float16": torch.float16}
-QUANTIZE = ("none", "int8")
-LINEAR = ("auto", "onednn", "dense")  # matmul kernels of nn.Linear on CPU float32 (see PackedLinear)
-
-
-@dataclass(frozen=True)
-class ModelSpec:
-    """What to load. `path` is a directory, a .gguf file or a fetched name; `tiny` builds a test model."""
-
-    path: str | None = None
-    tiny: tuple[tuple[str, float], ...] | None = None  # sorted kwargs of tiny_model()
-    dtype: str = "float32"
-    quantize: str = "none"
-    device: str = "cpu"
-    linear: str = "auto"  # auto = onednn on a cpu device with float32 weights and no int8, else dense
-
-    @classmethod
-    def tiny_spec(cls, **kwargs) -> ModelSpec:
-        return cls(tiny=tuple(sorted(kwargs.items())))
-
-    @property
-    def label(self) -> str:
-        if self.tiny is not None:
-            return "tiny(" + ",".join(f"{k}={v}" for k, v in self.tiny) + ")"
-        return str(self.path)
+DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
 
 @dataclass
@@ -117,7 +97,7 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         model, source, eos = tiny_model(**dict(spec.tiny)), "tiny", ()
     else:
         path = resolve_path(str(spec.path), role)
-        model, tokenizer = _load_hf(path, DTYPES[spec.dtype])
+        model, tokenizer = _load_hf(path, DTYPES[spec.dtype], role)
         source, eos = str(path), _eos_ids(model)
     if spec.linear not in LINEAR:
         raise ConfigError(f"{role}_linear", f"must be one of {LINEAR}, got {spec.linear!r}")
@@ -133,21 +113,107 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         pack_linears(model)
         own_memory(model)
     return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,
-                       {"parameters": params, "linear": kernels, "kernels": kernel_path(model)})
+                       {"parameters": params, "linear": kernels, "kernels": kernel_path(model),
+                        "max_positions": context_length(model.config.to_dict())})
 
 
-def _load_hf(path: Path, dtype: torch.dtype):
+def _load_hf(path: Path, dtype: torch.dtype, role: str = "model"):
+    """Model and tokenizer from a model folder or GGUF file; any failure is a one-line ConfigError naming it."""
     from transformers import AutoModelForCausalLM
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
-
-    if path.suffix == ".gguf":
-        model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
-        model.hf_quantizer = None  # dequantised at load; see fetch.convert_gguf
-    else:
-        model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    if path.is_dir():
+        model_config(path, role)  # config.json: readable JSON object
+        check_weights(path, role)  # safetensors: whole files
+    try:
+        if path.suffix == ".gguf":
+            model = AutoModelForCausalLM.from_pretrained(str(path.parent), gguf_file=path.name, dtype=dtype)
+            model.hf_quantizer = None  # dequantised at load; see fetch.convert_gguf
+        else:
+            model = AutoModelForCausalLM.from_pretrained(str(path), dtype=dtype)
+    except ConfigError:
+        raise
+    except Exception as e:  # noqa: BLE001 - files we cannot load: one line, not the loader's traceback
+        first = (str(e).strip().splitlines() or [""])[0][:300]
+        raise ConfigError(role, f"cannot load the model in {path} ({type(e).__name__}: {first}); check or "
+                                "fetch its files again") from e
     return model, load_tokenizer(path)
+
+
+def model_config(path: Path, role: str = "model") -> dict | None:
+    """A model folder's config.json as a dict (None for a GGUF file or a folder without one); a config.json that
+    cannot be read or is not a JSON object is a one-line ConfigError."""
+    cfg = path / "config.json"
+    if not (path.is_dir() and cfg.exists()):
+        return None
+    return read_json_object(cfg, role, "save the model with save_pretrained() or fetch it again")
+
+
+_CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
+
+
+def context_length(config: dict | None) -> int | None:
+    """Positions the model was built for (max_position_embeddings, GPT-2's n_positions, ...); None if unknown."""
+    for key in _CONTEXT_KEYS:
+        v = (config or {}).get(key)
+        if isinstance(v, int) and not isinstance(v, bool) and v > 0:
+            return v
+    return None
+
+
+def check_context(prompts: list[list[int]], max_new_tokens: int, mode: str, k: int,
+                  limits: dict[str, int | None]) -> None:
+    """Refuse, before any work, a run whose positions do not fit a model's context (`limits`: role -> positions).
+
+    The target verifies K draft tokens beyond the last committed one (K = 0 in AR); the SSD draft decodes
+    branches up to 2K + 1 positions beyond it. Past its context a RoPE model silently degrades and a model
+    with learned positions (GPT-2) fails, so neither may happen mid-run."""
+    if not prompts:
+        return
+    n, longest = max(enumerate(prompts, start=1), key=lambda x: len(x[1]))
+    extra = {"target": k if mode != "ar" else 0, "draft": {"ssd": 2 * k + 1, "sd": k}.get(mode)}
+    for role, ctx in limits.items():
+        if ctx is None or extra.get(role) is None:
+            continue
+        if len(longest) > ctx:
+            raise ConfigError("prompts", f"prompt {n} has {len(longest)} tokens, more than the {role}'s context of "
+                                         f"{ctx} positions (max_position_embeddings); shorten it")
+        need = len(longest) + max_new_tokens + extra[role]
+        if need > ctx:
+            ahead = f" + {extra[role]} draft positions ahead (K = {k})" if extra[role] else ""
+            raise ConfigError("max_new_tokens", f"prompt {n} ({len(longest)} tokens) + --max-new-tokens "
+                                                f"{max_new_tokens}{ahead} = {need} positions, more than the {role}'s "
+                                                f"context of {ctx} (max_position_embeddings); lower --max-new-tokens "
+                                                f"to {max(ctx - len(longest) - extra[role], 0)} or shorten the prompt")
+
+
+def check_weights(path: Path, role: str = "model") -> None:
+    """Every *.safetensors file in a model folder is whole: its header parses and the tensors it lists fit in
+    the file. A truncated download or copy is a one-line ConfigError naming the file (not a loader traceback)."""
+    for f in sorted(path.glob("*.safetensors")):
+        try:
+            size = f.stat().st_size
+            with f.open("rb") as fh:
+                head = fh.read(8)
+                n = struct.unpack("<Q", head)[0] if len(head) == 8 else None
+                if n is None or n > min(size - 8, 2**27):
+                    raise ConfigError(role, f"{f} is truncated or not a safetensors file ({size} bytes); "
+                                            "fetch or save the model again")
+                header = json.loads(fh.read(n))
+        except ConfigError:
+            raise
+        except OSError as e:
+            raise ConfigError(role, f"cannot read {f} ({e.strerror or e})") from e
+        except ValueError as e:  # not JSON / not UTF-8
+            raise ConfigError(role, f"{f} is not a safetensors file (its header does not parse); "
+                                    "fetch or save the model again") from e
+        ends = [v.get("data_offsets", [0, 0])[1] for k, v in header.items() if k != "__metadata__"
+                and isinstance(v, dict)] if isinstance(header, dict) else []
+        need = 8 + n + max([e for e in ends if isinstance(e, int)], default=0)
+        if need > size:
+            raise ConfigError(role, f"{f} is truncated: {size} of its {need} bytes are there; fetch or save the "
+                                    "model again")
 
 
 def load_tokenizer(path: Path):

@@ -2,11 +2,11 @@
 
 from __future__ import annotations
 
-import json
 from dataclasses import dataclass
 from pathlib import Path
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import parse_json, read_text_file
 
 # Short code-completion prompts (raw text, no chat template): the workload of the CPU benchmark (its first 8).
 CODE_PROMPTS: tuple[str, ...] = (
@@ -76,37 +76,43 @@ def prompt_set(name: str) -> list[Prompt]:
     return [Prompt(text=t) for t in PROMPT_SETS[name]]
 
 
+MAX_TOKEN_ID = 2**31 - 1  # token ids are int32 in every tokenizer; larger ones are a mistake, not a vocabulary
+
+
 def load_prompts(path: str | Path) -> list[Prompt]:
-    """Read a JSONL prompt file; every problem is a ConfigError naming the line and the fix."""
+    """Read a JSONL prompt file; every problem (missing, a folder, binary, not UTF-8, bad JSON, too deep, a bad
+    field) is a one-line ConfigError naming the file, the line and the fix."""
     p = Path(path)
-    try:
-        lines = p.read_text().splitlines()
-    except FileNotFoundError as e:
-        raise ConfigError("prompts", f"{p} does not exist") from e
+    text = read_text_file(p, "prompts", 'write one {"prompt": text} or {"prompt_ids": [..]} per line')
     out = []
-    for no, line in enumerate(lines, start=1):
+    for no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
             continue
         where = f"{p} line {no}"
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError("prompts", f"{where} is not JSON ({e.msg})") from e
-        if not isinstance(rec, dict) or ("prompt" in rec) == ("prompt_ids" in rec):
-            raise ConfigError("prompts", f"{where} needs exactly one of \"prompt\" (text) or \"prompt_ids\"")
-        if "prompt" in rec:
-            if not isinstance(rec["prompt"], str) or not rec["prompt"]:
-                raise ConfigError("prompts", f"{where}: \"prompt\" must be a non-empty string")
-            out.append(Prompt(text=rec["prompt"]))
-        else:
-            ids = rec["prompt_ids"]
-            if not isinstance(ids, list) or not ids or not all(
-                    isinstance(i, int) and not isinstance(i, bool) and i >= 0 for i in ids):
-                raise ConfigError("prompts", f"{where}: \"prompt_ids\" must be a non-empty list of token ids >= 0")
-            out.append(Prompt(ids=tuple(ids)))
+            rec = parse_json(line, where)
+        except ConfigError as e:
+            raise ConfigError("prompts", str(e).split(": ", 1)[1]) from None
+        out.append(_prompt(rec, where))
     if not out:
         raise ConfigError("prompts", f"{p} holds no prompts; write one JSON object per line")
     return out
+
+
+def _prompt(rec, where: str) -> Prompt:
+    """One line's Prompt; ConfigError naming `where` unless it holds exactly one valid "prompt" / "prompt_ids"."""
+    if not isinstance(rec, dict) or ("prompt" in rec) == ("prompt_ids" in rec):
+        raise ConfigError("prompts", f"{where} needs exactly one of \"prompt\" (text) or \"prompt_ids\"")
+    if "prompt" in rec:
+        if not isinstance(rec["prompt"], str) or not rec["prompt"]:
+            raise ConfigError("prompts", f"{where}: \"prompt\" must be a non-empty string")
+        return Prompt(text=rec["prompt"])
+    ids = rec["prompt_ids"]
+    if not isinstance(ids, list) or not ids or not all(
+            isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_TOKEN_ID for i in ids):
+        raise ConfigError("prompts", f"{where}: \"prompt_ids\" must be a non-empty list of token ids "
+                                     f"0..{MAX_TOKEN_ID}")
+    return Prompt(ids=tuple(ids))
 
 
 def encode(prompts: list[Prompt], tokenizer, vocab_size: int | None = None) -> list[list[int]]:

@@ -2,8 +2,9 @@
 
 Backend: gloo when either side is on CPU, NCCL when both are on CUDA. A message is a Python object
 whose tensors travel as raw tensors (no pickling of large data): first a length, then the pickled
-skeleton (tensors replaced by (dtype, shape) placeholders), then each tensor. Every wait has a timeout;
-a timeout or a broken connection raises DraftFault, after which the target stops using the draft.
+skeleton (tensors replaced by (dtype, shape) placeholders), then each tensor. A wait takes the draft timeout
+(None: no timeout at all, see GROUP_TIMEOUT); a timeout or a broken connection raises DraftFault, after which the
+target stops using the draft.
 
 On CPU each process is pinned to its own core with one thread (`pin_cpu`), so the two models really
 run in parallel, like two devices.
@@ -55,10 +56,18 @@ def backend_for(*devices: str) -> str:
     return "nccl" if all(d.startswith("cuda") for d in devices) else "gloo"
 
 
-def init(rank: int, port: int, backend: str, timeout_s: float = 1800.0) -> None:
-    """Join the two-process group (blocks until both ranks are there)."""
+# The group's own timeout bounds every wait that names none (torch's default is 30 min). Waits that must end
+# carry their own timeout (the draft timeout); "no timeout" (--draft-timeout 0, an idle draft during a long AR
+# job, the rendezvous, which the controller supervises) must really mean none, so the group's is ten years
+# (longer overflows the nanosecond clocks of gloo and NCCL).
+GROUP_TIMEOUT = datetime.timedelta(days=3650)
+
+
+def init(rank: int, port: int, backend: str) -> None:
+    """Join the two-process group (blocks until both ranks are there; the controller ends a rank that waits
+    for a peer that died or hangs)."""
     dist.init_process_group(backend, init_method=f"tcp://127.0.0.1:{port}", rank=rank, world_size=2,
-                            timeout=datetime.timedelta(seconds=timeout_s))
+                            timeout=GROUP_TIMEOUT)
 
 
 class Channel:
@@ -94,15 +103,22 @@ class Channel:
         if t.numel() == 0:  # the receiver knows the shape from the skeleton
             return
         t = t.contiguous().to(self.device)
-        self._wait(dist.isend(t, self.peer), timeout_s, "send to")
+        self._wait(self._start(dist.isend, t, "send to"), timeout_s, "send to")
 
     def _recv(self, t: torch.Tensor, timeout_s: float | None) -> None:
         if t.numel() == 0:
             return
         buf = t if t.device == self.device else torch.empty_like(t, device=self.device)
-        self._wait(dist.irecv(buf, self.peer), timeout_s, "receive from")
+        self._wait(self._start(dist.irecv, buf, "receive from"), timeout_s, "receive from")
         if buf is not t:
             t.copy_(buf)
+
+    def _start(self, op: Callable, t: torch.Tensor, what: str):
+        """dist.isend / dist.irecv; a peer already gone fails here already (DraftFault, as in _wait)."""
+        try:
+            return op(t, self.peer)
+        except RuntimeError as e:
+            raise DraftFault(f"{what} rank {self.peer} failed: {str(e).splitlines()[0][:200]}") from e
 
     def _wait(self, work, timeout_s: float | None, what: str) -> None:
         try:

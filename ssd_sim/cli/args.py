@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import argparse
 import math
+import re
 import sys
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import current_host, host_warning
+from ssd_sim.io.limits import MAX_BATCH, MAX_BUDGET, MAX_DRAFT_DEVICES, MAX_K
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import BACKUPS, JIT_REDRAFT, Plan
 from ssd_sim.plan.planner import Knobs
@@ -21,21 +23,80 @@ class OneLineParser(argparse.ArgumentParser):
         self.exit(2, f"{self.prog}: error: {message} (see {self.prog} --help)\n")
 
 
+def cli_entry(prog: str):
+    """Decorate a CLI main: a closed stdout (`ssd-plan --json | head`) ends quietly, Ctrl-C ends with one line and
+    status 130, SIGTERM with one line and 143, a ConfigError that escaped with its one line and status 2."""
+    import functools
+    import os
+    import signal
+
+    def wrap(main):
+        @functools.wraps(main)
+        def run(*args, **kwargs):
+            def on_term(signum, frame):
+                raise _Terminated()
+
+            old = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
+            try:
+                return main(*args, **kwargs)
+            except BrokenPipeError:
+                # the reader went away: say nothing more (stdout is gone) and do not let Python complain at exit
+                os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
+                return 0
+            except KeyboardInterrupt:
+                print(f"{prog}: interrupted", file=sys.stderr)
+                raise SystemExit(130) from None
+            except _Terminated:
+                print(f"{prog}: terminated", file=sys.stderr)
+                raise SystemExit(143) from None
+            except ConfigError as e:
+                fail(prog, e)
+            finally:
+                if old is not None:
+                    signal.signal(signal.SIGTERM, old)
+
+        return run
+
+    return wrap
+
+
+class _Terminated(Exception):
+    """SIGTERM arrived (raised in the main thread by cli_entry's handler)."""
+
+
+def _main_thread() -> bool:
+    import threading
+
+    return threading.current_thread() is threading.main_thread()
+
+
+def one_line(text: str) -> str:
+    """text with control characters (newlines from a file's keys or values) escaped, so it prints as one line."""
+    return re.sub(r"[\x00-\x1f\x7f]", lambda m: repr(m.group())[1:-1], text)
+
+
 def fail(prog: str, err: Exception) -> None:
     """Print a one-line error for bad input and exit 2."""
-    print(f"{prog}: error: {err}", file=sys.stderr)
+    print(f"{prog}: error: {one_line(str(err))}", file=sys.stderr)
     raise SystemExit(2)
 
 
 def fan_out_arg(text: str) -> int | tuple[int, ...]:
     """'3' -> 3 (uniform, per position); '4,3,3,2' -> (4, 3, 3, 2) (one per position 0..K)."""
+    parts = text.replace(" ", "").split(",")
+    if len(text) > 4096 or any(p == "" for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"invalid fan-out {text[:40]!r}: give an integer (uniform) or a comma list like 4,3,3,2 (no empty entries)")
     try:
-        vals = [int(v) for v in text.replace(" ", "").split(",") if v != ""]
+        vals = [int(v) for v in parts]
     except ValueError:
         raise argparse.ArgumentTypeError(
-            f"invalid fan-out {text!r}: give an integer (uniform) or a comma list like 4,3,3,2") from None
-    if not vals or any(v < 0 for v in vals):
+            f"invalid fan-out {text[:40]!r}: give an integer (uniform) or a comma list like 4,3,3,2") from None
+    if any(v < 0 for v in vals):
         raise argparse.ArgumentTypeError(f"invalid fan-out {text!r}: entries must be integers >= 0")
+    if any(v > MAX_BUDGET for v in vals):
+        raise argparse.ArgumentTypeError(f"invalid fan-out {text[:40]!r}: at most {MAX_BUDGET} guesses per sequence "
+                                         "and round in all")
     return vals[0] if len(vals) == 1 and "," not in text else tuple(vals)
 
 
@@ -45,10 +106,21 @@ def fan_out_list_arg(text: str) -> tuple[int, ...]:
 
 
 def _number(text: str, cast, kind: str):
+    if len(text) > 64:
+        raise argparse.ArgumentTypeError(f"invalid {kind} {text[:20]}... ({len(text)} characters)")
     try:
         return cast(text)
     except ValueError:
-        raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}") from None
+        hint = " (write it out as an integer)" if cast is int and _is_float(text) else ""
+        raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}{hint}") from None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
 
 
 def unit_float(text: str) -> float:
@@ -63,6 +135,19 @@ def positive_int(text: str) -> int:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be >= 1")
     return v
+
+
+def bounded_int(lo: int, hi: int, what: str):
+    """An argparse type: an integer in lo..hi; the error states the range and what the number counts."""
+
+    def parse(text: str) -> int:
+        v = _number(text, int, "integer")
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is outside {lo}..{hi} ({what})")
+        return v
+
+    parse.__name__ = f"integer in {lo}..{hi}"
+    return parse
 
 
 def nonneg_int(text: str) -> int:
@@ -91,11 +176,11 @@ def threshold_arg(text: str) -> float:
 def add_knob_args(p: argparse.ArgumentParser, workload: bool = True) -> None:
     """The SSD knob flags. Any flag given is fixed; the rest comes from the plan file or is searched."""
     g = p.add_argument_group("SSD knobs (fixed when given, otherwise searched / taken from --plan)")
-    g.add_argument("-k", "--num-speculative-tokens", type=positive_int, metavar="K",
-                   help="draft tokens proposed per round (tokens)")
+    g.add_argument("-k", "--num-speculative-tokens", type=bounded_int(1, MAX_K, "draft tokens per round"), metavar="K",
+                   help=f"draft tokens proposed per round (tokens, 1..{MAX_K})")
     g.add_argument("--fan-out", type=fan_out_arg, metavar="F|F0,..,FK",
                    help="cached bonus-token guesses per stopping position: one integer (uniform) or K+1 "
-                        "comma-separated integers (hit case, F^p)")
+                        f"comma-separated integers (hit case, F^p); at most {MAX_BUDGET} in all")
     g.add_argument("--fan-out-miss", type=fan_out_list_arg, metavar="F0,..,FK",
                    help="the same after a round served by the backup (F^b); must sum like --fan-out")
     g.add_argument("--saguaro-c", type=unit_float, metavar="C",
@@ -112,12 +197,13 @@ def add_knob_args(p: argparse.ArgumentParser, workload: bool = True) -> None:
                         "the reference engine); default: what the profile's engine does")
     if workload:
         w = p.add_argument_group("workload")
-        w.add_argument("-b", "--batch-size", type=positive_int, metavar="B",
-                       help="sequences decoded together (default 1)")
+        w.add_argument("-b", "--batch-size", type=bounded_int(1, MAX_BATCH, "sequences"),
+                       metavar="B", help=f"sequences decoded together (1..{MAX_BATCH}, default 1)")
         w.add_argument("-t", "--temperature", type=nonneg_float, metavar="T",
                        help="sampling temperature of target and draft (default 0 = greedy)")
-        w.add_argument("--draft-devices", type=positive_int, metavar="N",
-                       help="devices running the draft; more devices hold a bigger cache budget (default 1)")
+        w.add_argument("--draft-devices", type=bounded_int(1, MAX_DRAFT_DEVICES, "draft accelerators"), metavar="N",
+                       help=f"devices running the draft; more devices hold a bigger cache budget (1..{MAX_DRAFT_DEVICES}, "
+                            "default 1)")
 
 
 def knobs_from_args(args: argparse.Namespace) -> Knobs:

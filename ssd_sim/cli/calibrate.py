@@ -1,7 +1,8 @@
 """`ssd-plan calibrate TRACES... -o PROFILE.json`: fit a profile to runtime traces and print the fit report.
 
-The fitting itself is ssd_sim.model.calibrate; this module only parses arguments, writes the profile
-atomically and prints tables.
+The fitting itself is ssd_sim.model.calibrate; this module only parses arguments, checks that -o can be written
+before any fitting, writes the profile atomically (through a symlink, never over it) and prints tables. Bad
+input: one line `ssd-plan calibrate: error: FIELD: ...` on stderr, exit status 2, no file written.
 """
 
 from __future__ import annotations
@@ -12,16 +13,19 @@ import sys
 from rich.console import Console
 from rich.table import Table
 
-from ssd_sim.cli.args import OneLineParser, fail
+from ssd_sim.cli.args import OneLineParser, cli_entry, fail
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.jsonfile import check_writable, save_json_atomic
 from ssd_sim.model.calibrate import CalibrationReport, calibrate
 from ssd_sim.model.profile import Profile
 
+PROG = "ssd-plan calibrate"
 
+
+@cli_entry(PROG)  # a closed stdout ends quietly; Ctrl-C / SIGTERM end with one line and status 130 / 143
 def main(argv: list[str] | None = None) -> int:
     """`ssd-plan calibrate TRACES... -o PROFILE.json`."""
-    p = OneLineParser(prog="ssd-plan calibrate",
+    p = OneLineParser(prog=PROG,
                       description="Fit a profile (latency + acceptance model) to ssd-run traces; use it with "
                                   "`ssd-plan --profile FILE` and `ssd-sim --profile FILE`.")
     p.add_argument("traces", nargs="+", help="JSONL traces written by ssd-run (one setup)")
@@ -30,12 +34,13 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     args = p.parse_args(argv)
     try:
+        check_writable(args.output, "output")  # before reading and fitting the traces
         profile, report = calibrate(args.traces, args.name)
+        data = profile.to_dict()
+        data["calibration"] = report.to_dict()
+        save_json_atomic(args.output, json.dumps(data, indent=2), "output")
     except ConfigError as e:
-        fail("ssd-plan calibrate", e)
-    data = profile.to_dict()
-    data["calibration"] = report.to_dict()
-    save_json_atomic(args.output, json.dumps(data, indent=2))
+        fail(PROG, e)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

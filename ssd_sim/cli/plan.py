@@ -14,10 +14,20 @@ import json
 import math
 import sys
 
-from ssd_sim.cli.args import OneLineParser, add_knob_args, fail, host_report, knobs_from_args, positive_int
+from ssd_sim.cli.args import (
+    OneLineParser,
+    add_knob_args,
+    bounded_int,
+    cli_entry,
+    fail,
+    host_report,
+    knobs_from_args,
+)
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
-from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.limits import MAX_BUDGET, MAX_K
+from ssd_sim.io.limits import MAX_TOKENS as SIMULATE_MAX
 from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES, engine_flags
@@ -52,14 +62,18 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--objective", choices=OBJECTIVES, default="latency",
                    help="latency: maximise tok/s per sequence; throughput-per-device: total tok/s divided by "
                         "the accelerators used (the SSD draft device counts). Default: latency")
-    s.add_argument("--max-k", type=positive_int, default=10, metavar="K",
-                   help="largest K searched, for SSD and SD (tokens; default 10)")
-    s.add_argument("--budget-cap", type=positive_int, default=128, metavar="N",
-                   help="largest cache budget per sequence searched (bonus-token guesses; default 128)")
-    s.add_argument("--simulate", nargs="?", const=20000, type=positive_int, metavar="TOKENS",
+    s.add_argument("--max-k", type=bounded_int(1, MAX_K, "the largest K searched"), default=10, metavar="K",
+                   help=f"largest K searched, for SSD and SD (tokens, 1..{MAX_K}; default 10)")
+    s.add_argument("--budget-cap", type=bounded_int(1, MAX_BUDGET, "guesses per sequence and round"), default=128,
+                   metavar="N", help=f"largest cache budget per sequence searched (bonus-token guesses, "
+                                     f"1..{MAX_BUDGET}; default 128)")
+    s.add_argument("--simulate", nargs="?", const=20000, type=bounded_int(1, SIMULATE_MAX, "tokens per sequence"),
+                   metavar="TOKENS",
                    help="re-rank the best analytic candidates with the discrete-event simulator over "
-                        "TOKENS generated tokens per sequence (default 20000) and report simulated tok/s")
-    s.add_argument("--seed", type=int, default=0, help="simulator seed (with --simulate)")
+                        f"TOKENS generated tokens per sequence (1..{SIMULATE_MAX}, default 20000) and report "
+                        "simulated tok/s")
+    s.add_argument("--seed", type=bounded_int(0, 2**32 - 1, "simulator seed"), default=0,
+                   help="simulator seed (with --simulate; 0..2^32-1)")
     s.add_argument("--risk", type=_quantile, metavar="Q",
                    help="rank plans by the Q-quantile of their tok/s over the profile's uncertainty instead of the "
                         "prediction (e.g. 0.1: best in the 10%% worst case); default: the prediction")
@@ -72,6 +86,7 @@ def build_parser() -> argparse.ArgumentParser:
     return p
 
 
+@cli_entry(PROG)
 def main(argv: list[str] | None = None) -> int:
     argv = sys.argv[1:] if argv is None else argv
     if argv[:1] == ["calibrate"]:
@@ -82,6 +97,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.list_presets:
         return _print_presets()
     try:
+        if args.output:
+            check_writable(args.output, "output")  # before the search and any simulation
         profile, base_extra, knobs, workload = _resolve(args)
         result = make_plan(profile, workload["batch_size"], workload["temperature"], args.objective,
                            workload["draft_devices"], knobs, args.max_k, args.budget_cap, risk=args.risk)
@@ -95,7 +112,10 @@ def main(argv: list[str] | None = None) -> int:
     if report["host"]["warning"]:
         print(f"{PROG}: warning: {report['host']['warning']}", file=sys.stderr)
     if args.output:
-        save_json_atomic(args.output, PlanFile(result.plan, {k: v for k, v in report.items() if k != "plan"}).to_json())
+        try:
+            save_json_atomic(args.output, PlanFile(result.plan, {k: v for k, v in report.items() if k != "plan"}).to_json())
+        except ConfigError as e:
+            fail(PROG, e)
     if args.json:
         print(json.dumps(report, indent=2))
     elif args.emit:

@@ -2,30 +2,35 @@
 
     ssd-sim --preset NAME | --profile FILE [--plan plan.json] [knob flags] [--mode MODE]
             [-b B] [--tokens N] [--seed S] [--workload fixed|poisson --rate R --num-requests N --max-batch B]
-            [--replay TRACE.jsonl] [--json] [--chrome-trace out.json]
+            [--workload arrivals --arrivals FILE] [--replay TRACE.jsonl] [--json] [--chrome-trace out.json]
 
 Without --plan the plan comes from the planner (ssd-plan's search) with the given knob flags fixed;
 with --plan the knob flags override the plan file's fields. Bad input: one line naming the field and
-the fix, exit status 2, and no output file is written.
+the fix, exit status 2, and no output file is written; --chrome-trace is checked before the simulation.
+Sizes are bounded by ssd_sim.io.limits (tokens per sequence, requests, batch); within them a run of any
+length works in bounded memory (ssd_sim.sim.des).
 """
 
 from __future__ import annotations
 
 import json
+import math
 import sys
 
 from ssd_sim.cli.args import (
     OneLineParser,
     add_knob_args,
+    bounded_int,
+    cli_entry,
     fail,
     host_report,
     knobs_from_args,
     nonneg_float,
     plan_from_args,
-    positive_int,
 )
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
@@ -35,9 +40,18 @@ from ssd_sim.plan.planner import OBJECTIVES, make_plan
 from ssd_sim.plan.predict import Prediction, predict
 from ssd_sim.sim.des import MODES, SimResult, simulate
 from ssd_sim.sim.metrics import json_safe
-from ssd_sim.sim.workload import OUTPUT_DISTS, WORKLOADS, Workload
+from ssd_sim.sim.workload import (
+    ARRIVALS_HINT,
+    MAX_RATE,
+    MIN_RATE,
+    OUTPUT_DISTS,
+    WORKLOADS,
+    Workload,
+    read_arrivals,
+)
 
 PROG = "ssd-sim"
+MAX_SEED = 2**32 - 1  # seeds 0..2^32 - 1 (numpy takes no negative seed)
 
 
 def build_parser() -> OneLineParser:
@@ -52,22 +66,28 @@ def build_parser() -> OneLineParser:
                    help="what the planner optimises when no --plan is given (default latency)")
     add_knob_args(p)
     w = p.add_argument_group("simulated workload")
-    w.add_argument("--tokens", type=positive_int, default=512, metavar="N",
-                   help="output tokens per sequence (mean of --output-dist; default 512)")
+    w.add_argument("--tokens", type=bounded_int(1, MAX_TOKENS, "output tokens per sequence"), default=512, metavar="N",
+                   help=f"output tokens per sequence (mean of --output-dist; 1..{MAX_TOKENS}, default 512)")
     w.add_argument("--workload", choices=WORKLOADS, default="fixed",
-                   help="fixed: the batch starts together; poisson: arrivals at --rate, continuous batching")
-    w.add_argument("--rate", type=nonneg_float, metavar="R", help="poisson: arrival rate (requests per second)")
-    w.add_argument("--num-requests", type=positive_int, metavar="N",
-                   help="sequences to simulate (fixed: default the batch size; poisson: default 100)")
-    w.add_argument("--max-batch", type=positive_int, metavar="B",
-                   help="poisson: most sequences decoded together (default the batch size)")
-    w.add_argument("--prompt-tokens", type=int, default=128, metavar="P",
-                   help="prompt tokens per request; prefill = one target forward over them (0 = no prefill)")
+                   help="fixed: the batch starts together; poisson: arrivals at --rate; arrivals: the arrival times "
+                        "of --arrivals FILE (both with continuous batching)")
+    w.add_argument("--rate", type=nonneg_float, metavar="R",
+                   help=f"poisson: arrival rate (requests per second, {MIN_RATE:g}..{MAX_RATE:g})")
+    w.add_argument("--arrivals", metavar="FILE",
+                   help=f"arrivals: {ARRIVALS_HINT}; times in ms from the start, sorted")
+    w.add_argument("--num-requests", type=bounded_int(1, MAX_REQUESTS, "requests"), metavar="N",
+                   help=f"sequences to simulate (1..{MAX_REQUESTS}; fixed: default the batch size; poisson: default 100)")
+    w.add_argument("--max-batch", type=bounded_int(1, MAX_BATCH, "sequences"), metavar="B",
+                   help=f"poisson / arrivals: most sequences decoded together (1..{MAX_BATCH}, default the batch size)")
+    w.add_argument("--prompt-tokens", type=bounded_int(0, MAX_TOKENS, "prompt tokens per request"), default=128,
+                   metavar="P", help=f"prompt tokens per request; prefill = one target forward over them "
+                                     f"(0..{MAX_TOKENS}; 0 = no prefill)")
     w.add_argument("--output-dist", choices=OUTPUT_DISTS, default="fixed",
                    help="output-length distribution around --tokens (default fixed)")
     w.add_argument("--replay", metavar="TRACE", help="replay accepted counts and bonus ranks of an ssd-run trace")
     o = p.add_argument_group("output")
-    o.add_argument("--seed", type=int, default=0, help="random seed; a seed makes a run bit-for-bit reproducible")
+    o.add_argument("--seed", type=bounded_int(0, MAX_SEED, "random seed"), default=0,
+                   help=f"random seed (0..{MAX_SEED}); a seed makes a run bit-for-bit reproducible")
     o.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
     o.add_argument("--chrome-trace", metavar="FILE",
                    help="write the simulated timeline as Chrome / Perfetto trace JSON (ui.perfetto.dev)")
@@ -75,12 +95,15 @@ def build_parser() -> OneLineParser:
     return p
 
 
+@cli_entry(PROG)  # a closed stdout ends quietly; Ctrl-C / SIGTERM end with one line and status 130 / 143
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        if args.chrome_trace:
+            check_writable(args.chrome_trace, "chrome_trace")  # before the simulation, not after it
         profile = load_profile(args.preset, args.profile)
         base = load_plan(args.plan).plan if args.plan else None
-        args.batch_size = (args.batch_size or (args.max_batch if args.workload == "poisson" else None)
+        args.batch_size = (args.batch_size or (args.max_batch if args.workload != "fixed" else None)
                            or (base.batch_size if base else 1))
         workload = workload_from_args(args)
         plan = resolve_plan(args, profile, base)
@@ -88,24 +111,38 @@ def main(argv: list[str] | None = None) -> int:
         progress = not args.no_progress and not args.json and sys.stderr.isatty()
         result = simulate(profile, plan, mode=args.mode, seed=args.seed, workload=workload,
                           chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay)
+        if args.chrome_trace:
+            save_json_atomic(args.chrome_trace, json.dumps(result.chrome_trace(), separators=(",", ":")),
+                             "chrome_trace")
     except ConfigError as e:
         fail(PROG, e)
     warning = host_report(profile)["warning"]
     if warning:
         print(f"{PROG}: warning: {warning}", file=sys.stderr)
+    if result.timeline_cut_ms is not None:
+        print(f"{PROG}: warning: the timeline in {args.chrome_trace} ends at {result.timeline_cut_ms:.0f} ms of "
+              f"{result.metrics.sim_ms:.0f} ms (its span limit); simulate fewer tokens for a whole one", file=sys.stderr)
+    report(profile, result, args)
+    return 0
+
+
+def report(profile: Profile, result: SimResult, args) -> None:
+    """Print the result: JSON (--json) or the table with the analytic column and the 90% interval."""
     base_mode = "ssd" if args.mode.startswith("ssd") else args.mode
     predicted = predict(profile, result.plan, base_mode)
     low, high = scaled_interval(profile, result.plan, base_mode, result.metrics.per_seq_tok_s, result.metrics.sequences)
-    if args.chrome_trace:
-        save_json_atomic(args.chrome_trace, json.dumps(result.chrome_trace(), separators=(",", ":")))
     if args.json:
         out = result.to_dict() | {"profile": profile.name, "predicted": predicted.to_dict(),
                                   "interval_90": {"per_seq_tok_s": [low, high], "note": INTERVAL_NOTE}}
         print(json.dumps(json_safe(out), indent=2))
-    else:
-        print_table(profile, result, predicted, args)
+        sys.stdout.flush()
+        return
+    print_table(profile, result, predicted, args)
+    if math.isfinite(low) and math.isfinite(high):
         print(f"90% interval of tok/s per sequence: {low:.2f}-{high:.2f} ({INTERVAL_NOTE})")
-    return 0
+    else:
+        print("90% interval of tok/s per sequence: - (no sequence decoded a token after its first)")
+    sys.stdout.flush()
 
 
 INTERVAL_NOTE = ("the profile's uncertainty (workload, run latency, interference, assumed curves) around the "
@@ -114,18 +151,33 @@ INTERVAL_NOTE = ("the profile's uncertainty (workload, run latency, interference
 
 def workload_from_args(args) -> Workload:
     """The simulated workload from the flags (raises ConfigError on inconsistent flags)."""
-    if args.prompt_tokens < 0:
-        raise ConfigError("prompt_tokens", f"must be >= 0, got {args.prompt_tokens}")
+    if args.arrivals is not None and args.workload != "arrivals":
+        raise ConfigError("arrivals", "--arrivals FILE needs --workload arrivals")
+    if args.workload == "arrivals":
+        return _arrivals_workload(args)
     if args.workload == "poisson":
         if args.rate is None or args.rate <= 0:
-            raise ConfigError("rate", "--workload poisson needs --rate R (requests per second, > 0)")
+            raise ConfigError("rate", f"--workload poisson needs --rate R (requests per second, {MIN_RATE:g}..{MAX_RATE:g})")
         return Workload("poisson", args.num_requests or 100, args.max_batch or args.batch_size, args.rate, args.tokens,
                         args.output_dist, args.prompt_tokens)
-    for flag in ("rate", "max_batch"):
+    for flag, kinds in (("rate", "poisson"), ("max_batch", "poisson or arrivals")):
         if getattr(args, flag) is not None:
-            raise ConfigError(flag, f"--{flag.replace('_', '-')} only applies to --workload poisson")
+            raise ConfigError(flag, f"--{flag.replace('_', '-')} only applies to --workload {kinds}")
     b = args.batch_size
     return Workload("fixed", args.num_requests or b, b, 0.0, args.tokens, args.output_dist, args.prompt_tokens)
+
+
+def _arrivals_workload(args) -> Workload:
+    """--workload arrivals: the requests of --arrivals FILE, batched continuously up to --max-batch."""
+    if args.arrivals is None:
+        raise ConfigError("arrivals", f"--workload arrivals needs --arrivals FILE ({ARRIVALS_HINT}); for requests "
+                                      "all at t = 0 use --workload fixed, for random arrivals --workload poisson")
+    for flag in ("rate", "num_requests"):
+        if getattr(args, flag) is not None:
+            raise ConfigError(flag, f"--{flag.replace('_', '-')} does not apply to --workload arrivals: the file "
+                                    "gives every request")
+    return read_arrivals(args.arrivals, args.max_batch or args.batch_size, args.tokens, args.prompt_tokens,
+                         args.output_dist)
 
 
 def resolve_plan(args, profile: Profile, base: Plan | None) -> Plan:
@@ -172,16 +224,16 @@ def rows(m, p: Prediction) -> list[tuple[str, str, str]]:
     """Table rows: (metric, simulated, analytic)."""
 
     def f(v, fmt="{:.1f}"):
-        return "-" if v is None else fmt.format(v)
+        return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
 
     pct = "{:.1%}"
     out = [
         ("tok/s per sequence", f(m.per_seq_tok_s), f(p.per_seq_tok_s)),
         ("tok/s total", f(m.total_tok_s), f(p.total_tok_s)),
         ("tok/s per device", f(m.tok_s_per_device), f(p.tok_s_per_device)),
-        ("TPOT p50 / p90 / p99 (ms)", f"{m.tpot_ms_p50:.2f} / {m.tpot_ms_p90:.2f} / {m.tpot_ms_p99:.2f}",
+        ("TPOT p50 / p90 / p99 (ms)", " / ".join(f(v, "{:.2f}") for v in (m.tpot_ms_p50, m.tpot_ms_p90, m.tpot_ms_p99)),
          f(1e3 / p.per_seq_tok_s, "{:.2f}")),
-        ("TTFT p50 / p90 / p99 (ms)", f"{m.ttft_ms_p50:.1f} / {m.ttft_ms_p90:.1f} / {m.ttft_ms_p99:.1f}", "-"),
+        ("TTFT p50 / p90 / p99 (ms)", " / ".join(f(v) for v in (m.ttft_ms_p50, m.ttft_ms_p90, m.ttft_ms_p99)), "-"),
         ("round (ms)", f(m.round_ms, "{:.2f}"), f(p.round_ms, "{:.2f}")),
         ("mean batch", f(m.mean_batch, "{:.2f}"), str(p.batch_size)),
     ]

@@ -48,7 +48,7 @@ from pathlib import Path
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import read_text_file
+from ssd_sim.io.jsonfile import check_writable, parse_json, read_text_file, replace_regular
 
 TRACE_SCHEMA = "ssd-trace/1"
 PHASES = ("target_wait", "verify", "commit", "draft_lookup", "draft_backup", "draft_glue", "draft_branch",
@@ -90,12 +90,14 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
         if not line.strip():
             continue
         try:
-            rec = json.loads(line)
-        except json.JSONDecodeError as e:
-            raise ConfigError("trace", f"{source} line {no} is not JSON ({e.msg})") from e
+            rec = parse_json(line, f"{source} line {no}")
+        except ConfigError as e:
+            raise ConfigError("trace", str(e).split(": ", 1)[1]) from e
         kind = rec.get("type") if isinstance(rec, dict) else None
         if kind == "header":
             _require(rec, _HEADER_REQUIRED, f"{source} header")
+            if not isinstance(rec["plan"], dict):
+                raise ConfigError("plan", f"{source} header: must be an object (the plan the run used)")
             if rec["schema"] != TRACE_SCHEMA:
                 raise ConfigError("schema", f"{source}: {rec['schema']!r} unsupported, expected {TRACE_SCHEMA!r}")
             header = rec
@@ -103,7 +105,12 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
             if header is None:
                 raise ConfigError("trace", f"{source} line {no}: round before the header line")
             _require(rec, _ROUND_REQUIRED, f"{source} line {no}")
+            if not isinstance(rec["seqs"], list):
+                raise ConfigError("seqs", f"{source} line {no}: must be a list of per-sequence records, "
+                                          f"got {type(rec['seqs']).__name__}")
             for s in rec["seqs"]:
+                if not isinstance(s, dict):
+                    raise ConfigError("seqs", f"{source} line {no}: each entry must be an object, got {s!r:.40}")
                 _require(s, _SEQ_REQUIRED, f"{source} line {no} seqs[]")
                 if "dists" in s:
                     check_dists(s, f"{source} line {no}")
@@ -155,14 +162,21 @@ class TraceWriter:
     """
 
     def __init__(self, path: str | Path, header: dict[str, Any]):
-        self.path = Path(path)
-        self.path.parent.mkdir(parents=True, exist_ok=True)
+        self.path = check_writable(path, "trace")
         self.partial = self.path.with_name(self.path.name + ".partial")
-        self._f = self.partial.open("w")
+        try:
+            self._f = self.partial.open("w")
+        except OSError as e:
+            raise ConfigError("trace", f"cannot write {self.partial} ({e.strerror or e})") from e
         self.write({"type": "header", "schema": TRACE_SCHEMA, **header})
 
     def write(self, record: dict[str, Any]) -> None:
         self._f.write(json.dumps(record, separators=(",", ":"), default=_json_default) + "\n")
+
+    def flush(self) -> None:
+        """Push written records to the file (a run that dies then leaves whole lines in `.partial`)."""
+        if not self._f.closed:
+            self._f.flush()
 
     def round(self, record: dict[str, Any]) -> None:
         self.write({"type": "round", **record})
@@ -170,7 +184,7 @@ class TraceWriter:
     def close(self, summary: dict[str, Any]) -> Path:
         self.write({"type": "summary", **summary})
         self._f.close()
-        self.partial.replace(self.path)
+        replace_regular(self.partial, self.path, "trace")
         return self.path
 
     def abort(self) -> None:

@@ -267,8 +267,8 @@ class AcceptancePoint:
     hit_source: str = ""  # where the hit models come from; "" = same as source
 
     def __post_init__(self):
-        if self.temperature < 0:
-            raise ConfigError("temperature", f"must be >= 0, got {self.temperature}")
+        if not (isinstance(self.temperature, (int, float)) and math.isfinite(self.temperature) and self.temperature >= 0):
+            raise ConfigError("temperature", f"must be a finite number >= 0, got {self.temperature}")
         if not self.acceptance or not all(0.0 <= a <= 1.0 for a in self.acceptance):
             raise ConfigError("acceptance", f"must be a non-empty list of values in [0, 1], got {self.acceptance}")
         if not 0.0 <= self.saguaro_c <= 1.0:
@@ -330,8 +330,8 @@ class AcceptanceModel:
 
     def at(self, temperature: float, saguaro_c: float = 1.0) -> AcceptancePoint:
         """The acceptance point at (temperature, C): exact match, else interpolate (see module docstring)."""
-        if temperature < 0:
-            raise ConfigError("temperature", f"must be >= 0, got {temperature}")
+        if not (math.isfinite(temperature) and temperature >= 0):
+            raise ConfigError("temperature", f"must be a finite number >= 0, got {temperature}")
         if not 0.0 <= saguaro_c <= 1.0:
             raise ConfigError("saguaro_c", f"must be in [0, 1], got {saguaro_c}")
         exact = _find(self.points, temperature, saguaro_c)

@@ -9,14 +9,19 @@ Fits, with scipy:
   rounds, and the primary / backup hit curves miss(F) = min(1, c F^-r) from the bonus-token ranks
   (every rank tells whether the round would have hit at every fan-out F, so one fan-out calibrates all).
 All traces must come from one setup (models, dtypes, quantisation, devices); forced-acceptance runs only
-inform latencies.
+inform latencies. Every trace is checked first (check_trace): a count or timing no run can produce (accepted > K,
+a negative or non-numeric timing, ...) is refused in one line naming the file, line, field and value, never
+clipped or fitted.
 """
 
 from __future__ import annotations
 
+import json
 import math
+import warnings
 from collections import defaultdict
 from collections.abc import Sequence
+from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
 
@@ -24,6 +29,8 @@ import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
+from ssd_sim.io.jsonfile import read_text_file
+from ssd_sim.io.limits import MAX_BATCH, MAX_K
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import (
@@ -63,6 +70,126 @@ class CalibrationReport:
     def to_dict(self) -> dict:
         return {"traces": self.traces, "latency": self.latency, "overheads": self.overheads,
                 "acceptance": self.acceptance, "logged": self.logged, "warnings": self.warnings}
+
+
+TRACE_MODES = ("ar", "sd", "ssd")
+MAX_PHASE_MS = 3.6e6  # one phase of one round longer than an hour is no decode step (and would overflow the fits)
+MIN_PHASE_MS = 1e-6  # a phase that ran took at least a nanosecond (0 = it did not run)
+MAX_FIT_ERROR = 1.0  # a median |relative error| of the SSD verifies above 100% means the traces do not fit together
+BACKUP_NAMES = ("jit", "fast")
+
+
+def check_trace(trace: Trace) -> Trace:
+    """The trace itself when its header, counts and timings are ones a run can produce; else a one-line
+    ConfigError naming the file, line, field and value (e.g. accepted = 7 with K = 4, a timing of -1 ms)."""
+    _check_header(trace)
+    for i, r in enumerate(trace.rounds):
+        problem = _round_problem(r)
+        if problem is not None:
+            field, what = problem
+            raise ConfigError(field, f"{trace_line(trace, i)}: {what}; the trace is corrupt or not from ssd-run")
+    return trace
+
+
+def _is_int(v) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool)
+
+
+def _check_header(trace: Trace) -> None:
+    h, where = trace.header, f"{trace.path} header"
+    if h.get("mode") not in TRACE_MODES:
+        raise ConfigError("mode", f"{where}: mode = {h.get('mode')!r}, expected one of {', '.join(TRACE_MODES)}")
+    if not isinstance(h.get("plan"), dict):
+        raise ConfigError("plan", f"{where}: plan = {_short(h.get('plan'))} must be an object (Plan.to_dict())")
+    if not (_is_int(h.get("batch_size")) and 1 <= h["batch_size"] <= MAX_BATCH):
+        raise ConfigError("batch_size", f"{where}: batch_size = {_short(h.get('batch_size'))} must be an integer in "
+                                        f"1..{MAX_BATCH}")
+    plan = h["plan"]
+    for key in ("fan_out", "fan_out_miss"):
+        v = plan.get(key)
+        if v is not None and not (isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v)):
+            raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {_short(v)} must be a list of integers >= 0")
+    for key in ("temperature", "saguaro_c"):
+        v = plan.get(key)
+        if v is not None and not (_is_number(v) and math.isfinite(v) and v >= 0):
+            raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {_short(v)} must be a finite number >= 0")
+
+
+def _round_problem(r: dict) -> tuple[str, str] | None:
+    """(field, what is wrong) for the first impossible entry of a round record, or None."""
+    K = r["K"]
+    if not (_is_int(K) and 0 <= K <= MAX_K):
+        return "K", f"K = {_short(K)} must be an integer in 0..{MAX_K} (draft tokens per round)"
+    if "batch" in r and not (_is_int(r["batch"]) and 0 <= r["batch"] <= MAX_BATCH):
+        return "batch", f"batch = {_short(r['batch'])} must be an integer in 0..{MAX_BATCH} (sequences)"
+    if not isinstance(r["seqs"], list):
+        return "seqs", f"seqs = {_short(r['seqs'])} must be a list of per-sequence entries"
+    for j, s in enumerate(r["seqs"]):
+        if not isinstance(s, dict):
+            return "seqs", f"seqs[{j}] = {_short(s)} must be an object"
+        problem = _seq_problem(s, K)
+        if problem is not None:
+            return problem[0], f"seqs[{j}].{problem[1]}"
+    ms = r["timings_ms"]
+    if not isinstance(ms, dict):
+        return "timings_ms", f"timings_ms = {_short(ms)} must be an object of phase -> ms"
+    for key, v in ms.items():
+        if not (_is_number(v) and math.isfinite(v) and (v == 0 or MIN_PHASE_MS <= v <= MAX_PHASE_MS)):
+            return f"timings_ms.{key}", (f"timings_ms.{key} = {_short(v)} must be 0 (did not run) or a number of ms in "
+                                         f"{MIN_PHASE_MS:g}..{MAX_PHASE_MS:g}")
+    return None
+
+
+def _seq_problem(s: dict, K: int) -> tuple[str, str] | None:
+    """(field, what is wrong) of one per-sequence entry of a round with K draft tokens, or None."""
+    acc = s["accepted"]
+    checks = (
+        ("seq", _is_int(s["seq"]) and s["seq"] >= 0, "must be an integer >= 0"),
+        ("accepted", _is_int(acc) and 0 <= acc <= K, f"must be an integer in 0..K = 0..{K} (draft tokens accepted)"),
+        ("committed", _is_int(s["committed"]) and 0 <= s["committed"] <= (acc if _is_int(acc) else K) + 1,
+         "must be an integer in 0..accepted + 1 (tokens appended)"),
+        ("hit", s.get("hit") is None or isinstance(s.get("hit"), bool), "must be true, false or null"),
+        ("backup", s.get("backup") is None or s.get("backup") in BACKUP_NAMES, "must be jit, fast or null"),
+        ("fan_out", s.get("fan_out") is None or (_is_int(s["fan_out"]) and s["fan_out"] >= 0),
+         "must be an integer >= 0 or null"),
+        ("bonus_rank", s.get("bonus_rank") is None or (_is_int(s["bonus_rank"]) and s["bonus_rank"] >= 0),
+         "must be an integer >= 0 or null"),
+    )
+    for key, ok, rule in checks:
+        if not ok:
+            return key, f"{key} = {_short(s.get(key))} {rule}"
+    return None
+
+
+def _short(v) -> str:
+    """repr of a value, cut to 40 characters (a bad entry can be huge)."""
+    text = repr(v)
+    return text if len(text) <= 40 else text[:37] + "..."
+
+
+def trace_line(trace: Trace, index: int) -> str:
+    """'FILE line N' of the trace's index-th round (re-reads the file; 'FILE round I' when it cannot)."""
+    try:
+        lines = read_text_file(trace.path, "trace", "").splitlines()
+    except (ConfigError, TypeError):
+        return f"{trace.path} round {index}"
+    seen = -1
+    for no, line in enumerate(lines, start=1):
+        if '"round"' not in line:  # cheap: every round line holds "type": "round"
+            continue
+        try:
+            rec = json.loads(line)
+        except ValueError:
+            continue
+        if isinstance(rec, dict) and rec.get("type") == "round":
+            seen += 1
+            if seen == index:
+                return f"{trace.path} line {no}"
+    return f"{trace.path} round {index}"
 
 
 def check_setup(traces: Sequence[Trace]) -> dict:
@@ -275,6 +402,10 @@ def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds
             f"step ({n_one} rounds), +{s_rows:.0%} during its glue and multi-row steps ({n_rows} rounds)")
     if not both:
         note += f"; the kind with fewer than {min_rounds} rounds copies the other"
+    err = float(np.median(np.abs(residuals(fit.x))))
+    if err > MAX_FIT_ERROR:
+        raise ConfigError("traces", f"the SSD traces' verify timings are {err:.0%} (median) off what the AR / SD traces' "
+                                    "target fit and a slowdown predict: are all traces from one setup and host?")
     return {"one_row": float(s_one), "rows": float(s_rows), "source": note, "samples": n_one + n_rows,
             "median_abs_rel_err": float(np.median(np.abs(residuals(fit.x))))}
 
@@ -556,6 +687,21 @@ def _latency_run_sd(traces: Sequence[Trace], target: ForwardLatency) -> float | 
     return float(np.std(med, ddof=1)) if len(med) >= 3 else None
 
 
+@contextmanager
+def _fitting(what: str):
+    """Run a fit quietly: numpy / scipy warnings are not the user's business (the result is checked), and a
+    numerical failure becomes a one-line ConfigError instead of a traceback."""
+    try:
+        with np.errstate(all="ignore"), warnings.catch_warnings():
+            warnings.simplefilter("ignore")
+            yield
+    except ConfigError:
+        raise
+    except (ArithmeticError, RuntimeError, ValueError, np.linalg.LinAlgError) as e:
+        raise ConfigError("traces", f"the {what} fit failed on these traces ({type(e).__name__}: "
+                                    f"{str(e).splitlines()[0][:80] if str(e) else 'no detail'}); are they from real runs?") from e
+
+
 def calibrate(paths: Sequence[str | Path], name: str | None = None,
               acceptance_from: Sequence[str | Path] | None = None) -> tuple[Profile, CalibrationReport]:
     """Fit a Profile to traces; returns it with the fit report.
@@ -565,17 +711,19 @@ def calibrate(paths: Sequence[str | Path], name: str | None = None,
     """
     if not paths:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
-    traces = [read_trace(p) for p in paths]
+    traces = [check_trace(read_trace(p)) for p in paths]
     setup = check_setup(traces)
     host, host_note = common_host(traces)
     report = CalibrationReport([str(p) for p in paths])
-    latency = fit_latency(traces, report)
+    with _fitting("latency"):
+        latency = fit_latency(traces, report)
     chosen = {str(p) for p in acceptance_from} if acceptance_from is not None else None
     unknown = sorted(chosen - {str(p) for p in paths}) if chosen is not None else []
     if unknown:
         raise ConfigError("acceptance_from", f"{unknown[0]} is not one of the calibrated traces")
     acc_traces = [t for p, t in zip(paths, traces, strict=True) if chosen is None or str(p) in chosen]
-    acceptance = fit_acceptance(acc_traces, report)
+    with _fitting("acceptance"):
+        acceptance = fit_acceptance(acc_traces, report)
     drafted = [t for t in acc_traces if t.mode != "ar" and t.header.get("forced_acceptance") is None]
     uncertainty = estimate_uncertainty(traces, drafted, latency.target, report)
     models = setup.get("models") or {}

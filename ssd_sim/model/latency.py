@@ -117,6 +117,12 @@ class LatencyModel:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ConfigError(name, f"must be a finite number >= 0, got {v!r}")
+        for role in ("target", "draft"):
+            if not isinstance(getattr(self, role), ForwardLatency):
+                raise ConfigError(f"latency.{role}", "must be a forward-latency object (fixed_ms, memory_ms, ...)")
+            if getattr(self, role)(1, 1) <= 0:  # a forward that takes no time predicts infinite tok/s
+                raise ConfigError(f"latency.{role}", "every term is 0 ms, so a forward would take no time: "
+                                  "give measured or roofline latencies (ssd-plan calibrate writes them)")
 
     def ar_step_ms(self, b: ArrayLike):
         """One autoregressive step of the target for b sequences (ms)."""
@@ -171,6 +177,9 @@ class LatencyModel:
 
     @classmethod
     def from_dict(cls, d: dict) -> LatencyModel:
+        if not isinstance(d, dict) or not all(isinstance(d.get(r), dict) for r in ("target", "draft")):
+            raise ConfigError("latency", "must be an object with 'target' and 'draft' forward latencies "
+                                         "(see ssd_sim/model/latency.py)")
         d = dict(d)
         try:
             target = ForwardLatency(**d.pop("target"))

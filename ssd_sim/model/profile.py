@@ -99,5 +99,18 @@ class Profile:
 
 
 def load_profile_file(path: str | Path) -> Profile:
-    """Read a profile JSON file (a calibrated profile or a saved preset)."""
-    return Profile.from_dict(read_json_object(path, "profile", f"make one with `ssd-plan calibrate TRACES -o {path}`"))
+    """Read a profile JSON file (a calibrated profile or a saved preset); any problem is one ConfigError line."""
+    data = read_json_object(path, "profile", f"make one with `ssd-plan calibrate TRACES -o {path}`")
+    return profile_from_dict(data, str(path))
+
+
+def profile_from_dict(data: dict, source: str) -> Profile:
+    """Profile.from_dict where a structural surprise (a list for an object, a string for a number) is a one-line
+    ConfigError naming the source, not a traceback."""
+    try:
+        return Profile.from_dict(data)
+    except ConfigError as e:
+        raise ConfigError(e.field, f"{source}: {str(e).split(': ', 1)[1]}") from e
+    except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:
+        raise ConfigError("profile", f"{source} is malformed ({type(e).__name__}: {str(e)[:120]}); write profiles "
+                                     "with ssd-plan calibrate") from e

@@ -15,13 +15,13 @@ from typing import Any
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object
+from ssd_sim.io.limits import MAX_BATCH, MAX_BUDGET, MAX_DRAFT_DEVICES, MAX_K, MAX_TEMPERATURE
 from ssd_sim.theory.saguaro import DOWNWEIGHT_SETS
 
 PLAN_SCHEMA = "ssd-plan/1"
 BACKUPS = ("jit", "fast", "adaptive")
 JIT_REDRAFT = ("rows", "batch")
 MODES = ("ar", "sd", "ssd")
-MAX_BUDGET = 1024  # cached guesses per sequence and round: each is a branch row the draft decodes K steps
 
 
 @dataclass(frozen=True)
@@ -44,8 +44,8 @@ class Plan:
 
     def __post_init__(self):
         K = self.num_speculative_tokens
-        _check(isinstance(K, int) and not isinstance(K, bool) and 1 <= K <= 64, "num_speculative_tokens",
-               f"must be an integer in 1..64, got {K!r}")
+        _check(isinstance(K, int) and not isinstance(K, bool) and 1 <= K <= MAX_K, "num_speculative_tokens",
+               f"must be an integer in 1..{MAX_K}, got {K!r}")
         fo = _int_tuple(self.fan_out, "fan_out") if self.fan_out else (1,) * (K + 1)
         fm = _int_tuple(self.fan_out_miss, "fan_out_miss") if self.fan_out_miss else fo
         object.__setattr__(self, "fan_out", fo)
@@ -71,12 +71,12 @@ class Plan:
         thr = self.backup_threshold
         _check(_num(thr) and thr >= 1.0, "backup_threshold",
                f"must be a batch size >= 1 (or null for never), got {thr!r}")
-        _check(_num(self.temperature) and 0.0 <= self.temperature <= 10.0 and math.isfinite(self.temperature),
-               "temperature", f"must be in [0, 10], got {self.temperature!r}")
-        for name in ("batch_size", "draft_devices"):
+        _check(_num(self.temperature) and 0.0 <= self.temperature <= MAX_TEMPERATURE and math.isfinite(self.temperature),
+               "temperature", f"must be in [0, {MAX_TEMPERATURE:g}], got {self.temperature!r}")
+        for name, hi in (("batch_size", MAX_BATCH), ("draft_devices", MAX_DRAFT_DEVICES)):
             v = getattr(self, name)
-            _check(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= 4096, name,
-                   f"must be an integer >= 1, got {v!r}")
+            _check(isinstance(v, int) and not isinstance(v, bool) and 1 <= v <= hi, name,
+                   f"must be an integer in 1..{hi}, got {v!r}")
         _check(self.mode in MODES, "mode", f"must be one of {MODES}, got {self.mode!r}")
 
     @property
@@ -183,4 +183,10 @@ def load_plan(path: str | Path) -> PlanFile:
     if body is None:
         raise ConfigError("plan", f"{path} has no 'plan' object; regenerate it with ssd-plan")
     extra = {k: v for k, v in data.items() if k not in ("schema", "plan")}
-    return PlanFile(Plan.from_dict(body), extra)
+    try:
+        return PlanFile(Plan.from_dict(body), extra)
+    except ConfigError:
+        raise
+    except (TypeError, ValueError, KeyError, AttributeError, OverflowError) as e:
+        raise ConfigError("plan", f"{path} is malformed ({type(e).__name__}: {str(e)[:120]}); regenerate it with "
+                                  "ssd-plan -o") from e

@@ -293,11 +293,17 @@ def _backups(knobs: Knobs, batch_size: int) -> tuple[str, ...]:
 
 
 def _k_range(knobs: Knobs, k_max: int) -> list[int]:
-    if isinstance(knobs.fan_out, tuple):
-        K = len(knobs.fan_out) - 1
-        if knobs.num_speculative_tokens not in (None, K):
-            raise ConfigError("fan_out", f"has {K + 1} entries but num_speculative_tokens is "
-                              f"{knobs.num_speculative_tokens}: give K+1 entries")
+    lists = [(n, v) for n, v in (("fan_out", knobs.fan_out), ("fan_out_miss", knobs.fan_out_miss))
+             if isinstance(v, tuple)]
+    if lists:  # a fan-out list fixes K (one entry per stopping position 0..K)
+        name, fo = lists[0]
+        K = len(fo) - 1
+        for other, lst in lists[1:]:
+            if len(lst) != K + 1:
+                raise ConfigError(other, f"has {len(lst)} entries but {name} has {K + 1}: give both K+1 entries")
+        if K < 1 or knobs.num_speculative_tokens not in (None, K):
+            raise ConfigError(name, f"has {K + 1} entries but num_speculative_tokens is "
+                              f"{knobs.num_speculative_tokens or 'searched'}: give K+1 entries (K >= 1)")
         return [K]
     if knobs.num_speculative_tokens is not None:
         return [knobs.num_speculative_tokens]
@@ -320,6 +326,9 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
         fixed = knobs.fan_out if isinstance(knobs.fan_out, tuple) else (int(knobs.fan_out),) * (K + 1)
         check_budget(fixed)  # before the allocation tables, whose size grows with the budget squared
         budgets = np.array([sum(fixed)])
+    elif knobs.fan_out_miss is not None:  # the hit-case fan-out shares the miss list's budget
+        fixed = None
+        budgets = np.array([sum(knobs.fan_out_miss)])
     else:
         fixed = None
         budgets = np.arange(1, min(max(fit, 1), budget_cap) + 1)

@@ -3,9 +3,10 @@
 The target owns all sequence state (as in the reference engine). At each round boundary the scheduler
 admits requests that have arrived (first come, first served) while fewer than `max_batch` sequences are
 active; a sequence leaves in the round that completes its output. Each admitted sequence has its whole
-outcome stream drawn at once (ssd_sim.sim.outcomes.build_stream), so a round costs O(1) Python: between
-changes of the batch (an "epoch", at most EPOCH_ROUNDS rounds) the number of rows that miss in each
-round is summed over the active streams with numpy.
+outcome stream drawn in blocks of at most BLOCK_ROUNDS rounds (ssd_sim.sim.outcomes.build_stream), so a round
+costs O(1) Python and memory is O(max_batch x BLOCK_ROUNDS) whatever the output length: between changes of the
+batch or of a block (an "epoch", at most EPOCH_ROUNDS rounds) the number of rows that miss in each round is summed
+over the active streams with numpy. Finished sequences are kept as one row of numbers each (SeqRecords).
 
 When the backup depends on the batch size (adaptive) and the batch size changes, the streams of the
 active sequences are redrawn from their current round with the new backup.
@@ -18,8 +19,8 @@ from collections.abc import Callable
 
 import numpy as np
 
-from ssd_sim.sim.metrics import RoundCounts, SeqRecord
-from ssd_sim.sim.outcomes import Stream, build_stream
+from ssd_sim.sim.metrics import RoundCounts, SeqRecords
+from ssd_sim.sim.outcomes import Stream, build_stream, next_block, redraw
 from ssd_sim.sim.workload import Requests
 
 EPOCH_ROUNDS = 4096  # longest stretch of rounds whose miss counts are precomputed at once
@@ -29,16 +30,17 @@ _NO_MISSES = [0] * EPOCH_ROUNDS
 class Seq:
     """One admitted sequence. Times in ms; its stream position in round r is r - offset."""
 
-    __slots__ = ("id", "arrival_ms", "output", "prefill_token", "stream", "offset", "first_token_ms")
+    __slots__ = ("id", "arrival_ms", "output", "prefill_token", "stream", "offset", "first_token_ms", "first_tokens")
 
     def __init__(self, id: int, arrival_ms: float, output: int, prefill_token: int, stream: Stream, offset: int):
         self.id = id
         self.arrival_ms = arrival_ms
         self.output = output  # output tokens in all
         self.prefill_token = prefill_token  # 1 if the prefill produced the first token
-        self.stream = stream  # decode rounds producing output - prefill_token tokens
+        self.stream = stream  # the current block of decode rounds producing output - prefill_token tokens
         self.offset = offset
         self.first_token_ms = math.nan
+        self.first_tokens = prefill_token  # tokens produced at first_token_ms (the prefill's, else round 0's)
 
 
 class Batcher:
@@ -56,7 +58,7 @@ class Batcher:
         self.round = 0  # decode rounds completed
         self.active: list[Seq] = []
         self.backup: str | None = None  # SSD: backup of the current batch size (jit | fast)
-        self.records: list[SeqRecord] = []
+        self.records = SeqRecords(len(requests))
         self.counts = RoundCounts(K)
         self.finished_tokens = 0
         self.last_finish_ms = 0.0
@@ -95,6 +97,8 @@ class Batcher:
         for s in new:
             s.stream = build_stream(self.source, self.rng, self.mode, s.output - s.prefill_token, seq=s.id,
                                     backup=backup or "jit")
+            if not s.prefill_token:
+                s.first_tokens = int(s.stream.committed[0])
         if new:
             self._len = 0  # the batch changed: recompute the epoch before the next round
         prompt = int(sum(int(self.requests.prompt_tokens[s.id]) for s in new))
@@ -107,7 +111,7 @@ class Batcher:
                 s.first_token_ms = now
             else:
                 self._awaiting_first.append(s)
-        if any(s.stream.rounds == 0 for s in new):  # one-token outputs are done after the prefill
+        if any(s.stream.final and s.stream.rounds == 0 for s in new):  # one-token outputs end with the prefill
             self._retire(now)
 
     def begin_round(self) -> int:
@@ -130,15 +134,19 @@ class Batcher:
     def tokens_done(self) -> int:
         """Output tokens produced so far (finished sequences plus progress of the active ones)."""
         return self.finished_tokens + sum(
-            s.prefill_token + int(s.stream.committed[: self.round - s.offset].sum()) for s in self.active)
+            s.prefill_token + s.stream.tokens_before(self.round - s.offset - s.stream.base) for s in self.active)
 
     def _new_epoch(self) -> None:
+        for s in self.active:
+            if self.round - s.offset >= s.stream.end:  # a used-up block of an unfinished sequence
+                self.counts.add(s.stream)
+                s.stream = next_block(s.stream, self.source, self.rng, s.id)
         if self.mode == "ssd":
             self.backup = self.backup_for(len(self.active))
             for s in self.active:
                 if s.stream.backup != self.backup:
                     self._redraw(s)
-        positions = [self.round - s.offset for s in self.active]
+        positions = [self.round - s.offset - s.stream.base for s in self.active]  # within each block
         left = min(s.stream.rounds - p for s, p in zip(self.active, positions, strict=True))
         self._len = min(left, EPOCH_ROUNDS)
         self._i = 0
@@ -154,16 +162,14 @@ class Batcher:
 
     def _redraw(self, s: Seq) -> None:
         """Redraw a sequence's remaining rounds for the current backup (its next lookup stays as drawn)."""
-        p = self.round - s.offset
-        need = s.output - s.prefill_token - int(s.stream.committed[:p].sum())
-        tail = build_stream(self.source, self.rng, "ssd", need, seq=s.id, start=p,
-                            first_hit=bool(s.stream.hit[p]), backup=self.backup)
-        s.stream = s.stream.splice(p, tail)
+        at = self.round - s.offset - s.stream.base
+        self.counts.add(s.stream, 0, at)  # the rounds already decoded with the old backup
+        s.stream = redraw(s.stream, at, self.source, self.rng, s.id, self.backup)
 
     def _retire(self, now: float) -> None:
         still = []
         for s in self.active:
-            if self.round - s.offset >= s.stream.rounds:
+            if s.stream.final and self.round - s.offset >= s.stream.end:
                 self._finish(s, now)
             else:
                 still.append(s)
@@ -172,8 +178,7 @@ class Batcher:
             self._len = 0
 
     def _finish(self, s: Seq, now: float) -> None:
-        first_tokens = s.prefill_token or int(s.stream.committed[0])
-        self.records.append(SeqRecord(s.id, s.arrival_ms, s.first_token_ms, now, s.output, s.output - first_tokens))
+        self.records.append(s.arrival_ms, s.first_token_ms, now, s.output, s.output - s.first_tokens)
         self.counts.add(s.stream)
         self.finished_tokens += s.output
         self.last_finish_ms = now

@@ -22,7 +22,9 @@ prompts on its own device, and a new sequence's first round always misses.
 Outcomes (accepted tokens, cache hits) come from each sequence's pre-drawn stream (ssd_sim.sim.outcomes,
 ssd_sim.sim.batching), so a round costs a few SimPy events and no per-sequence Python: AR and SD one
 timeout, SSD a request and a reply event plus three timeouts. Recording the timeline (spans for the
-Gantt chart and the Chrome trace) is off unless asked for.
+Gantt chart and the Chrome trace) is off unless asked for, and keeps the first MAX_SPANS spans (SimResult says
+where it was cut). Memory is bounded whatever the run's length: outcomes are drawn in blocks (outcomes.py),
+finished sequences kept as numbers (metrics.SeqRecords).
 """
 
 from __future__ import annotations
@@ -46,6 +48,7 @@ from ssd_sim.sim.timeline import Span, chrome_trace, event_log
 from ssd_sim.sim.workload import Workload, draft_prefill_ms, fixed_batch, prefill_ms
 
 MODES = ("ar", "sd", "ssd", "ssd-fast", "ssd-adaptive")
+MAX_SPANS = 200_000  # timeline spans recorded at most (~25,000 SSD rounds; a Chrome trace of ~30 MB)
 
 
 @dataclass
@@ -60,6 +63,7 @@ class SimResult:
     devices: list[str]  # timeline devices: "target", then the draft devices (SSD)
     labels: dict[str, str]  # device -> display name
     timeline: list[Span] | None = None  # every phase on every device, in recording order
+    timeline_cut_ms: float | None = None  # the timeline stops here (MAX_SPANS reached); None = complete
 
     def event_log(self) -> list[tuple[float, str, str]]:
         """(time ms, device, phase) of every span start in time order (needs timeline=True)."""
@@ -68,6 +72,9 @@ class SimResult:
     def chrome_trace(self) -> dict:
         """Chrome / Perfetto trace-event JSON object of the timeline (needs timeline or chrome_trace=True)."""
         meta = {"mode": self.mode, "seed": self.seed, "plan": self.plan.to_dict()}
+        if self.timeline_cut_ms is not None:
+            meta["timeline_cut_ms"] = self.timeline_cut_ms
+            meta["note"] = f"only the first {MAX_SPANS} spans were recorded: the timeline ends early"
         return chrome_trace(self._spans(), self.devices, self.labels, meta)
 
     def to_dict(self) -> dict:
@@ -120,6 +127,9 @@ def outcome_source(profile: Profile, plan: Plan, outcomes=None):
     """Where the simulated outcomes come from: the acceptance model, a trace replay, or a given source."""
     if outcomes is not None and not isinstance(outcomes, Trace):
         return outcomes
+    if isinstance(outcomes, Trace) and plan.mode == "ar":
+        raise ConfigError("replay", "mode ar drafts nothing, so a replayed trace would change nothing; "
+                                    "drop --replay or simulate sd / ssd")
     point = plan_point(profile, plan) if plan.mode == "ssd" else profile.acceptance.at(plan.temperature, 1.0)
     tables = OutcomeTables.from_point(point, plan)
     if isinstance(outcomes, Trace):
@@ -172,6 +182,7 @@ class Simulation:
         self.drafts = (["draft"] if plan.draft_devices == 1 else
                        [f"draft{i}" for i in range(plan.draft_devices)]) if self.kind == "ssd" else []
         self.spans: list[Span] | None = [] if record else None
+        self.timeline_cut_ms: float | None = None  # when the first span beyond MAX_SPANS started
         self.per_row = plan.jit_redraft == "rows"
         # Counters (ms unless noted).
         self.busy = {"target": 0.0, "draft": 0.0}
@@ -194,18 +205,24 @@ class Simulation:
         if self.progress is not None:
             self.progress.close()
         return SimResult(self.metrics(), self.plan, self.mode, self.workload, self.seed,
-                         ["target", *self.drafts], self.labels(), self.spans)
+                         ["target", *self.drafts], self.labels(), self.spans, self.timeline_cut_ms)
 
     # ---- target device ----------------------------------------------------------------------------
     def next_batch(self):
-        """Admit arrived requests (prefill) and wait for work; the active batch size, 0 when all are done."""
+        """Admit arrived requests (prefill) and wait for work; the active batch size, 0 when all are done.
+
+        An admission can end with an empty batch: one-token outputs finish with their prefill. Requests that
+        arrived meanwhile are then admitted at once; only an empty batch with no request waiting idles until
+        the next arrival (which is then in the future).
+        """
         env, batch = self.env, self.batch
         while not batch.done:
             if batch.can_admit(env.now):
                 yield from self.admit()
             if batch.size:
                 return batch.size
-            yield env.timeout(batch.next_arrival_ms - env.now)
+            if not batch.can_admit(env.now):
+                yield env.timeout(batch.next_arrival_ms - env.now)
         return 0
 
     def target_ar(self):
@@ -267,8 +284,9 @@ class Simulation:
                 self.span(start, t, "target", "prefill", len(new), round=-1)
             yield env.timeout(t)
             self.phase["prefill"] += t
+        if not self._new_prompt_tokens:  # the draft may prefill from the first admission since the last round
+            self._prefill_start = start
         self._new_prompt_tokens += prompt
-        self._prefill_start = start
         self.batch.started(new, env.now)
 
     # ---- draft device(s) --------------------------------------------------------------------------
@@ -304,7 +322,10 @@ class Simulation:
 
     # ---- timeline recording (only when asked for) ---------------------------------------------------
     def span(self, start: float, dur: float, device: str, name: str, rows: int, round: int | None = None):
-        if dur > 0:
+        if dur > 0 and len(self.spans) >= MAX_SPANS:
+            if self.timeline_cut_ms is None:
+                self.timeline_cut_ms = float(start)
+        elif dur > 0:
             self.spans.append(Span(float(start), float(dur), device, name,
                                    self.batch.round if round is None else round, rows))
 
@@ -346,7 +367,7 @@ class Simulation:
         wall = batch.last_finish_ms
         per_seq, total = tok_rates(records, wall)
         devices = self.profile.latency.target_devices + (plan.draft_devices if self.kind == "ssd" else 0)
-        tp, tt = percentiles(tpots(records)), percentiles([r.ttft_ms for r in records])
+        tp, tt = percentiles(tpots(records)), percentiles(records.ttft_ms)
         rounds = max(batch.round, 1)
         self.busy["target"] = self.phase["verify"] + self.phase["draft_sd"] + self.phase["prefill"]
         ssd = self.kind == "ssd"
@@ -355,7 +376,7 @@ class Simulation:
         round_ms = (self.phase["verify"] + self.phase["draft_sd"] + self.phase["target_wait"]) / rounds
         return SimMetrics(
             mode=self.mode, batch_size=self.workload.max_batch, num_speculative_tokens=K,
-            sequences=len(records), output_tokens=int(sum(r.output_tokens for r in records)),
+            sequences=len(records), output_tokens=records.total_output_tokens,
             rounds=batch.round, sim_ms=wall, per_seq_tok_s=per_seq, total_tok_s=total, devices=devices,
             tok_s_per_device=total / devices, tpot_ms_p50=tp[0], tpot_ms_p90=tp[1], tpot_ms_p99=tp[2],
             ttft_ms_p50=tt[0], ttft_ms_p90=tt[1], ttft_ms_p99=tt[2], mean_batch=self.rows / rounds,
@@ -382,13 +403,15 @@ class _Progress:
 
     def __init__(self, total_tokens: int, delay_s: float = 1.0):
         self.total, self.delay_s = total_tokens, delay_s
-        self.t0 = time.perf_counter()
+        self.t0 = self.shown = time.perf_counter()
         self.bar = self.task = None
 
     def __call__(self, batch: Batcher) -> None:
+        now = time.perf_counter()
+        if now - self.t0 < self.delay_s or now - self.shown < 0.2:  # redraw at most 5 times a second
+            return
+        self.shown = now
         if self.bar is None:
-            if time.perf_counter() - self.t0 < self.delay_s:
-                return
             from rich.console import Console
             from rich.progress import Progress
 

@@ -21,24 +21,39 @@ import numpy as np
 from ssd_sim.sim.outcomes import Stream
 
 
-@dataclass
-class SeqRecord:
-    """One finished sequence. Times in ms from the start of the run."""
+class SeqRecords:
+    """Finished sequences, one row each in numpy columns (a million requests take 40 MB). Times in ms from the start
+    of the run, lengths in tokens; decode tokens are those after the first token's time."""
 
-    seq: int
-    arrival_ms: float
-    first_token_ms: float
-    finish_ms: float
-    output_tokens: int
-    decode_tokens: int  # tokens after the first token's time (output minus what that moment produced)
+    def __init__(self, capacity: int):
+        self.n = 0
+        self.arrival_ms = np.empty(capacity)
+        self.first_token_ms = np.empty(capacity)
+        self.finish_ms = np.empty(capacity)
+        self.output_tokens = np.empty(capacity, dtype=np.int64)
+        self.decode_tokens = np.empty(capacity, dtype=np.int64)
+
+    def append(self, arrival_ms: float, first_token_ms: float, finish_ms: float, output_tokens: int,
+               decode_tokens: int) -> None:
+        i = self.n
+        self.arrival_ms[i], self.first_token_ms[i], self.finish_ms[i] = arrival_ms, first_token_ms, finish_ms
+        self.output_tokens[i], self.decode_tokens[i] = output_tokens, decode_tokens
+        self.n += 1
+
+    def __len__(self) -> int:
+        return self.n
 
     @property
-    def ttft_ms(self) -> float:
-        return self.first_token_ms - self.arrival_ms
+    def ttft_ms(self) -> np.ndarray:
+        return self.first_token_ms[: self.n] - self.arrival_ms[: self.n]
 
     @property
-    def decode_ms(self) -> float:
-        return self.finish_ms - self.first_token_ms
+    def decode_ms(self) -> np.ndarray:
+        return self.finish_ms[: self.n] - self.first_token_ms[: self.n]
+
+    @property
+    def total_output_tokens(self) -> int:
+        return int(self.output_tokens[: self.n].sum())
 
 
 class RoundCounts:
@@ -56,24 +71,33 @@ class RoundCounts:
         self.after_miss = [0, 0]  # the same after a round served by the backup
         self.k_hist = np.zeros(K + 1, dtype=np.int64)
 
-    def add(self, stream: Stream) -> None:
-        """Count one sequence's whole stream."""
-        k = stream.accepted
+    def add(self, stream: Stream, lo: int = 0, hi: int | None = None) -> None:
+        """Count rounds lo..hi - 1 of one block of a sequence's stream (default: the whole block).
+
+        The lookup of a sequence's first round cannot hit and is not counted; a later block's first round is,
+        paired with the hit of the round before it (stream.prev_hit).
+        """
+        hi = stream.rounds if hi is None else hi
+        k = stream.accepted[lo:hi]
         self.seq_rounds += k.size
         self.accepted += int(k.sum())
         self.k_hist += np.bincount(k, minlength=self.K + 1)[: self.K + 1]
         if stream.hit is None or k.size == 0:
             return
-        hit, tok = stream.hit[1:], stream.committed[1:]
+        prev = stream.hit[lo - 1] if lo > 0 else stream.prev_hit
+        hit, tok = stream.hit[lo:hi], stream.committed[lo:hi]
+        if prev is None:  # the sequence's first round: its lookup cannot hit
+            before, hit, tok = hit[:-1], hit[1:], tok[1:]
+        else:
+            before = np.concatenate([[bool(prev)], hit[:-1]])
         self.looked += hit.size
         self.hits += int(hit.sum())
         self.tokens_hit += int(tok[hit].sum())
         self.tokens_miss += int(tok[~hit].sum())
-        prev = stream.hit[:-1]
-        self.after_hit[0] += int(prev.sum())
-        self.after_hit[1] += int((prev & hit).sum())
-        self.after_miss[0] += int((~prev).sum())
-        self.after_miss[1] += int((~prev & hit).sum())
+        self.after_hit[0] += int(before.sum())
+        self.after_hit[1] += int((before & hit).sum())
+        self.after_miss[0] += int((~before).sum())
+        self.after_miss[1] += int((~before & hit).sum())
 
     def per_position_acceptance(self) -> list[float]:
         """P(position i accepted | positions < i accepted), i = 1..K (NaN where never reached)."""
@@ -142,25 +166,28 @@ def json_safe(x):
     return x
 
 
-def percentiles(values: list[float], qs=(50, 90, 99)) -> list[float]:
-    """Percentiles (linear interpolation) of a list; NaN for an empty list."""
-    if not values:
+def percentiles(values, qs=(50, 90, 99)) -> list[float]:
+    """Percentiles (linear interpolation) of a list or array; NaN for an empty one."""
+    v = np.asarray(values, dtype=float)
+    if v.size == 0:
         return [float("nan")] * len(qs)
-    return [float(v) for v in np.percentile(np.asarray(values, dtype=float), qs)]
+    return [float(x) for x in np.percentile(v, qs)]
 
 
-def tok_rates(records: list[SeqRecord], sim_ms: float) -> tuple[float, float]:
+def tok_rates(records: SeqRecords, sim_ms: float) -> tuple[float, float]:
     """(per-sequence decode tok/s, total output tok/s) of finished sequences."""
-    decode_tokens = sum(r.decode_tokens for r in records)
-    decode_ms = sum(r.decode_ms for r in records)
+    decode_tokens = int(records.decode_tokens[: records.n].sum())
+    decode_ms = float(records.decode_ms.sum())
     per_seq = decode_tokens / decode_ms * 1e3 if decode_ms > 0 else float("nan")
-    total = sum(r.output_tokens for r in records) / sim_ms * 1e3 if sim_ms > 0 else float("nan")
+    total = records.total_output_tokens / sim_ms * 1e3 if sim_ms > 0 else float("nan")
     return per_seq, total
 
 
-def tpots(records: list[SeqRecord]) -> list[float]:
+def tpots(records: SeqRecords) -> np.ndarray:
     """TPOT of every sequence that decoded at least one token after its first (ms)."""
-    return [r.decode_ms / r.decode_tokens for r in records if r.decode_tokens > 0]
+    dec = records.decode_tokens[: records.n]
+    keep = dec > 0
+    return records.decode_ms[keep] / dec[keep]
 
 
 def ratio(num: float, den: float) -> float | None:

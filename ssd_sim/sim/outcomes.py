@@ -11,8 +11,9 @@ position k_j:
     served by the fast backup -> k_j = 0 (random tokens), F = fan_out_miss[0], curve = backup_hit
 
 This is plan/predict.py's hit chain, drawn instead of averaged. A sequence's rounds depend only on its own
-draws, so its whole stream is drawn at once when it is admitted (`build_stream`); the event model only
-reads it. Sources of draws: `ModelOutcomes` (an AcceptancePoint + plan), `ReplayOutcomes` (the empirical
+draws, so its stream is drawn when it is admitted (`build_stream`), in blocks of at most BLOCK_ROUNDS rounds
+(`next_block` draws the next one, the hit chain and the source position carrying on), so a 2M-token sequence
+costs the memory of one block; the event model only reads it. Sources of draws: `ModelOutcomes` (an AcceptancePoint + plan), `ReplayOutcomes` (the empirical
 (accepted, bonus_rank) sequences of an ssd-run trace) and `ForcedOutcomes` (fixed lists, for tests).
 """
 
@@ -25,6 +26,7 @@ import numpy as np
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import Trace
 from ssd_sim.model.acceptance import AcceptancePoint
+from ssd_sim.model.calibrate import check_trace
 from ssd_sim.plan.plan import Plan
 
 
@@ -122,13 +124,26 @@ class ReplayOutcomes:
 
     @classmethod
     def from_trace(cls, trace: Trace, tables: OutcomeTables, plan: Plan) -> ReplayOutcomes:
-        """Per-sequence (accepted, bonus_rank) arrays of a trace; bonus_rank -1 = unknown."""
-        k_trace = max((r["K"] for r in trace.rounds), default=0)
-        if trace.mode != "ar" and k_trace < plan.K:
-            raise ConfigError("replay", f"the trace ran K = {k_trace} but the plan has K = {plan.K}: "
-                              f"replay needs a trace with K >= the plan's K (pass -k {k_trace} or less)")
+        """Per-sequence (accepted, bonus_rank) arrays of a trace; bonus_rank -1 = unknown.
+
+        Refused in one line (ConfigError): a trace with impossible counts (check_trace: accepted > K, ...), an AR
+        trace (it accepted nothing: there is nothing to replay), and one that drafted fewer than the plan's K
+        tokens. Rounds with K = 0 in an sd / ssd trace (the runtime's autoregressive fallback) are skipped.
+        """
+        check_trace(trace)
+        where = f"trace {trace.path}" if trace.path else "the trace"
+        if trace.mode == "ar":
+            raise ConfigError("replay", f"{where} is an ar run: it has no accepted counts to replay into an "
+                                        f"{plan.mode} plan; replay an sd or ssd trace")
+        drafted = [r for r in trace.rounds if r["K"] > 0]
+        if not drafted:
+            raise ConfigError("replay", f"{where} has no drafted rounds (K > 0) to replay; was the run cut short?")
+        k_trace = min((r["K"] for r in drafted), default=0)
+        if k_trace < plan.K:
+            raise ConfigError("replay", f"{where} ran K = {k_trace} but the plan has K = {plan.K}: replay needs a "
+                                        f"trace with K >= the plan's K (pass -k {max(k_trace, 1)} or less)")
         per_seq: dict[int, list[tuple[int, int]]] = {}
-        for r in trace.rounds:
+        for r in drafted:
             for s in r["seqs"]:
                 if s.get("backup") == "fast" and not s.get("hit"):
                     continue
@@ -173,48 +188,101 @@ def hit_chain(first_hit: bool, after_hit: np.ndarray, after_miss: np.ndarray) ->
     return np.concatenate([[bool(first_hit)], after[:-1]])
 
 
+BLOCK_ROUNDS = 4096  # most rounds of one sequence drawn at once: memory is O(batch x BLOCK_ROUNDS), not O(tokens)
+
+
 @dataclass
 class Stream:
-    """One sequence's decode rounds (its own round index j = 0..rounds-1). Units: tokens."""
+    """One block of a sequence's decode rounds: its rounds base .. base + rounds - 1. Units: tokens.
+
+    A sequence of any length is drawn block by block (`build_stream`, then `next_block` when a block is used
+    up), so memory per sequence is bounded by BLOCK_ROUNDS rounds whatever its output length.
+    """
 
     accepted: np.ndarray  # draft tokens accepted in round j (0 on fast-backup rounds and in AR)
     committed: np.ndarray  # tokens appended in round j (accepted + bonus, capped at the output length)
     hit: np.ndarray | None  # SSD: round j's proposal came from the cache (False = from the backup)
     backup: str | None = None  # SSD: backup the stream was drawn for (jit | fast)
+    base: int = 0  # the sequence's round index of this block's first round
+    left: int = 0  # tokens the sequence still needs after this block (0: the block ends the sequence)
+    done: int = 0  # tokens committed by the sequence's earlier blocks
+    prev_hit: bool | None = None  # SSD: hit of the round before the block (None: the block starts the sequence)
+    next_hit: bool | None = None  # SSD: hit of the round after the block (when left > 0)
+    mode: str = "ssd"  # ar | sd | ssd
 
     @property
     def rounds(self) -> int:
+        """Rounds in this block."""
         return int(self.committed.size)
 
-    def splice(self, at: int, tail: Stream) -> Stream:
-        """This stream's first `at` rounds followed by `tail` (a redraw after the backup changed)."""
-        hit = None if self.hit is None else np.concatenate([self.hit[:at], tail.hit])
-        return Stream(np.concatenate([self.accepted[:at], tail.accepted]),
-                      np.concatenate([self.committed[:at], tail.committed]), hit, tail.backup)
+    @property
+    def end(self) -> int:
+        """The sequence's round index just after this block."""
+        return self.base + self.rounds
+
+    @property
+    def final(self) -> bool:
+        """The block ends the sequence."""
+        return self.left == 0
+
+    def tokens_before(self, i: int) -> int:
+        """Tokens the sequence committed before the block's round i (earlier blocks included)."""
+        return self.done + int(self.committed[:i].sum())
+
+
+def _empty_stream(mode: str, backup: str, base: int, done: int, prev_hit: bool | None) -> Stream:
+    empty = np.zeros(0, dtype=np.int16)
+    return Stream(empty, empty, np.zeros(0, dtype=bool) if mode == "ssd" else None, backup if mode == "ssd" else None,
+                  base, 0, done, prev_hit, None, mode)
 
 
 def build_stream(source, rng: np.random.Generator, mode: str, need: int, seq: int = 0, start: int = 0,
-                 first_hit: bool = False, backup: str = "jit") -> Stream:
-    """Draw the rounds that produce `need` more tokens of sequence `seq`, from its round `start` on.
+                 first_hit: bool = False, backup: str = "jit", block: int | None = None, done: int = 0,
+                 prev_hit: bool | None = None) -> Stream:
+    """Draw the first block of rounds that produce `need` more tokens of sequence `seq`, from its round `start` on.
 
     mode: ar (one token per round), sd, or ssd (hit chain from first_hit; a new sequence's first round
-    always misses). Every round commits >= 1 token, so `need` rounds of draws always suffice.
+    always misses). Every round commits >= 1 token, so min(need, block) rounds of draws end the sequence when
+    need <= block; otherwise the block is full and `left` tokens remain (drawn by `next_block`). done /
+    prev_hit: tokens and the last round's hit before `start` (bookkeeping for counts and progress).
     """
     if need <= 0:
-        empty = np.zeros(0, dtype=int)
-        return Stream(empty, empty, np.zeros(0, dtype=bool) if mode == "ssd" else None, backup)
+        return _empty_stream(mode, backup, start, done, prev_hit)
+    n = min(need, block or BLOCK_ROUNDS)
     if mode == "ar":
-        return Stream(np.zeros(need, dtype=int), np.ones(need, dtype=int), None)
-    d = source.draws(rng, seq, start, need)
-    if mode == "sd":
-        hit, k = None, d.accepted
+        k, hit, after = np.zeros(n, dtype=np.int64), None, None
     else:
-        after_miss = d.next_hit_fast if backup == "fast" else d.next_hit_jit
-        hit = hit_chain(first_hit, d.next_hit_cache, after_miss)
-        k = d.accepted if backup != "fast" else np.where(hit, d.accepted, 0)
+        d = source.draws(rng, seq, start, n)
+        hit = after = None
+        k = np.asarray(d.accepted)
+        if mode == "ssd":
+            after_miss = d.next_hit_fast if backup == "fast" else d.next_hit_jit
+            hit = hit_chain(first_hit, d.next_hit_cache, after_miss)
+            after = bool(d.next_hit_cache[-1] if hit[-1] else after_miss[-1])
+            if backup == "fast":
+                k = np.where(hit, k, 0)
     total = np.cumsum(k + 1)
-    rounds = int(np.searchsorted(total, need)) + 1
-    committed = k[:rounds] + 1
-    committed[-1] -= int(total[rounds - 1]) - need
-    return Stream(k[:rounds].copy(), committed, None if hit is None else hit[:rounds].copy(),
-                  backup if mode == "ssd" else None)
+    rounds = min(int(np.searchsorted(total, need)) + 1, n)
+    committed = (k[:rounds] + 1).astype(np.int16)
+    left = max(need - int(total[rounds - 1]), 0)
+    if left == 0:
+        committed[-1] -= int(total[rounds - 1]) - need
+    return Stream(k[:rounds].astype(np.int16), committed, None if hit is None else hit[:rounds].copy(),
+                  backup if mode == "ssd" else None, start, left, done, prev_hit, after if left else None, mode)
+
+
+def next_block(stream: Stream, source, rng: np.random.Generator, seq: int, block: int | None = None) -> Stream:
+    """The block after a used-up, non-final `stream` of sequence `seq` (the hit chain and source position go on)."""
+    last = None if stream.hit is None or not stream.rounds else bool(stream.hit[-1])
+    return build_stream(source, rng, stream.mode, stream.left, seq=seq, start=stream.end,
+                        first_hit=bool(stream.next_hit), backup=stream.backup or "jit", block=block,
+                        done=stream.tokens_before(stream.rounds), prev_hit=last if last is not None else stream.prev_hit)
+
+
+def redraw(stream: Stream, at: int, source, rng: np.random.Generator, seq: int, backup: str,
+           block: int | None = None) -> Stream:
+    """Redraw an SSD stream from its block's round `at` on for another backup (round at's lookup stays as drawn)."""
+    need = stream.left + int(stream.committed[at:].sum())
+    prev = bool(stream.hit[at - 1]) if at > 0 else stream.prev_hit
+    return build_stream(source, rng, "ssd", need, seq=seq, start=stream.base + at, first_hit=bool(stream.hit[at]),
+                        backup=backup, block=block, done=stream.tokens_before(at), prev_hit=prev)

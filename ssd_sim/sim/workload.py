@@ -5,8 +5,10 @@ Two shapes (both served by the same continuous-batching scheduler, ssd_sim.sim.b
   the batch shrinks as sequences finish.
 - poisson: requests arrive as a Poisson stream at `rate` per second and join the running batch at
   round boundaries while fewer than `max_batch` sequences are active (continuous batching).
-- arrivals: the same, at given arrival times (e.g. replayed from a request log).
-Output lengths follow `output_dist` around `output_tokens`; prompts have `prompt_tokens` tokens.
+- arrivals: the same, at given arrival times (e.g. replayed from a request log; `read_arrivals` reads them
+  from a JSON file {"arrival_ms": [...], "output_tokens": [...] (optional)}).
+Output lengths follow `output_dist` around `output_tokens` (or are given per request); prompts have
+`prompt_tokens` tokens. Sizes are bounded by ssd_sim.io.limits (tokens per sequence, requests, batch).
 """
 
 from __future__ import annotations
@@ -17,9 +19,13 @@ from dataclasses import asdict, dataclass
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import read_json_object
+from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
 from ssd_sim.model.latency import LatencyModel
 
 WORKLOADS = ("fixed", "poisson", "arrivals")
+MIN_RATE, MAX_RATE = 1e-6, 1e6  # poisson arrival rates (requests per second): one in 12 days .. a million a second
+ARRIVALS_HINT = 'a JSON object {"arrival_ms": [0, 12.5, ...], "output_tokens": [512, 80, ...] (optional)}'
 OUTPUT_DISTS = ("fixed", "uniform", "geometric")
 
 
@@ -44,20 +50,24 @@ class Workload:
             raise ConfigError("output_lengths", f"needs num_requests = {self.num_requests} lengths >= 1 (tokens)")
         if self.kind not in WORKLOADS:
             raise ConfigError("workload", f"must be one of {WORKLOADS}, got {self.kind!r}")
-        for name in ("num_requests", "max_batch", "output_tokens"):
+        for name, lo, hi, unit in (("num_requests", 1, MAX_REQUESTS, "requests"), ("max_batch", 1, MAX_BATCH, "sequences"),
+                                   ("output_tokens", 1, MAX_TOKENS, "tokens per sequence"),
+                                   ("prompt_tokens", 0, MAX_TOKENS, "tokens per request")):
             v = getattr(self, name)
-            if not (isinstance(v, (int, np.integer)) and v >= 1):
-                raise ConfigError(name, f"must be an integer >= 1, got {v!r}")
-        if not (isinstance(self.prompt_tokens, (int, np.integer)) and self.prompt_tokens >= 0):
-            raise ConfigError("prompt_tokens", f"must be an integer >= 0, got {self.prompt_tokens!r}")
+            if not (isinstance(v, (int, np.integer)) and not isinstance(v, bool) and lo <= v <= hi):
+                raise ConfigError(name, f"must be an integer in {lo}..{hi} ({unit}), got {v!r}")
+        if self.output_lengths and max(self.output_lengths) > MAX_TOKENS:
+            raise ConfigError("output_lengths", f"at most {MAX_TOKENS} tokens per sequence, got {max(self.output_lengths)}")
         if self.output_dist not in OUTPUT_DISTS:
             raise ConfigError("output_dist", f"must be one of {OUTPUT_DISTS}, got {self.output_dist!r}")
-        if self.kind == "poisson" and not (self.rate > 0 and math.isfinite(self.rate)):
-            raise ConfigError("rate", f"a poisson workload needs an arrival rate > 0 (requests/s), got {self.rate!r}")
+        if self.kind == "poisson" and not (MIN_RATE <= self.rate <= MAX_RATE):
+            raise ConfigError("rate", f"a poisson workload needs an arrival rate in {MIN_RATE:g}..{MAX_RATE:g} "
+                                      f"(requests/s), got {self.rate!r}")
         if self.kind == "arrivals":
             a = np.asarray(self.arrival_ms, dtype=float)
-            if a.size != self.num_requests or (a.size and (a[0] < 0 or np.any(np.diff(a) < 0))):
-                raise ConfigError("arrival_ms", f"needs num_requests = {self.num_requests} sorted times >= 0 (ms)")
+            if (a.size != self.num_requests or not np.all(np.isfinite(a))
+                    or (a.size and (a[0] < 0 or np.any(np.diff(a) < 0)))):
+                raise ConfigError("arrival_ms", f"needs num_requests = {self.num_requests} sorted finite times >= 0 (ms)")
 
     def requests(self, rng: np.random.Generator) -> Requests:
         """Draw arrival times (ms, sorted), prompt and output lengths (tokens) of every request."""
@@ -113,10 +123,52 @@ def poisson(rate: float, num_requests: int, max_batch: int, output_tokens: int =
 
 
 def arrivals(arrival_ms, max_batch: int, output_tokens: int = 512, prompt_tokens: int = 128,
-             output_dist: str = "fixed") -> Workload:
-    """Requests at the given arrival times (ms), batched continuously up to `max_batch`."""
+             output_dist: str = "fixed", output_lengths=()) -> Workload:
+    """Requests at the given arrival times (ms), batched continuously up to `max_batch`; output_lengths
+    (tokens, one per request) override output_dist."""
     times = tuple(float(t) for t in arrival_ms)
-    return Workload("arrivals", len(times), max_batch, 0.0, output_tokens, output_dist, prompt_tokens, times)
+    return Workload("arrivals", len(times), max_batch, 0.0, output_tokens, output_dist, prompt_tokens, times,
+                    tuple(output_lengths))
+
+
+def read_arrivals(path: str, max_batch: int, output_tokens: int = 512, prompt_tokens: int = 128,
+                  output_dist: str = "fixed") -> Workload:
+    """An arrivals workload from a JSON file (ARRIVALS_HINT): sorted arrival times (ms from the start) and,
+    optionally, every request's output length (tokens). Any problem is a one-line ConfigError naming the entry."""
+    data = read_json_object(path, "arrivals", f"write {ARRIVALS_HINT}")
+    times = [_float(t) for t in _number_list(data, "arrival_ms", path, required=True)]
+    for i, t in enumerate(times):
+        if not (math.isfinite(t) and t >= 0) or (i and t < times[i - 1]):
+            raise ConfigError("arrivals", f"{path}: arrival_ms[{i}] = {t!r}: times must be finite, >= 0 (ms) and sorted")
+    lengths = _number_list(data, "output_tokens", path, required=False)
+    if lengths and len(lengths) != len(times):
+        raise ConfigError("arrivals", f"{path}: {len(lengths)} output_tokens for {len(times)} arrival_ms; give one "
+                                      "per request or none")
+    for i, n in enumerate(lengths):
+        if not (isinstance(n, int) and 1 <= n <= MAX_TOKENS):
+            raise ConfigError("arrivals", f"{path}: output_tokens[{i}] = {n!r} must be an integer in 1..{MAX_TOKENS}")
+    return arrivals(times, max_batch, output_tokens, prompt_tokens, output_dist, lengths)
+
+
+def _float(x: int | float) -> float:
+    """float(x), inf for an integer too large for a float."""
+    try:
+        return float(x)
+    except OverflowError:
+        return math.inf
+
+
+def _number_list(data: dict, key: str, path: str, required: bool) -> list:
+    """data[key] as a list of 1..MAX_REQUESTS JSON numbers (ConfigError naming the file and key otherwise)."""
+    v = data.get(key)
+    if v is None and not required:
+        return []
+    if not isinstance(v, list) or not 1 <= len(v) <= MAX_REQUESTS:
+        raise ConfigError("arrivals", f"{path}: {key} must be a list of 1..{MAX_REQUESTS} numbers; write {ARRIVALS_HINT}")
+    bad = next((i for i, x in enumerate(v) if isinstance(x, bool) or not isinstance(x, (int, float))), None)
+    if bad is not None:
+        raise ConfigError("arrivals", f"{path}: {key}[{bad}] = {v[bad]!r} is not a number")
+    return v
 
 
 def prefill_ms(latency: LatencyModel, prompt_tokens: int) -> float:

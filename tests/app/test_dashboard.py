@@ -136,7 +136,7 @@ def test_other_preset_and_calibrated_file(at):
 
 
 @pytest.mark.parametrize("content,needle", [(b"", "is empty"), (b"{not json", "not valid JSON"),
-                                            (b'{"schema": "ssd-profile/1"}', "name: missing")])
+                                            (b'{"schema": "ssd-profile/1"}', "name: p.json: missing")])
 def test_bad_profile_upload_is_one_line_error(at, content, needle):
     at.sidebar.file_uploader[0].set_value(("p.json", content, "application/json")).run()
     assert not at.exception
@@ -232,7 +232,7 @@ def test_traces_page_simulates_the_run(at, traces):
 
 
 @pytest.mark.parametrize("content,needle", [
-    (b"", "is empty"), (b"\xff\xfe", "not UTF-8"), (b"hello\n", "line 1 is not JSON"),
+    (b"", "is empty"), (b"\xff\xfe", "not UTF-8"), (b"hello\n", "line 1 is not valid JSON"),
     (b'{"type": "round", "round": 0}\n', "round before the header"),
     (b'{"type": "header", "schema": "ssd-trace/0", "mode": "ssd", "plan": {}, "batch_size": 1}\n', "unsupported")])
 def test_bad_trace_upload_is_one_line_error(at, content, needle):

@@ -46,3 +46,63 @@ def test_cli_bad_trace_exits_2_and_writes_nothing(tmp_path, capsys, kind):
         main([str(bad), "-o", str(out)])
     assert e.value.code == 2 and not out.exists()
     assert capsys.readouterr().err.count("\n") == 1
+
+
+def one_line_exit(capsys, argv) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    return err.strip()
+
+
+def test_an_unwritable_output_fails_before_any_fitting(traces, tmp_path, capsys, monkeypatch):
+    import ssd_sim.cli.calibrate as cli
+
+    def no_fit(*a, **k):
+        raise AssertionError("fitted before checking -o")
+
+    monkeypatch.setattr(cli, "calibrate", no_fit)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    err = one_line_exit(capsys, [*map(str, traces), "-o", str(blocker / "profile.json")])
+    assert err.startswith("ssd-plan calibrate: error: output:") and "a-file" in err
+    err = one_line_exit(capsys, [*map(str, traces), "-o", str(tmp_path)])
+    assert err == f"ssd-plan calibrate: error: output: {tmp_path} is a folder; give a file name"
+
+
+def test_output_onto_a_symlink_writes_through_it(traces, tmp_path, capsys):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "profile.json"
+    link.symlink_to(target)
+    assert main([*map(str, traces), "-o", str(link), "--json"]) == 0
+    assert link.is_symlink() and "calibration" in json.loads(target.read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["profile.json", "real.json"]
+
+
+def rewrite(src, dst, edit) -> str:
+    lines = [json.loads(x) for x in src.read_text().splitlines()]
+    edit(lines)
+    dst.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return str(dst)
+
+
+@pytest.mark.parametrize("edit, message", [
+    (lambda L: L[3]["seqs"][0].update(accepted=9), "accepted: {f} line 4: seqs[0].accepted = 9 must be an integer "
+                                                   "in 0..K = 0..2 (draft tokens accepted)"),
+    (lambda L: L[5]["timings_ms"].update(verify=-1.0), "timings_ms.verify: {f} line 6: timings_ms.verify = -1.0 "
+                                                       "must be 0 (did not run) or a number of ms in 1e-06..3.6e+06"),
+    (lambda L: L[5]["timings_ms"].update(verify=1e999), "timings_ms.verify: {f} line 6: timings_ms.verify = inf"),
+    (lambda L: L[2]["timings_ms"].update(draft_glue="fast"), "timings_ms.draft_glue: {f} line 3: "
+                                                             "timings_ms.draft_glue = 'fast'"),
+    (lambda L: L[0].update(mode="turbo"), "mode: {f} header: mode = 'turbo', expected one of ar, sd, ssd"),
+    (lambda L: L[0].update(models={"target": "other", "draft": "x"}), "models: {f} has target 'other' but"),
+    (lambda L: L[2]["seqs"][0].pop("committed"), "committed: missing in {f} line 3 seqs[]"),
+    (lambda L: L.__delitem__(slice(0, None)), "trace: {f} has no header line"),
+])
+def test_an_impossible_trace_is_refused_naming_file_line_field_and_value(traces, tmp_path, capsys, edit, message):
+    bad = rewrite(traces[3], tmp_path / "bad.jsonl", edit)
+    out = tmp_path / "p.json"
+    err = one_line_exit(capsys, [*map(str, traces[:3]), bad, "-o", str(out)])
+    assert err.startswith("ssd-plan calibrate: error: " + message.format(f=bad)) and not out.exists()

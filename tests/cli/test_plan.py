@@ -80,7 +80,8 @@ def test_plan_file_round_trip_and_reevaluation(capsys, tmp_path):
     (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "1,1"], "fan_out"),
     (["--preset", "llama70b-1b-h100", "--saguaro-c", "2"], "--saguaro-c"),
     (["--preset", "llama70b-1b-h100", "--backup", "slow"], "--backup"),
-    (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "1000000"], "fan_out: caches 4000000 guesses"),
+    (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "1000000"], "--fan-out: invalid fan-out '1000000': at most 1024"),
+    (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "300"], "fan_out: caches 1200 guesses"),
     (["--preset", "llama70b-1b-h100", "--fan-out", "0,0,0,5000"], "at most 1024"),
     ([], "profile"),
 ])

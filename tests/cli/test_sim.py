@@ -101,7 +101,21 @@ BAD = [
     (["--preset", "llama70b-1b-h100", "--tokens", "0"], "--tokens"),
     (["--preset", "llama70b-1b-h100", "--plan", "missing-plan.json"], "plan file"),
     (["--preset", "llama70b-1b-h100", "--replay", "missing-trace.jsonl"], "trace"),
-    (["--preset", "llama70b-1b-h100", "--prompt-tokens", "-3"], "prompt_tokens"),
+    (["--preset", "llama70b-1b-h100", "--prompt-tokens", "-3"], "--prompt-tokens: -3 is outside 0..2097152"),
+    (["--preset", "llama70b-1b-h100", "--tokens", "10000000000"],
+     "--tokens: 10000000000 is outside 1..2097152 (output tokens per sequence)"),
+    (["--preset", "llama70b-1b-h100", "--tokens", "1e10"], "invalid integer '1e10' (write it out as an integer)"),
+    (["--preset", "llama70b-1b-h100", "--workload", "poisson", "--rate", "1", "--num-requests", "1000000000"],
+     "--num-requests: 1000000000 is outside 1..1000000 (requests)"),
+    (["--preset", "llama70b-1b-h100", "--seed=-1"], "--seed: -1 is outside 0..4294967295 (random seed)"),
+    (["--preset", "llama70b-1b-h100", "--seed", "9" * 5000], "--seed: invalid integer"),
+    (["--preset", "llama70b-1b-h100", "--prompt-tokens", "9" * 5000], "--prompt-tokens: invalid integer"),
+    (["--preset", "llama70b-1b-h100", "--workload", "poisson", "--max-batch", "5000", "--rate", "1"],
+     "--max-batch: 5000 is outside 1..4096 (sequences)"),
+    (["--preset", "llama70b-1b-h100", "--workload", "poisson", "--rate", "1e-9"], "rate: a poisson workload needs"),
+    (["--preset", "llama70b-1b-h100", "--workload", "arrivals"],
+     "arrivals: --workload arrivals needs --arrivals FILE"),
+    (["--preset", "llama70b-1b-h100", "--arrivals", "a.json"], "--arrivals FILE needs --workload arrivals"),
     ([], "profile"),
 ]
 
@@ -123,3 +137,94 @@ def test_console_script_is_installed():
                          capture_output=True, text=True, timeout=60)
     assert res.returncode == 0, res.stderr
     assert json.loads(res.stdout)["metrics"]["output_tokens"] == 32
+
+
+def test_help_states_the_limits():
+    from ssd_sim.cli.sim import build_parser
+
+    text = " ".join(build_parser().format_help().split())
+    for limit in ("1..2097152, default 512", "1..1000000; fixed", "1..4096, default the batch size",
+                  "0..2097152; 0 = no prefill", "random seed (0..4294967295)", "1e-06..1e+06"):
+        assert limit in text
+
+
+@pytest.mark.parametrize("argv", [
+    ["--preset", "llama70b-1b-h100", "--tokens", "1", "--num-requests", "2"],
+    ["--preset", "qwen32b-0.6b-h100", "--workload", "poisson", "--rate", "20", "--num-requests", "1000",
+     "--max-batch", "16", "--tokens", "16", "--output-dist", "geometric"],
+])
+def test_one_token_requests_in_a_queue_simulate(capsys, argv):
+    # The two commands of issue 12 that ended in "ValueError: Negative delay".
+    m = run_json(capsys, *argv, "--json")["metrics"]
+    assert (m["sequences"], m["output_tokens"]) in ((2, 2), (1000, 16039))
+
+
+def test_arrivals_workload_reads_the_file(tmp_path, capsys):
+    path = tmp_path / "arrivals.json"
+    path.write_text('{"arrival_ms": [0, 100, 5000], "output_tokens": [32, 1, 64]}')
+    out = run_json(capsys, "--preset", "llama70b-1b-h100", "--workload", "arrivals", "--arrivals", str(path),
+                   "--max-batch", "2", "--json")
+    assert out["workload"]["kind"] == "arrivals" and out["workload"]["arrival_ms"] == [0.0, 100.0, 5000.0]
+    assert out["metrics"]["sequences"] == 3 and out["metrics"]["output_tokens"] == 97
+
+
+def ar_trace(path: Path) -> Path:
+    w = TraceWriter(path, {"mode": "ar", "plan": Plan(mode="ar").to_dict(), "batch_size": 1})
+    for i in range(20):
+        seq = {"seq": 0, "accepted": 0, "bonus": 7, "committed": 1}
+        w.round({"round": i, "K": 0, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
+    w.close({"tokens": 20})
+    return path
+
+
+def bad_exit(capsys, *argv: str) -> str:
+    with pytest.raises(SystemExit) as e:
+        main(list(argv))
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err
+    return err.strip()
+
+
+def test_replay_of_an_ar_trace_into_an_ssd_plan_is_refused(tmp_path, capsys):
+    path = ar_trace(tmp_path / "ar.jsonl")
+    err = bad_exit(capsys, "--preset", "llama70b-1b-h100", "-k", "2", "--fan-out", "1", "--replay", str(path))
+    assert err == (f"ssd-sim: error: replay: trace {path} is an ar run: it has no accepted counts to replay into "
+                   "an ssd plan; replay an sd or ssd trace")
+
+
+def test_replay_of_accepted_above_k_is_refused_with_file_line_and_field(tmp_path, capsys):
+    path = tmp_path / "run.jsonl"
+    w = TraceWriter(path, {"mode": "ssd", "plan": Plan(num_speculative_tokens=2).to_dict(), "batch_size": 1})
+    for i in range(3):
+        seq = {"seq": 0, "accepted": 7 if i == 2 else 1, "bonus": 7, "committed": 2, "hit": i > 0, "bonus_rank": 0}
+        w.round({"round": i, "K": 2, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
+    w.close({"tokens": 6})
+    err = bad_exit(capsys, "--preset", "llama70b-1b-h100", "-k", "2", "--fan-out", "1", "--replay", str(path))
+    assert err.startswith(f"ssd-sim: error: accepted: {path} line 4: seqs[0].accepted = 7 must be an integer in "
+                          "0..K = 0..2")
+
+
+def test_an_unwritable_chrome_trace_fails_before_the_simulation(tmp_path, capsys, monkeypatch):
+    import ssd_sim.cli.sim as cli
+
+    def no_simulation(*a, **k):
+        raise AssertionError("simulated before checking --chrome-trace")
+
+    monkeypatch.setattr(cli, "simulate", no_simulation)
+    blocker = tmp_path / "a-file"
+    blocker.write_text("x")
+    err = bad_exit(capsys, "--preset", "llama70b-1b-h100", "--chrome-trace", str(blocker / "t.json"))
+    assert err.startswith("ssd-sim: error: chrome_trace:") and "a-file" in err
+    assert bad_exit(capsys, "--preset", "llama70b-1b-h100", "--chrome-trace", str(tmp_path)).endswith(
+        "is a folder; give a file name")
+    assert blocker.read_text() == "x"
+
+
+def test_chrome_trace_onto_a_symlink_writes_through_it(tmp_path, capsys):
+    target = tmp_path / "real.json"
+    target.write_text("old")
+    link = tmp_path / "link.json"
+    link.symlink_to(target)
+    assert main(["--preset", "llama70b-1b-h100", "--tokens", "16", "--chrome-trace", str(link), "--json"]) == 0
+    assert link.is_symlink() and "traceEvents" in json.loads(target.read_text())
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]  # no temp file left

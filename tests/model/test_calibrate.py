@@ -204,3 +204,61 @@ def test_logged_distributions_make_a_derived_model_that_agrees_with_the_counts(a
     assert hot.source == "derived" and hot.acceptance[0] != pytest.approx(pt.acceptance[0], abs=0.01)
     assert any("contexts of T = 0 runs" in w for w in rep.warnings)
     assert prof.provenance["acceptance"].startswith("derived")
+
+
+def rewritten(src: Path, dst: Path, edit) -> Path:
+    import json
+
+    lines = [json.loads(x) for x in src.read_text().splitlines()]
+    edit([x for x in lines if x["type"] == "round"], lines[0])
+    dst.write_text("\n".join(json.dumps(x) for x in lines) + "\n")
+    return dst
+
+
+def test_accepted_above_k_is_refused_not_clipped_to_all_accepted(traces, tmp_path):
+    # Round 7 of the SD K = 3 trace claims 5 accepted: counted, it used to read as "all 3 accepted".
+    bad = rewritten(traces[2], tmp_path / "sd.jsonl", lambda rounds, h: rounds[7]["seqs"][0].update(accepted=5))
+    with pytest.raises(ConfigError) as e:
+        calibrate([*traces[:2], bad, *traces[3:]])
+    assert e.value.field == "accepted"
+    assert str(e.value) == (f"accepted: {bad} line 9: seqs[0].accepted = 5 must be an integer in 0..K = 0..3 (draft "
+                            "tokens accepted); the trace is corrupt or not from ssd-run")
+
+
+@pytest.mark.parametrize("value, shown", [(-0.5, "-0.5"), (1e999, "inf"), (1e-9, "1e-09"), (4e6, "4000000.0"),
+                                          (True, "True"), (None, "None")])
+def test_impossible_timings_are_refused_with_file_line_field_and_value(traces, tmp_path, value, shown):
+    bad = rewritten(traces[0], tmp_path / "ar.jsonl", lambda rounds, h: rounds[0]["timings_ms"].update(commit=value))
+    with pytest.raises(ConfigError) as e:
+        calibrate([bad, *traces[1:]])
+    assert str(e.value) == (f"timings_ms.commit: {bad} line 2: timings_ms.commit = {shown} must be 0 (did not run) or "
+                            "a number of ms in 1e-06..3.6e+06; the trace is corrupt or not from ssd-run")
+
+
+def test_ssd_verifies_far_off_the_other_traces_are_refused(traces, tmp_path):
+    # Every SSD verify 5 ms while the AR / SD traces put it at 450+ ms: no slowdown >= 0 explains that.
+    fast = [rewritten(t, tmp_path / t.name, lambda rounds, h: [r["timings_ms"].update(verify=5.0) for r in rounds])
+            if "ssd" == _mode(t) else t for t in traces]
+    with pytest.raises(ConfigError, match=r"the SSD traces' verify timings are \d+% \(median\) off"):
+        calibrate(fast)
+
+
+def _mode(path: Path) -> str:
+    import json
+
+    return json.loads(path.read_text().splitlines()[0])["mode"]
+
+
+def test_a_numerical_failure_of_a_fit_is_one_config_error(traces, monkeypatch):
+    import numpy as np
+
+    import ssd_sim.model.calibrate as cal
+
+    def singular(*a, **k):
+        raise np.linalg.LinAlgError("SVD did not converge")
+
+    monkeypatch.setattr(cal, "fit_latency", singular)
+    with pytest.raises(ConfigError) as e:
+        calibrate(traces)
+    assert str(e.value) == ("traces: the latency fit failed on these traces (LinAlgError: SVD did not converge); are "
+                            "they from real runs?")

@@ -163,3 +163,89 @@ def test_calibrate_here_writes_traces_a_profile_of_this_host_and_its_plan(files,
     with pytest.raises(SystemExit) as e:  # the folder is not empty now: refused, nothing overwritten
         main(argv)
     assert e.value.code == 2 and sorted(p.name for p in out.iterdir()) == names
+
+
+# ---- bad input refused before the run: one line, exit 2, nothing created or changed -------------------------
+@pytest.fixture(scope="module")
+def bad(files):
+    """Malformed prompt files and broken model folders (copies of the fixture's tiny models)."""
+    import shutil
+
+    d = files / "bad"
+    d.mkdir()
+    (d / "utf16.jsonl").write_text('{"prompt_ids": [1]}\n', encoding="utf-16")
+    (d / "binary.jsonl").write_bytes(bytes(range(256)) * 4)
+    (d / "folder.jsonl").mkdir()
+    (d / "deep.jsonl").write_text("[" * 100_000 + "]" * 100_000 + "\n")
+    (d / "bigint.jsonl").write_text('{"prompt_ids": [' + "9" * 5000 + "]}\n")
+    (d / "long.jsonl").write_text(json.dumps({"prompt_ids": [i % TARGET["vocab"] for i in range(600)]}) + "\n")
+    (d / "regular").write_text("a file, not a folder\n")
+    for name, broken in (("config-cut", "config.json"), ("config-binary", "config.json"),
+                         ("weights-cut", "model.safetensors")):
+        shutil.copytree(files / "target", d / name)
+        data = (d / name / broken).read_bytes()
+        (d / name / broken).write_bytes(bytes(range(256)) if name == "config-binary" else data[:len(data) // 2])
+    return d
+
+
+BAD_BEFORE_RUN = {
+    "prompts UTF-16": (["--prompts", "{b}/utf16.jsonl"], "prompts: {b}/utf16.jsonl is UTF-16"),
+    "prompts binary": (["--prompts", "{b}/binary.jsonl"], "binary"),
+    "prompts folder": (["--prompts", "{b}/folder.jsonl"], "is a folder"),
+    "prompts 100,000 deep": (["--prompts", "{b}/deep.jsonl"], "nests"),
+    "prompts huge int": (["--prompts", "{b}/bigint.jsonl"], "4300 digits"),
+    "prompt beyond context": (["--prompts", "{b}/long.jsonl"], "prompt 1 has 600 tokens, more than the target's "
+                                                               "context of 512"),
+    "tokens beyond context": (["--max-new-tokens", "600"], "+ --max-new-tokens 600 + 4 draft positions ahead"),
+    "config.json truncated": (["--target", "{b}/config-cut"], "target: {b}/config-cut/config.json is not valid JSON"),
+    "config.json binary": (["--target", "{b}/config-binary"], "config.json is"),
+    "target weights truncated": (["--target", "{b}/weights-cut"], "target: {b}/weights-cut/model.safetensors is "
+                                                                  "truncated"),
+    "draft weights truncated": (["--draft", "{b}/weights-cut"], "draft: {b}/weights-cut/model.safetensors is "
+                                                                "truncated"),
+    "cuda device": (["--target-device", "cuda:99"], "target_device: cuda:99"),
+    "seed -1": (["--seed", "-1"], "--seed: -1 is outside 0.."),
+    "tokens beyond limit": (["--max-new-tokens", "3000000"], "outside 1..2097152"),
+    "batch beyond limit": (["-b", "5000"], "outside 1..4096"),
+    "K beyond limit": (["-k", "65"], "outside 1..64"),
+    "draft timeout beyond limit": (["--draft-timeout", "1e9"], "use 0 to wait forever"),
+    "output under a file": (["--output", "{b}/regular/out.jsonl"], "output: cannot write {b}/regular/out.jsonl"),
+    "output a folder": (["--output", "{b}"], "output: {b} is a folder"),
+    "output in /proc": (["--output", "/proc/ssd-nope/out.jsonl"], "output: cannot create the folder /proc/ssd-nope"),
+    "trace under a file": (["--trace", "{b}/regular/t.jsonl"], "trace: cannot write {b}/regular/t.jsonl"),
+    "trace a folder": (["--trace", "{b}"], "trace: {b} is a folder"),
+    "trace in /proc": (["--trace", "/proc/ssd-nope/t.jsonl"], "trace: cannot create the folder /proc/ssd-nope"),
+}
+
+
+def snapshot(d) -> dict:
+    """Every path below d, with size and mtime for files (a folder's mtime moves with a write probe's come and go)."""
+    return {str(p): None if p.is_dir() else (p.stat().st_size, p.stat().st_mtime_ns) for p in sorted(d.rglob("*"))}
+
+
+@pytest.mark.parametrize("case", list(BAD_BEFORE_RUN))
+def test_bad_input_is_refused_before_the_run_in_one_line(files, bad, capfd, case):
+    argv, needle = BAD_BEFORE_RUN[case]
+    argv, needle = [a.format(b=bad) for a in argv], needle.format(b=bad)
+    argv = models(files) + ["--prompts", str(files / "prompts.jsonl")] + argv  # later flags win
+    if "--trace" not in argv:
+        argv += ["--trace", str(bad / "never.jsonl")]
+    before = snapshot(files)
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capfd.readouterr().err
+    assert e.value.code == 2
+    assert err.count("\n") == 1 and needle in err and "Traceback" not in err, err
+    assert snapshot(files) == before  # nothing created or changed (no trace, output, temp or probe file)
+
+
+def test_output_is_written_through_a_symlink(files, tmp_path):
+    real, link = tmp_path / "real.jsonl", tmp_path / "link.jsonl"
+    real.write_text("old\n")
+    link.symlink_to(real)
+    assert main(models(files) + ["--mode", "ar", "--prompts", str(files / "prompts.jsonl"), "--max-new-tokens", "3",
+                                 "-o", str(link), "--trace", str(tmp_path / "ar.jsonl")]) == 0
+    assert link.is_symlink() and os.readlink(link) == str(real)
+    assert [json.loads(x)["prompt_ids"] for x in real.read_text().splitlines()] == PROMPTS
+    assert sorted(p.name for p in tmp_path.iterdir()) == ["ar.jsonl", "link.jsonl", "real.jsonl"]
+

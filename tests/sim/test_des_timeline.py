@@ -12,9 +12,10 @@ from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import ForwardLatency, LatencyModel
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
+from ssd_sim.sim import des, outcomes
 from ssd_sim.sim.des import simulate
 from ssd_sim.sim.outcomes import ForcedOutcomes
-from ssd_sim.sim.workload import arrivals, fixed_batch, poisson
+from ssd_sim.sim.workload import Workload, arrivals, fixed_batch, poisson
 
 
 def tiny_profile(draft: ForwardLatency | None = None, **overheads) -> Profile:
@@ -173,3 +174,56 @@ def test_draft_devices_split_branch_rows_and_each_runs_the_glue():
     assert [s.device for s in res.timeline if s.name == "glue"] == ["draft0", "draft1"]
     assert res.devices == ["target", "draft0", "draft1"]
     assert res.metrics.devices == 3
+
+
+def test_one_token_outputs_leave_at_their_prefill_and_the_queued_request_is_admitted_at_once():
+    # One slot, three requests at t = 0 of 1, 1 and 2 tokens: prefills 0-10, 10-20, 20-30 ms (each prefill
+    # samples a first token), then one step 30-40 ms for the last token. Used to crash: "Negative delay".
+    res = simulate(tiny_profile(), Plan(), mode="ar", timeline=True,
+                   workload=Workload("arrivals", 3, 1, 0.0, 1, "fixed", 4, (0.0, 0.0, 0.0), (1, 1, 2)))
+    assert [(s.start_ms, s.name) for s in res.timeline] == [(0.0, "prefill"), (10.0, "prefill"), (20.0, "prefill"),
+                                                             (30.0, "step")]
+    m = res.metrics
+    assert m.sim_ms == pytest.approx(40.0) and m.rounds == 1 and m.output_tokens == 4
+    assert (m.ttft_ms_p50, m.ttft_ms_p99) == (pytest.approx(20.0), pytest.approx(29.8))  # TTFTs 10, 20, 30 ms
+
+
+def test_ssd_one_token_request_between_longer_ones_keeps_the_draft_in_step():
+    # SSD, one slot: a 1-token request between two 3-token ones. Each 3-token request decodes two rounds after
+    # its prefill; the 1-token request only prefills.
+    forced = ForcedOutcomes(accepted=[[1]], next_hit=[[True]])
+    plan = Plan(num_speculative_tokens=2, fan_out=(1, 1, 1))
+    wl = Workload("arrivals", 3, 1, 0.0, 1, "fixed", 4, (0.0, 0.0, 0.0), (3, 1, 3))
+    m = simulate(tiny_profile(), plan, workload=wl, outcomes=forced).metrics
+    assert m.sequences == 3 and m.output_tokens == 7 and m.rounds == 2
+
+
+def test_the_timeline_keeps_its_first_max_spans_and_says_where_it_was_cut(monkeypatch):
+    monkeypatch.setattr(des, "MAX_SPANS", 5)
+    res = simulate(tiny_profile(), Plan(), mode="ar", timeline=True,
+                   workload=fixed_batch(1, 20, prompt_tokens=0))
+    assert [s.start_ms for s in res.timeline] == [0.0, 10.0, 20.0, 30.0, 40.0]
+    assert res.timeline_cut_ms == 50.0 and res.metrics.sim_ms == pytest.approx(200.0)
+    meta = res.chrome_trace()["otherData"]
+    assert meta["timeline_cut_ms"] == 50.0 and "first 5 spans" in meta["note"]
+
+
+def test_drawing_in_blocks_changes_nothing_but_memory(monkeypatch):
+    # Forced outcomes do not depend on the random stream, so a run drawn 3 rounds at a time must equal one drawn
+    # whole: same event log, same counts across block boundaries (hits after a hit / a miss), adaptive backup
+    # redraws included (b* = 2: jit while one sequence runs, fast with two or three).
+    forced = ForcedOutcomes(accepted=[[2, 0, 1, 2, 2], [1, 2], [0, 1, 2]],
+                            next_hit=[[True, False, True, True], [False, True], [True, True, False]])
+    plan = Plan(num_speculative_tokens=2, fan_out=(1, 1, 1), backup="adaptive", backup_threshold=2.0, batch_size=3)
+    wl = arrivals([0.0, 15.0, 60.0], max_batch=3, output_tokens=40, prompt_tokens=4)
+
+    def run():
+        return simulate(tiny_profile(fast_backup_ms=0.5), plan, workload=wl, outcomes=forced, timeline=True)
+
+    whole = run()
+    monkeypatch.setattr(outcomes, "BLOCK_ROUNDS", 3)
+    blocks = run()
+    assert blocks.metrics.to_dict() == whole.metrics.to_dict()
+    assert blocks.event_log() == whole.event_log()
+    assert whole.metrics.backup_rounds["jit"] > 0 and whole.metrics.backup_rounds["fast"] > 0
+    assert whole.metrics.rounds > 3 * 3  # many blocks per sequence

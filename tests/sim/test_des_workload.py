@@ -10,7 +10,7 @@ from ssd_sim.model.presets import get_preset
 from ssd_sim.plan.planner import make_plan
 from ssd_sim.plan.predict import predict_ssd
 from ssd_sim.sim.des import simulate
-from ssd_sim.sim.workload import Workload, fixed_batch, poisson, prefill_ms
+from ssd_sim.sim.workload import Workload, fixed_batch, poisson, prefill_ms, read_arrivals
 
 PRESET = "llama70b-1b-h100"
 
@@ -92,3 +92,83 @@ def test_bad_workloads_name_the_field(kwargs, field):
     with pytest.raises(ConfigError) as e:
         Workload(**kwargs)
     assert e.value.field == field
+
+
+# ---- one-token outputs meeting a queue (the "Negative delay" crash) ------------------------------------------
+
+
+def test_one_token_requests_queued_behind_a_full_batch_run_back_to_back_prefills():
+    # max_batch 1, two 1-token requests at t = 0: each ends with its own prefill (the prefill samples the only
+    # token), so the second is admitted at once when the first leaves. The event model used to wait for the
+    # "next arrival" at 0 ms from 18.3 ms: a negative delay.
+    profile = get_preset(PRESET)
+    plan = make_plan(profile, batch_size=1).plan
+    wl = Workload("fixed", num_requests=2, max_batch=1, output_tokens=1, prompt_tokens=128)
+    m = simulate(profile, plan, workload=wl).metrics
+    pre = prefill_ms(profile.latency, 128)
+    assert pre == pytest.approx(18.2815, abs=1e-3)
+    assert m.sequences == 2 and m.output_tokens == 2 and m.rounds == 0
+    assert m.sim_ms == pytest.approx(2 * pre, rel=1e-12)
+    assert (m.ttft_ms_p50, m.ttft_ms_p99) == (pytest.approx(1.5 * pre), pytest.approx(1.99 * pre))
+
+
+def test_poisson_geometric_outputs_with_one_token_requests_run_to_the_end():
+    # The case: 1,000 requests at 20 req/s on 16 slots, geometric lengths of mean 16 (about 1 in 16
+    # is a one-token request: 73 here).
+    profile = get_preset("qwen32b-0.6b-h100")
+    plan = make_plan(profile, batch_size=16).plan
+    wl = poisson(rate=20.0, num_requests=1000, max_batch=16, output_tokens=16, output_dist="geometric")
+    lengths = wl.requests(np.random.default_rng(0)).output_tokens
+    assert int((lengths == 1).sum()) == 73
+    m = simulate(profile, plan, seed=0, workload=wl).metrics
+    assert m.sequences == 1000 and m.output_tokens == int(lengths.sum()) == 16039
+
+
+# ---- bounds ----------------------------------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("kwargs, field, text", [
+    ({"output_tokens": 2**21 + 1}, "output_tokens", "1..2097152 (tokens per sequence), got 2097153"),
+    ({"num_requests": 10**6 + 1}, "num_requests", "1..1000000 (requests), got 1000001"),
+    ({"max_batch": 4097}, "max_batch", "1..4096 (sequences), got 4097"),
+    ({"prompt_tokens": 2**21 + 1}, "prompt_tokens", "0..2097152 (tokens per request)"),
+    ({"kind": "poisson", "rate": 1e-9}, "rate", "1e-06..1e+06 (requests/s), got 1e-09"),
+    ({"kind": "arrivals", "num_requests": 2, "arrival_ms": (0.0, float("inf"))}, "arrival_ms", "sorted finite"),
+])
+def test_workload_sizes_beyond_the_limits_name_the_limit(kwargs, field, text):
+    with pytest.raises(ConfigError) as e:
+        Workload(**kwargs)
+    assert e.value.field == field and text in str(e.value)
+
+
+# ---- arrivals file -----------------------------------------------------------------------------------------------
+
+
+def test_arrivals_file_gives_every_request_its_time_and_length(tmp_path, setup):
+    path = tmp_path / "arrivals.json"
+    path.write_text('{"arrival_ms": [0, 250.5, 250.5, 4000], "output_tokens": [8, 1, 30, 64]}')
+    wl = read_arrivals(str(path), max_batch=2, prompt_tokens=16)
+    assert wl.kind == "arrivals" and wl.num_requests == 4 and wl.max_batch == 2
+    assert wl.arrival_ms == (0.0, 250.5, 250.5, 4000.0) and wl.output_lengths == (8, 1, 30, 64)
+    profile, plan = setup
+    m = simulate(profile, plan.replace(batch_size=2), workload=wl).metrics
+    assert m.sequences == 4 and m.output_tokens == 103
+
+
+@pytest.mark.parametrize("text, message", [
+    ('{"arrival_ms": [0, 5, 3]}', "arrival_ms[2] = 3.0: times must be finite, >= 0 (ms) and sorted"),
+    ('{"arrival_ms": [0, -1]}', "arrival_ms[1] = -1.0"),
+    ('{"arrival_ms": [0, 1e999]}', "arrival_ms[1] = inf"),
+    ('{"arrival_ms": [0, "5"]}', "arrival_ms[1] = '5' is not a number"),
+    ('{"arrival_ms": []}', "arrival_ms must be a list of 1..1000000 numbers"),
+    ('{"times": [0]}', "arrival_ms must be a list"),
+    ('{"arrival_ms": [0, 1], "output_tokens": [5]}', "1 output_tokens for 2 arrival_ms"),
+    ('{"arrival_ms": [0], "output_tokens": [0]}', "output_tokens[0] = 0 must be an integer in 1..2097152"),
+    ('{"arrival_ms": [0], "output_tokens": [2.5]}', "output_tokens[0] = 2.5 must be an integer"),
+])
+def test_bad_arrivals_files_name_the_entry(tmp_path, text, message):
+    path = tmp_path / "arrivals.json"
+    path.write_text(text)
+    with pytest.raises(ConfigError) as e:
+        read_arrivals(str(path), max_batch=2)
+    assert e.value.field == "arrivals" and str(path) in str(e.value) and message in str(e.value)

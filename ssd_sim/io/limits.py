@@ -1,0 +1,14 @@
+"""Bounds on user inputs, from the physics of decoding rather than from what memory happens to hold.
+
+Each limit is stated in the error a value beyond it gets and in the help text of its flag.
+"""
+
+from __future__ import annotations
+
+MAX_K = 64  # draft tokens per round: even at acceptance 0.95 the chance to reach position 64 is 4%
+MAX_BUDGET = 1024  # cached guesses per sequence and round: each is a branch row the draft decodes K steps
+MAX_BATCH = 4096  # sequences decoded together
+MAX_DRAFT_DEVICES = 64  # accelerators running the draft
+MAX_TOKENS = 2**21  # tokens per sequence (2,097,152): beyond every model's context window
+MAX_REQUESTS = 10**6  # requests of one simulated workload
+MAX_TEMPERATURE = 10.0  # sampling temperature (above ~2 text is noise)
