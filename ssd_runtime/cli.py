@@ -28,6 +28,7 @@ from pathlib import Path
 
 from ssd_sim.cli.args import (
     OneLineParser,
+    Terminated,
     add_knob_args,
     bounded_int,
     fail,
@@ -36,6 +37,7 @@ from ssd_sim.cli.args import (
     one_line,
     plan_from_args,
     positive_int,
+    raise_terminated,
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import check_writable, resolve_output, save_text_atomic
@@ -201,11 +203,6 @@ def _run_main(argv: list[str], files: _Files) -> int:
 
 
 # ---- one line for interrupts and dead workers ------------------------------------------------------------
-class Terminated(BaseException):
-    """SIGTERM arrived (raised in the main thread by guarded()'s handler; a BaseException, like Ctrl-C's
-    KeyboardInterrupt, so no `except Exception` on the way swallows it)."""
-
-
 def guarded(prog: str, body: Callable[[], int], note: Callable[[], str] = lambda: "", restore: bool = True) -> int:
     """Run a CLI body so that every way it can be stopped ends in one line on stderr: Ctrl-C -> 130, SIGTERM ->
     143, a worker process that died or failed -> 1, a closed stdout -> quietly 0. Sessions inside have already
@@ -215,7 +212,7 @@ def guarded(prog: str, body: Callable[[], int], note: Callable[[], str] = lambda
     main_thread = threading.current_thread() is threading.main_thread()
     old = {sig: signal.getsignal(sig) for sig in (signal.SIGINT, signal.SIGTERM)} if main_thread else {}
     if main_thread:
-        signal.signal(signal.SIGTERM, _on_sigterm)
+        signal.signal(signal.SIGTERM, raise_terminated)
     stopped = False
     try:
         return body()
@@ -249,10 +246,6 @@ def _exit_now(code: int, in_process: bool) -> int:
                 stream.flush()
         os._exit(code)
     return code
-
-
-def _on_sigterm(signum, frame) -> None:
-    raise Terminated()
 
 
 def _end(prog: str, what: str, code: int, note: Callable[[], str], main_thread: bool) -> int:

@@ -33,10 +33,7 @@ def cli_entry(prog: str):
     def wrap(main):
         @functools.wraps(main)
         def run(*args, **kwargs):
-            def on_term(signum, frame):
-                raise _Terminated()
-
-            old = signal.signal(signal.SIGTERM, on_term) if _main_thread() else None
+            old = signal.signal(signal.SIGTERM, raise_terminated) if _main_thread() else None
             try:
                 return main(*args, **kwargs)
             except BrokenPipeError:
@@ -46,7 +43,7 @@ def cli_entry(prog: str):
             except KeyboardInterrupt:
                 print(f"{prog}: interrupted", file=sys.stderr)
                 raise SystemExit(130) from None
-            except _Terminated:
+            except Terminated:
                 print(f"{prog}: terminated", file=sys.stderr)
                 raise SystemExit(143) from None
             except ConfigError as e:
@@ -60,8 +57,14 @@ def cli_entry(prog: str):
     return wrap
 
 
-class _Terminated(Exception):
-    """SIGTERM arrived (raised in the main thread by cli_entry's handler)."""
+class Terminated(BaseException):
+    """SIGTERM arrived (raised in the main thread by raise_terminated; a BaseException, like Ctrl-C's
+    KeyboardInterrupt, so no `except Exception` on the way swallows it). Shared with ssd-run's handler."""
+
+
+def raise_terminated(signum, frame) -> None:
+    """A SIGTERM handler: turn the signal into Terminated in the main thread."""
+    raise Terminated()
 
 
 def _main_thread() -> bool:
