@@ -3,9 +3,13 @@
 from __future__ import annotations
 
 import argparse
+import functools
 import math
+import os
 import re
+import signal
 import sys
+import threading
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import current_host, host_warning
@@ -26,9 +30,6 @@ class OneLineParser(argparse.ArgumentParser):
 def cli_entry(prog: str):
     """Decorate a CLI main: a closed stdout (`ssd-plan --json | head`) ends quietly, Ctrl-C ends with one line and
     status 130, SIGTERM with one line and 143, a ConfigError that escaped with its one line and status 2."""
-    import functools
-    import os
-    import signal
 
     def wrap(main):
         @functools.wraps(main)
@@ -68,8 +69,6 @@ def raise_terminated(signum, frame) -> None:
 
 
 def _main_thread() -> bool:
-    import threading
-
     return threading.current_thread() is threading.main_thread()
 
 

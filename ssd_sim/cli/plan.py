@@ -26,8 +26,7 @@ from ssd_sim.cli.args import (
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import check_writable, save_json_atomic
-from ssd_sim.io.limits import MAX_BUDGET, MAX_K
-from ssd_sim.io.limits import MAX_TOKENS as SIMULATE_MAX
+from ssd_sim.io.limits import MAX_BUDGET, MAX_K, MAX_TOKENS
 from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES, engine_flags
@@ -67,10 +66,10 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--budget-cap", type=bounded_int(1, MAX_BUDGET, "guesses per sequence and round"), default=128,
                    metavar="N", help=f"largest cache budget per sequence searched (bonus-token guesses, "
                                      f"1..{MAX_BUDGET}; default 128)")
-    s.add_argument("--simulate", nargs="?", const=20000, type=bounded_int(1, SIMULATE_MAX, "tokens per sequence"),
+    s.add_argument("--simulate", nargs="?", const=20000, type=bounded_int(1, MAX_TOKENS, "tokens per sequence"),
                    metavar="TOKENS",
                    help="re-rank the best analytic candidates with the discrete-event simulator over "
-                        f"TOKENS generated tokens per sequence (1..{SIMULATE_MAX}, default 20000) and report "
+                        f"TOKENS generated tokens per sequence (1..{MAX_TOKENS}, default 20000) and report "
                         "simulated tok/s")
     s.add_argument("--seed", type=bounded_int(0, 2**32 - 1, "simulator seed"), default=0,
                    help="simulator seed (with --simulate; 0..2^32-1)")

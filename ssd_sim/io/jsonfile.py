@@ -11,8 +11,11 @@ from __future__ import annotations
 
 import json
 import os
+import re
 from pathlib import Path
 from typing import Any
+
+import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 
@@ -67,25 +70,17 @@ def parse_json(text: str, what: str) -> Any:
         raise ConfigError("json", f"{what} nests too deeply") from e
 
 
+_JSON_STRING = re.compile(r'"(?:[^"\\]|\\.)*"')  # a JSON string literal (its brackets do not nest)
+
+
 def _max_depth(text: str) -> int:
-    """Bracket nesting depth outside strings (a cheap pre-check before json.loads recurses)."""
+    """Bracket nesting depth outside strings (a cheap pre-check before json.loads recurses): strings removed by
+    one regex, then a running sum of +1 per opening and -1 per closing bracket (numpy, no Python loop)."""
     if text.count("[") + text.count("{") <= MAX_JSON_DEPTH:
         return 0
-    depth = best = 0
-    in_str = esc = False
-    for ch in text:
-        if in_str:
-            esc, in_str = (False, in_str) if esc else (ch == "\\", ch != '"')
-        elif ch == '"':
-            in_str = True
-        elif ch in "[{":
-            depth += 1
-            best = max(best, depth)
-            if best > MAX_JSON_DEPTH:
-                return best
-        elif ch in "]}":
-            depth -= 1
-    return best
+    codes = np.frombuffer(_JSON_STRING.sub("", text).encode("utf-8", "replace"), dtype=np.uint8)
+    step = np.isin(codes, (ord("["), ord("{"))).astype(np.int64) - np.isin(codes, (ord("]"), ord("}")))
+    return int(np.cumsum(step).max(initial=0))
 
 
 def read_json_object(path: str | Path, field: str, missing_hint: str) -> dict[str, Any]:

@@ -257,12 +257,10 @@ def crossover(profile: Profile, temperature: float, knobs: Knobs | None = None, 
     memo = {} if memo is None else memo
 
     def best(b: int) -> tuple[float, float]:
+        """(best jit, best fast) tok/s per sequence at batch b: one search scores both backups."""
         timed = min(budget_cap, timed_budget_cap(profile, b))
-        out = []
-        for backup in ("jit", "fast"):
-            scored, _ = _search(profile, b, temperature, knobs, k_range, (backup,), draft_devices, timed, True, memo)
-            out.append(max((v for v, _ in scored), default=0.0))
-        return out[0], out[1]
+        scored, _ = _search(profile, b, temperature, knobs, k_range, ("jit", "fast"), draft_devices, timed, True, memo)
+        return tuple(max((v for v, cfg in scored if cfg["backup"] == bk), default=0.0) for bk in ("jit", "fast"))
 
     grid = sorted({*range(1, min(16, b_max) + 1), *(g for g in (24, 32, 48, 64, 96, 128, 192, 256) if g <= b_max),
                    b_max})
@@ -380,10 +378,8 @@ def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tu
     and the closed form of Theorem 17 (closed_form_b_star). `crossover` re-optimises the plan per batch size.
     """
     b_max = b_max or max(2 * profile.max_batch_size, 64)
-    acc = plan_point(profile, plan)
+    acc, h_p, e_hit = _primary_stats(profile, plan)
     K, B = plan.K, plan.budget
-    h_p = float(acc.pmf(K) @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
-    e_hit = acc.expected_tokens(K)
     per_backup = {}
     for backup in ("jit", "fast"):
         pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
@@ -396,15 +392,21 @@ def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tu
         if tok["fast"] > tok["jit"]:
             b_star = float(b)
             break
-    return b_star, closed_form_b_star(profile, plan)
+    return b_star, closed_form_b_star(profile, plan, (acc, h_p, e_hit))
 
 
-def closed_form_b_star(profile: Profile, plan: Plan) -> float:
-    """Theorem 17 (analytic.critical_batch_size) for the plan with latencies frozen at b = 1."""
+def _primary_stats(profile: Profile, plan: Plan):
+    """(acceptance point, hit probability after a cache round, tokens per cache round) of the plan."""
     acc = plan_point(profile, plan)
+    h_p = float(acc.pmf(plan.K) @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
+    return acc, h_p, acc.expected_tokens(plan.K)
+
+
+def closed_form_b_star(profile: Profile, plan: Plan, stats=None) -> float:
+    """Theorem 17 (analytic.critical_batch_size) for the plan with latencies frozen at b = 1
+    (stats: _primary_stats of the plan, when the caller has them)."""
+    _, h_p, e_hit = stats or _primary_stats(profile, plan)
     K, B = plan.K, plan.budget
-    h_p = float(acc.pmf(K) @ acc.primary_hit.hit(np.asarray(plan.fan_out)))
-    e_hit = acc.expected_tokens(K)
     lat = profile.latency
     t_v = float(lat.verify_ms(1, K))
     return float(critical_batch_size(
