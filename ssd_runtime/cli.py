@@ -41,7 +41,7 @@ from ssd_sim.cli.args import (
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import check_writable, resolve_output, save_text_atomic
-from ssd_sim.io.limits import MAX_TOKENS
+from ssd_sim.io.limits import MAX_BATCH, MAX_TOKENS
 from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
@@ -81,6 +81,12 @@ def build_parser() -> OneLineParser:
                    help="if the draft does not answer within this time, finish autoregressively; at start-up, how "
                         "long the loaded target waits for the draft (default 120, at most "
                         f"{MAX_DRAFT_TIMEOUT_S:g}; 0 = wait forever)")
+    r.add_argument("--max-batch", type=bounded_int(1, MAX_BATCH, "rows"), metavar="N",
+                   help="continuous batching: at most N sequences decode together; a finished row is refilled from "
+                        "the queue at once (default: the plan's batch size; sets it)")
+    r.add_argument("--rate", type=_request_rate, metavar="REQ_PER_S",
+                   help="Poisson arrivals at this mean rate (requests/s, seeded by --seed): TTFT and TPOT per "
+                        "request in the summary, comparable with `ssd-sim --workload poisson` (default: all at once)")
     r.add_argument("--no-pin", action="store_true", help="do not pin the CPU processes to one core each")
     r.add_argument("--no-progress", action="store_true", help="no progress bar")
     r.add_argument("--log-topn", type=_topn, default=DEFAULT_LOG_TOPN, metavar="N",
@@ -155,6 +161,20 @@ MAX_TOPN = 256
 MAX_SEED = 2**63 - 2  # the draft seeds its sampler with seed + 1; torch takes seeds below 2**64
 MAX_DRAFT_TIMEOUT_S = 7 * 86400.0  # a week; 0 means no timeout at all
 DEFAULT_LOG_TOPN = 20  # covers fan-outs up to 19 per position; ~0.56 KB per generated token
+
+
+MAX_RATE = 1e6  # requests/s
+
+
+def _request_rate(text: str) -> float:
+    """--rate: requests/s, > 0 and at most MAX_RATE."""
+    import argparse
+
+    v = nonneg_float(text)
+    if not 0 < v <= MAX_RATE:
+        raise argparse.ArgumentTypeError(f"{v:g} is not a rate in (0, {MAX_RATE:g}] requests/s; leave --rate out to "
+                                         "submit every request at the start")
+    return v
 
 
 def _timeout(text: str) -> float:
@@ -298,6 +318,8 @@ def _prepare(args, files: _Files | None = None):
 
     base = load_plan(args.plan).plan if args.plan else None
     plan = plan_from_args(args, base)
+    if args.max_batch is not None:
+        plan = plan.replace(batch_size=args.max_batch)
     mode = args.mode or (base.mode if base else "ssd")
     plan = plan.replace(mode=mode)
     if plan.draft_devices != 1:
@@ -411,7 +433,7 @@ def _execute(args, plan, job_kw, specs, files: _Files) -> int:
     job = Job(plan, plan.mode, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
               forced_acceptance=args.forced_acceptance, draft_timeout_s=timeout,
               ignore_eos=args.ignore_eos, trace_path=args.trace, header={"prompt_source": job_kw["source"]},
-              log_topn=args.log_topn)
+              log_topn=args.log_topn, arrivals_ms=poisson_arrivals(len(job_kw["prompts"]), args.rate, args.seed))
     total = len(job.prompts) * args.max_new_tokens
     try:
         with Session(specs["target"], specs["draft"], pin=not args.no_pin, draft_timeout_s=timeout) as session, \
@@ -429,6 +451,20 @@ def _execute(args, plan, job_kw, specs, files: _Files) -> int:
         print(f"{PROG}: error: {one_line('; '.join(problems))}", file=sys.stderr)
         return 1
     return 0
+
+
+def poisson_arrivals(n: int, rate: float | None, seed: int) -> list[float] | None:
+    """Arrival times (ms after the start) of n requests at `rate` requests/s (Poisson: exponential gaps; the
+    first request arrives at 0); None without a rate (every request is there at the start)."""
+    if rate is None:
+        return None
+    import random
+
+    gen, t, out = random.Random(seed), 0.0, []
+    for i in range(n):
+        t += gen.expovariate(rate) * 1e3 if i else 0.0
+        out.append(t)
+    return out
 
 
 def outputs_text(job_kw: dict, outputs: list[list[int]]) -> str:
@@ -502,7 +538,11 @@ def print_summary(s: dict, mode: str, trace_path: str | None) -> None:
             ("tok/s", f"{s['tok_s']:.2f}"), ("rounds", f"{s['rounds']}"),
             ("mean acceptance length", f"{s['mean_accept_len']:.2f}"),
             ("acceptance rate", f"{s['acceptance_rate']:.3f}"),
-            ("hit rate", "-" if hit is None else f"{hit:.3f}"), ("prefill (ms)", f"{s['prefill_ms']:.0f}")]
+            ("hit rate", "-" if hit is None else f"{hit:.3f}"), ("prefill (ms)", f"{s['prefill_ms']:.0f}"),
+            ("tok/s end to end (prefill, waits)", f"{s['e2e_tok_s']:.2f}")]
+    if s.get("ttft_ms_p50") is not None:
+        rows += [("TTFT p50 / p90 / p99 (ms)", " / ".join(f"{s[f'ttft_ms_{q}']:.0f}" for q in ("p50", "p90", "p99"))),
+                 ("TPOT p50 / p90 / p99 (ms)", " / ".join(f"{s[f'tpot_ms_{q}']:.1f}" for q in ("p50", "p90", "p99")))]
     rows += [(f"{ph} (ms/round)", f"{v:.1f}") for ph, v in s["phase_ms"].items() if v]
     for k, v in rows:
         t.add_row(k, v)

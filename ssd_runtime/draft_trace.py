@@ -1,6 +1,6 @@
 """The trace's bookkeeping on the draft side, kept out of the Drafter's algorithm.
 
-DraftRecorder drives a Drafter through the same calls (start_batch, reply, speculate) and adds to every
+DraftRecorder drives a Drafter through the same calls (start_batch, add, reply, speculate) and adds to every
 reply what the target writes into the trace:
   ranks         {seq: rank of the bonus token t* among the draft's candidates at the stopping position k of
                 the previous round} (sampling.rank_of on the glue logits; None on a sequence's first round),
@@ -13,8 +13,6 @@ reply what the target writes into the trace:
 """
 
 from __future__ import annotations
-
-import torch
 
 from .device import model_device, now_ms
 from .draft import Drafter
@@ -35,17 +33,27 @@ class DraftRecorder:
         self.device = model_device(drafter.model)
         self.spec_timings = _no_speculation()  # of the last speculate(), sent with the next reply
         self.tops: dict[int, list] = {}  # seq -> the draft's top-N per stopping position (log_topn)
+        self.early_ranks: dict[int, int | None] = {}  # of sequences add() freed before the SPEC that reports them
+        self.early_dists: dict[int, list] = {}
 
     def start_batch(self, seqs: list[tuple[int, list[int]]]) -> None:
         self.drafter.start_batch(seqs)
         self.spec_timings = _no_speculation()
+
+    def add(self, seqs: list[tuple[int, list[int]]], done: list = ()) -> None:
+        """Drafter.add; the bonus ranks and dists of the sequences it frees are kept for the next reply."""
+        self.early_ranks.update({sid: self.bonus_rank(sid, k, t) for sid, k, t in done})
+        self.early_dists.update(self.draft_dists({"keys": [], "done": list(done)}))
+        self.drafter.add(seqs, done)
 
     def reply(self, spec: dict) -> dict:
         """Drafter.reply(spec) plus ranks, timings and prev_timings (see the module docstring)."""
         d = self.drafter
         t0 = now_ms(self.device)
         ranks = {sid: self.bonus_rank(sid, k, t) for sid, k, t in [*spec.get("done", []), *spec["keys"]]}
-        dists = self.draft_dists(spec)
+        ranks.update(self.early_ranks)
+        dists = {**self.draft_dists(spec), **self.early_dists}
+        self.early_ranks, self.early_dists = {}, {}
         found = d.lookup(spec)  # ranks first: the lookup forgets the glue logits
         t1 = now_ms(self.device)
         reply = d.propose(found)
@@ -75,18 +83,18 @@ class DraftRecorder:
         self.tops = {}
         for sid in d.order:
             st = d.seqs[sid]
-            rows = list(st.glue) if st.glue is not None else [st.known[j] for j in range(d.K) if j in st.known]
-            if rows:
-                self.tops[sid] = top_logprobs(torch.stack(rows), self.log_topn)
+            rows = st.glue if st.glue is not None else st.known
+            if rows is not None:
+                self.tops[sid] = top_logprobs(rows, self.log_topn)
 
     def _add_stop_dists(self, spec: dict, dists: dict[int, list]) -> None:
         """SD: the draft's distribution at position K of rounds that accepted all K (see Drafter.stop_logits).
 
         Computed on the critical path (one log-softmax and top-N per such row, ~1 ms on a CPU at V = 152k)."""
         d = self.drafter
-        for row, (sid, k, _) in enumerate(spec["keys"]):
-            if k == d.K and row in d.stop_logits and len(dists.get(sid, [])) == k:
-                dists[sid].append(top_logprobs(d.stop_logits[row][None], self.log_topn)[0])
+        for sid, k, _ in spec["keys"]:
+            if k == d.K and sid in d.stop_logits and len(dists.get(sid, [])) == k:
+                dists[sid].append(top_logprobs(d.stop_logits[sid][None], self.log_topn)[0])
         d.stop_logits = {}
 
     def speculate(self) -> None:
@@ -103,8 +111,8 @@ class DraftRecorder:
 
     def bonus_rank(self, sid: int, k: int, bonus: int) -> int | None:
         """Rank of t* among the candidates at k of the last glue (0 = best guess); None without a glue."""
-        st = self.drafter.seqs[sid]
-        if k < 0 or st.glue is None:
+        st = self.drafter.seqs.get(sid)
+        if k < 0 or st is None or st.glue is None:
             return None
         exclude = st.proposal[k] if k < self.drafter.K else None
         return rank_of(st.glue[k], int(bonus), exclude)

@@ -5,12 +5,12 @@ than branching inside the algorithm, a TestHooks object travels with the job (Jo
 job message) and, when present, is attached to the Target and the Drafter by wrapping their methods:
   greedy_fast        Target.accept: rows proposed by the fast backup are verified by greedy matching (the
                      reference engine's fast path at T > 0; NOT exact), the other rows by the ratio test;
-  report_unscaled_q  Drafter.decode: report q = softmax(logits / T) instead of the Saguaro-rescaled q the
+  report_unscaled_q  Drafter.sample: report q = softmax(logits / T) instead of the Saguaro-rescaled q the
                      tokens were sampled from (the ratio test is then biased);
   draft_fault        the draft process fails: "kill" (SIGKILL, like an OOM kill), "hang" (stop answering) or
                      "raise" (an unexpected exception), where fault_phase says:
                        "spec"   Drafter.lookup, at the draft's SPEC number fault_round (0-based, from the job's start);
-                       "batch"  Drafter.start_batch, at its prefill number fault_round (the batch's prompts);
+                       "batch"  Drafter.add, at its prefill number fault_round (the requests joining then);
                        "load"   right after the draft process loaded its model, before it meets the target
                                 (these hooks travel with the Session, `Session(..., hooks=...)`, not with a job).
 The exactness tests show the chi-square test catches the first two; the fault tests show the target finishes
@@ -48,13 +48,13 @@ class TestHooks:
             target.accept = _greedy_fast_rows(target, target.accept)
 
     def attach_drafter(self, drafter) -> None:
-        """Wrap drafter.decode / drafter.lookup (a Drafter) with the draft-side hooks."""
+        """Wrap drafter.sample / lookup / add (a Drafter) with the draft-side hooks."""
         if self.report_unscaled_q:
-            drafter.decode = _unscaled_q(drafter, drafter.decode)
+            drafter.sample = _unscaled_q(drafter, drafter.sample)
         if self.draft_fault is not None and self.fault_phase == "spec":
             drafter.lookup = _fault_at(self.fault_round, self.draft_fault, drafter.lookup)
         if self.draft_fault is not None and self.fault_phase == "batch":
-            drafter.start_batch = _fault_at(self.fault_round, self.draft_fault, drafter.start_batch)
+            drafter.add = _fault_at(self.fault_round, self.draft_fault, drafter.add)
 
     def at_load(self, role: str) -> None:
         """Called by a worker process once its model is loaded: the "load" phase of draft_fault strikes here."""
@@ -81,13 +81,11 @@ def _greedy_fast_rows(target, accept):
     return greedy_fast
 
 
-def _unscaled_q(drafter, decode):
-    """decode(...), reporting softmax(logits / T) as q instead of the Saguaro q actually sampled from."""
-    def unscaled(kv, first: list[list[int]], fan: tuple[int, ...], keep_logits: bool = False):
-        tokens, q, logits = decode(kv, first, fan, keep_logits=True)
-        if q is not None:
-            q = probs_from_logits(logits, drafter.T).cpu()
-        return tokens, q, logits if keep_logits else None
+def _unscaled_q(drafter, sample):
+    """sample(...), reporting softmax(logits / T) as q instead of the Saguaro q actually sampled from."""
+    def unscaled(logits: torch.Tensor, F: int, C: float):
+        tokens, q = sample(logits, F, C)
+        return tokens, None if q is None else probs_from_logits(logits, drafter.T)
 
     return unscaled
 
@@ -96,10 +94,10 @@ def _fault_at(at: int, kind: str, method):
     """method(arg), except that the call number `at` (0-based) first triggers the fault."""
     count = itertools.count()
 
-    def faulty(arg):
+    def faulty(*args):
         if next(count) == at:
             _fail(kind)
-        return method(arg)
+        return method(*args)
 
     return faulty
 

@@ -1,14 +1,22 @@
-"""BatchKV: a KV cache for a batch of sequences at different lengths, with per-row rollback.
+"""StaticKV: a preallocated KV cache for a batch of sequences at different lengths (gpt-fast style, per row).
 
-Rows live in one transformers DynamicCache ([rows, heads, slots, head_dim] per layer). A slot may be a
-*hole* (left padding, or a rejected draft token of one row while other rows kept theirs); `valid`
-marks the slots a row may attend to, and `toks[r]` lists the row's logical tokens in slot order.
-Every forward passes explicit position ids (a token's position = how many valid slots its row has
-before it) and a 4D float mask (0 = visible, finfo.min = hidden), so holes cost a little memory and
-attention work but never change results. Rolling back keeps a row's first n logical tokens and crops
-slots no row uses any more; `compact()` squeezes holes out when they pile up.
+Every layer's keys and values live in one buffer [rows, kv_heads, capacity, head_dim] allocated once (grown by
+doubling in the rare case a row outgrows it). Row r's token at position i sits in slot 1 + i; slot 0 is a
+scratch slot that padding writes to and nothing real reads. A row's state is one number, its length: rolling
+back is `lengths[r] = n` (no copy, no prefix compare) and slots past the length are garbage that the next
+write overwrites.
 
-Both the target (verify) and the draft (prefill, backup, glue, branch decode) use this one class.
+A forward writes the new tokens' K/V straight into their slots (one scatter per layer) and attends over the
+buffer's first W slots (W = 1 + the longest row after the call) through an explicit boolean visibility, turned
+into the 4D additive mask the model takes. Two kinds of forward:
+  append   each row's new tokens at its next positions (rows may add different counts or none: left padding);
+  tree     branch steps of the draft: many branches per row share the row's committed prefix and each sees
+           only its own earlier tokens (the reference engine's tree decode), written past the row's length.
+Active rows are always rows 0..n-1: `remove_row` moves the last row into the freed one (one row copy per
+finished sequence, not per round), `add_rows` appends rows that the next append forward prefills.
+
+Per-round work is independent of context except attention itself: no KV copies, no token-list compares.
+Memory: rows x capacity x (2 x layers x kv_heads x head_dim x dtype bytes), fixed after the first forward.
 """
 
 from __future__ import annotations
@@ -17,137 +25,169 @@ import inspect
 from collections.abc import Sequence
 
 import torch
-from transformers import DynamicCache
+
+SCRATCH = 1  # slots before position 0 (slot 0: padding writes land here)
 
 
-class BatchKV:
-    """KV cache + per-row validity for `rows` sequences of one model. Units: slots = token positions."""
+class StaticKV:
+    """Preallocated K/V for up to `rows` sequences of one model. Units: slots = token positions (+1)."""
 
-    def __init__(self, model: torch.nn.Module, rows: int, compact_slack: int = 32):
+    def __init__(self, model: torch.nn.Module, rows: int, capacity: int = 256):
         self.model = model
-        self.device = next(model.parameters()).device if any(True for _ in model.parameters()) else \
-            torch.device("cpu")
+        self.device = next(iter(model.parameters())).device
         self.dtype = _float_dtype(model)
-        self.cache = DynamicCache()
-        self.valid = torch.zeros(rows, 0, dtype=torch.bool, device=self.device)
-        self.toks: list[list[int]] = [[] for _ in range(rows)]
-        self.compact_slack = compact_slack  # compact() when this many slot columns are unused by every row
+        self.max_rows = int(rows)
+        self.capacity = max(int(capacity), 8)  # slots per row, scratch included
+        self.keys: list[torch.Tensor] = []  # per layer [max_rows, kv_heads, capacity, head_dim]; allocated lazily
+        self.values: list[torch.Tensor] = []
+        self.lengths: list[int] = []  # cached tokens of each active row (= position id of its next token)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
 
     @property
-    def rows(self) -> int:
-        return len(self.toks)
+    def n(self) -> int:
+        """Active rows (rows 0..n-1)."""
+        return len(self.lengths)
 
-    @property
-    def slots(self) -> int:
-        return int(self.valid.shape[1])
+    # ---- rows ----------------------------------------------------------------------------------
+    def add_rows(self, count: int) -> range:
+        """Append `count` empty rows; returns their indices (prefill them with an append forward)."""
+        if self.n + count > self.max_rows:
+            raise ValueError(f"{self.n + count} rows do not fit a cache of {self.max_rows}")
+        start = self.n
+        self.lengths += [0] * count
+        return range(start, self.n)
 
-    def lengths(self) -> list[int]:
-        """Logical tokens cached per row (= position id of the row's next token)."""
-        return [len(t) for t in self.toks]
+    def remove_row(self, r: int) -> int:
+        """Free row r by moving the last row into it; returns the moved row's old index (r if it was last)."""
+        last = self.n - 1
+        if r != last:
+            used = SCRATCH + self.lengths[last]
+            for buf in (*self.keys, *self.values):
+                buf[r, :, :used] = buf[last, :, :used]
+            self.lengths[r] = self.lengths[last]
+        self.lengths.pop()
+        return last
 
-    # ---- forward -------------------------------------------------------------------------------
-    @torch.no_grad()
-    def forward(self, inputs: Sequence[Sequence[int]], keep: int = 1) -> torch.Tensor:
-        """Append each row's tokens (rows may differ in length; shorter rows are left-padded with holes).
+    def truncate(self, keep: Sequence[int]) -> None:
+        """Keep each row's first keep[r] tokens (keep[r] <= its length)."""
+        self.lengths = [min(k, n) for k, n in zip(keep, self.lengths, strict=True)]
 
-        Returns float32 logits [rows, keep, vocab] for the last `keep` input positions of every row
-        (right-aligned: position -1 is each row's last token; positions before a short row's first
-        token are padding and meaningless).
+    def resume(self, wanted: Sequence[Sequence[int]]) -> list[list[int]]:
+        """Roll each row back to its part of `wanted` that is cached and return the rest (never empty).
+
+        Invariant kept by both sides of the runtime: a row's cache holds a prefix of the committed tokens
+        followed by a prefix of the last proposal, and `wanted` = committed (+ the new proposal) extends the
+        cached prefix. So the cached part is min(length, len(wanted) - 1) tokens: index arithmetic, no compare.
         """
-        b, P = self.rows, max((len(x) for x in inputs), default=0)
-        assert len(inputs) == b, f"{len(inputs)} input rows for a cache of {b} rows"
+        keep = [min(n, len(w) - 1) for n, w in zip(self.lengths, wanted, strict=True)]
+        self.lengths = keep
+        return [list(w[k:]) for w, k in zip(wanted, keep, strict=True)]
+
+    # ---- forwards ------------------------------------------------------------------------------
+    @torch.no_grad()
+    def append(self, inputs: Sequence[Sequence[int]], keep: int = 1, rows: range | None = None) -> torch.Tensor:
+        """Append each row's tokens at its next positions; rows listed with no tokens are left alone.
+
+        `inputs` covers `rows` (default: every active row; a contiguous range is a view, no copy). Returns
+        float32 logits [rows, keep, vocab] of each row's last `keep` input positions (right-aligned; positions
+        before a short row's first token are padding and meaningless).
+        """
+        rows = rows if rows is not None else range(self.n)
+        assert len(inputs) == len(rows), f"{len(inputs)} input rows for {len(rows)} cache rows"
+        P = max((len(x) for x in inputs), default=0)
         if P == 0:
             raise ValueError("forward needs at least one token in some row")
         dev = self.device
-        lens = torch.tensor([len(x) for x in inputs], device=dev)
-        real = torch.arange(P, device=dev)[None, :] >= (P - lens)[:, None]  # [b, P] left padding
-        ids = torch.zeros(b, P, dtype=torch.long, device=dev)
-        for r, x in enumerate(inputs):
-            if len(x):
-                ids[r, P - len(x):] = torch.tensor(list(x), dtype=torch.long, device=dev)
-        start = torch.tensor(self.lengths(), device=dev)
-        pos = (start[:, None] + torch.arange(P, device=dev)[None, :] - (P - lens)[:, None]).clamp(min=0)
-        mask = self._mask(real, P)
-        out = self.model(input_ids=ids, attention_mask=mask, position_ids=pos, use_cache=True,
-                         logits_to_keep=keep, **{self._cache_kw: self.cache})
-        self.valid = torch.cat([self.valid, real], dim=1)
-        for r, x in enumerate(inputs):
-            self.toks[r].extend(int(t) for t in x)
+        counts = torch.tensor([len(x) for x in inputs], device=dev)
+        real = torch.arange(P, device=dev)[None, :] >= (P - counts)[:, None]  # left padding
+        ids = torch.zeros(len(rows), P, dtype=torch.long, device=dev)
+        ids[real] = torch.tensor([t for x in inputs for t in x], dtype=torch.long, device=dev)
+        start = torch.tensor(self.lengths[rows.start:rows.stop], device=dev)
+        pos = start[:, None] + torch.arange(P, device=dev)[None, :] - (P - counts)[:, None]
+        slots = torch.where(real, SCRATCH + pos, 0)
+        width = SCRATCH + int((start + counts).max())
+        col = torch.arange(width, device=dev)
+        vis = real[:, :, None] & (col >= SCRATCH) & (col <= slots[:, :, None])  # causal over the row's slots
+        out = self._run(rows, ids, pos.clamp(min=0), slots, vis, keep)
+        for r, x in zip(rows, inputs, strict=True):
+            self.lengths[r] += len(x)
+        return out
+
+    @torch.no_grad()
+    def tree_step(self, tokens: torch.Tensor, real: torch.Tensor, prefix: torch.Tensor, step: int) -> torch.Tensor:
+        """One branch-decode step over all active rows: row r holds up to P branches, column j one of them.
+
+        tokens [n, P] (step `step` = 0..K-1 of every branch), real [n, P] (False: padding), prefix [n, P] = the
+        cached tokens branch j of row r sees (its row's committed prefix + the proposal up to its stopping
+        position). Branch tokens go to slots past the row's length (column-major per step) and are forgotten
+        when the row is truncated back; its position is prefix + step. Returns logits [n, P, vocab] (float32).
+        """
+        n, P = tokens.shape
+        dev = self.device
+        rows = range(n)
+        base = SCRATCH + torch.tensor(self.lengths, device=dev)  # first branch slot of each row
+        slots = base[:, None] + step * P + torch.arange(P, device=dev)[None, :]
+        width = SCRATCH + max(self.lengths) + (step + 1) * P
+        col = torch.arange(width, device=dev)
+        rel = col[None, None, :] - base[:, None, None]  # [n, 1, W]: >= 0 in the branch area
+        own = (rel >= 0) & (rel % P == torch.arange(P, device=dev)[None, :, None]) & (rel < (step + 1) * P)
+        seen = (col >= SCRATCH) & (col < SCRATCH + prefix[:, :, None])
+        vis = (seen | own) & real[:, :, None]
+        vis |= ~real[:, :, None] & (col == slots[:, :, None])  # padding columns see only themselves
+        return self._run(rows, tokens, prefix + step, slots, vis, P)
+
+    def _run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, vis: torch.Tensor,
+             keep: int) -> torch.Tensor:
+        """Model forward writing K/V at `slots` [R, P] and attending where `vis` [R, P, W] is True."""
+        width = vis.shape[-1]
+        self._reserve(width)
+        mask = torch.zeros(vis.shape[0], 1, *vis.shape[1:], dtype=self.dtype, device=self.device)
+        mask.masked_fill_(~vis[:, None], torch.finfo(self.dtype).min)
+        cache = _SlotWriter(self, rows, slots, width)
+        out = self.model(input_ids=ids, attention_mask={"full_attention": mask, "sliding_attention": mask},
+                         position_ids=pos, use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
         return out.logits[:, -keep:].float()
 
-    def _mask(self, real: torch.Tensor, P: int) -> torch.Tensor:
-        """4D additive mask [b, 1, P, slots + P]: cached valid slots + causal over this call's real tokens."""
-        b, L = self.rows, self.slots
-        causal = torch.tril(torch.ones(P, P, dtype=torch.bool, device=self.device))
-        new = causal[None] & real[:, None, :]
-        new |= torch.eye(P, dtype=torch.bool, device=self.device)[None]  # padding queries see themselves
-        vis = torch.cat([self.valid[:, None, :].expand(b, P, L), new], dim=2)
-        mask = torch.zeros(b, 1, P, L + P, dtype=self.dtype, device=self.device)
-        return mask.masked_fill_(~vis[:, None], torch.finfo(self.dtype).min)
-
-    # ---- rollback ------------------------------------------------------------------------------
-    def truncate(self, keep: Sequence[int]) -> None:
-        """Keep each row's first keep[r] logical tokens; later slots become holes, unused columns are cropped."""
-        n = torch.tensor(list(keep), device=self.device)
-        self.valid &= self.valid.cumsum(dim=1) <= n[:, None]
-        self.toks = [t[:k] for t, k in zip(self.toks, keep, strict=True)]
-        used = self.valid.any(dim=0).nonzero()
-        self._crop(int(used.max()) + 1 if used.numel() else 0)
-        if self.slots - max(self.lengths(), default=0) >= self.compact_slack:
-            self.compact()
-
-    def rollback_to(self, wanted: Sequence[Sequence[int]]) -> list[list[int]]:
-        """Keep, per row, the longest cached prefix of `wanted` (at most all but its last token).
-
-        Returns the tokens each row still has to forward (never empty), so the next forward ends with the
-        row's last wanted token and yields the logits after it.
-        """
-        keep = []
-        for cached, want in zip(self.toks, wanted, strict=True):
-            n, m = 0, min(len(cached), len(want) - 1)
-            while n < m and cached[n] == want[n]:
-                n += 1
-            keep.append(n)
-        self.truncate(keep)
-        return [list(w[n:]) for w, n in zip(wanted, keep, strict=True)]
-
-    def _crop(self, slots: int) -> None:
-        if slots >= self.slots:
+    def _reserve(self, width: int) -> None:
+        """Grow every buffer (doubling) so `width` slots fit; allocation happens once in a normal run."""
+        if width <= self.capacity:
             return
-        for layer in self._layers():
-            layer.keys, layer.values = layer.keys[..., :slots, :], layer.values[..., :slots, :]
-        self.valid = self.valid[:, :slots]
+        new = max(width, 2 * self.capacity)
+        for bufs in (self.keys, self.values):
+            for i, b in enumerate(bufs):
+                grown = b.new_zeros(b.shape[0], b.shape[1], new, b.shape[3])
+                grown[:, :, :self.capacity] = b
+                bufs[i] = grown
+        self.capacity = new
 
-    def compact(self) -> None:
-        """Move each row's valid slots to the right end (left padding), dropping columns nobody uses."""
-        width = max(self.lengths(), default=0)
-        if width == self.slots:
-            return
-        order = torch.sort(self.valid.to(torch.int8), dim=1, stable=True).indices[:, self.slots - width:]
-        for layer in self._layers():
-            idx = order[:, None, :, None].expand(-1, layer.keys.shape[1], -1, layer.keys.shape[3])
-            layer.keys, layer.values = layer.keys.gather(2, idx), layer.values.gather(2, idx)
-        self.valid = self.valid.gather(1, order)
+    def nbytes(self) -> int:
+        """Bytes held by the K/V buffers."""
+        return sum(b.numel() * b.element_size() for b in (*self.keys, *self.values))
 
-    # ---- rows ----------------------------------------------------------------------------------
-    def select(self, rows: Sequence[int]) -> BatchKV:
-        """A new BatchKV holding copies of the given rows (repeats allowed: branch rows share a prefix)."""
-        idx = torch.tensor(list(rows), dtype=torch.long, device=self.device)
-        new = BatchKV.__new__(BatchKV)
-        new.model, new.device, new.dtype = self.model, self.device, self.dtype
-        new.compact_slack, new._cache_kw = self.compact_slack, self._cache_kw
-        layers = self._layers()
-        new.cache = DynamicCache(ddp_cache_data=[(lay.keys[idx], lay.values[idx]) for lay in layers]) \
-            if layers else DynamicCache()
-        new.valid = self.valid[idx]
-        new.toks = [list(self.toks[i]) for i in rows]
-        return new
 
-    def _layers(self) -> list:
-        """The cache's initialised layers (each with .keys / .values [rows, heads, slots, head_dim])."""
-        return [lay for lay in getattr(self.cache, "layers", []) if getattr(lay, "is_initialized", False)
-                and lay.keys is not None and lay.keys.numel() > 0]
+class _SlotWriter:
+    """The cache object handed to the model for one forward: `update` scatters K/V into the static buffers."""
+
+    def __init__(self, kv: StaticKV, rows: range, slots: torch.Tensor, width: int):
+        self.kv, self.rows, self.slots, self.width = kv, rows, slots, width
+
+    def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
+        kv, (R, H, P, D) = self.kv, key.shape
+        if layer_idx == len(kv.keys):  # first forward: allocate this layer
+            kv.keys.append(key.new_zeros(kv.max_rows, H, kv.capacity, D))
+            kv.values.append(value.new_zeros(kv.max_rows, H, kv.capacity, D))
+        idx = self.slots[:, None, :, None].expand(R, H, P, D)
+        k = kv.keys[layer_idx][self.rows.start:self.rows.stop]
+        v = kv.values[layer_idx][self.rows.start:self.rows.stop]
+        k.scatter_(2, idx, key.to(k.dtype))
+        v.scatter_(2, idx, value.to(v.dtype))
+        return k[:, :, :self.width], v[:, :, :self.width]
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        return self.width
+
+    def __len__(self) -> int:
+        return len(self.kv.keys)
 
 
 def _float_dtype(model: torch.nn.Module) -> torch.dtype:

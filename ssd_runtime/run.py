@@ -66,7 +66,8 @@ class Job:
     target: ModelSpec | None = None  # None = the session's model
     draft: ModelSpec | None = None
     hooks: TestHooks | None = None  # tests only: attached to the target and the draft when set
-    compact_slack: int = 32
+    max_batch: int | None = None  # rows decoded together (None: plan.batch_size); finished rows are refilled
+    arrivals_ms: list[float] | None = None  # request i arrives arrivals_ms[i] ms after the start (None: all at 0)
     log_topn: int = 0  # SD / SSD: per verified position, the top-N distributions of target and draft (0: off)
 
 
@@ -421,8 +422,7 @@ class _TargetWorker:
                                       "(no draft model, or it failed earlier); use --mode ar or restart")
         link = ProcessLink(self.chan, job.draft_timeout_s)
         msg = {"op": "job", "plan": job.plan.to_dict(), "mode": job.mode, "seed": job.seed,
-               "model": job.draft, "hooks": job.hooks, "compact_slack": job.compact_slack,
-               "log_topn": job.log_topn}
+               "model": job.draft, "hooks": job.hooks, "log_topn": job.log_topn}
         try:
             answer = link.job(msg)
         except DraftFault as e:
@@ -454,15 +454,14 @@ class _TargetWorker:
 
         cfg = TargetConfig(job.plan, job.mode, job.max_new_tokens, job.seed,
                            () if job.ignore_eos else tuple(lm.eos_token_ids), job.forced_acceptance,
-                           job.log_topn if job.mode != "ar" else 0)
-        target = Target(lm.model, cfg, link, on_round, lambda n: _send(self.conn, ("progress", n)),
-                        job.compact_slack)
+                           job.log_topn if job.mode != "ar" else 0, job.max_batch)
+        target = Target(lm.model, cfg, link, on_round, lambda n: _send(self.conn, ("progress", n)))
         if fault:
             target.faults.append(fault)
         if job.hooks is not None:
             job.hooks.attach_target(target)
         try:
-            outputs = target.generate(job.prompts)
+            outputs = target.generate(job.prompts, job.arrivals_ms)
         except BaseException:
             if trace:
                 trace.abort()
@@ -598,14 +597,13 @@ def _serve(chan, draft: ModelSpec, models: dict, recorder_cls) -> None:
                 chan.send({"error": _config_payload(e)})
                 continue
             lm = models[spec]
-            drafter = Drafter(lm.model, Plan.from_dict(msg["plan"]), msg["mode"], msg["seed"],
-                              lm.vocab_size, msg.get("compact_slack", 32))
+            drafter = Drafter(lm.model, Plan.from_dict(msg["plan"]), msg["mode"], msg["seed"], lm.vocab_size)
             if msg.get("hooks") is not None:
                 msg["hooks"].attach_drafter(drafter)
             recorder = recorder_cls(drafter, msg.get("log_topn", 0))  # replies carry ranks, timings, dists
             chan.send({"ok": True, "info": describe(lm)})
-        elif op == "batch":
-            recorder.start_batch(msg["seqs"])
+        elif op == "add":
+            recorder.add(msg["seqs"], msg["done"])
         elif op == "spec":
             chan.send(recorder.reply(msg))
             recorder.speculate()
@@ -668,15 +666,34 @@ def _header(job: Job, target: dict, draft: dict | None, cores: int) -> dict:
 
 
 def _summary(header: dict, rounds: list[dict], target, outputs: list[list[int]]) -> dict:
-    """The summary line: decode tokens / decode wall time (prefill reported apart), plus summarize()."""
+    """The summary line: decode tokens / decode wall time (prefill reported apart), end-to-end tok/s (every
+    generated token / the job's wall time, prefill and arrival waits included), per-request times and their
+    TTFT / TPOT percentiles (ms, defined as in ssd_sim.sim.metrics), plus summarize()."""
     from ssd_sim.io.trace import Trace, summarize
 
     wall_s = sum(r["timings_ms"]["round"] for r in rounds) / 1e3
     tokens = sum(s["committed"] for r in rounds for s in r["seqs"])
     metrics = summarize(Trace(header, rounds, {"wall_s": wall_s} if wall_s else None)).to_dict()
+    generated = sum(len(o) for o in outputs)
+    job_s = max((r["finish_ms"] for r in target.requests), default=0.0) / 1e3
     return {**metrics, "tokens": tokens, "wall_s": wall_s, "tok_s": tokens / wall_s if wall_s else 0.0,
             "rounds": len(rounds), "faults": list(target.faults), "prefill_ms": target.prefill_ms,
-            "generated_tokens": sum(len(o) for o in outputs)}
+            "generated_tokens": generated, "job_s": job_s, "e2e_tok_s": generated / job_s if job_s else 0.0,
+            **request_percentiles(target.requests), "requests": sorted(target.requests, key=lambda r: r["seq"])}
+
+
+def request_percentiles(requests: list[dict]) -> dict:
+    """TTFT = first token - arrival and TPOT = (finish - first token) / (output tokens - 1), p50 / p90 / p99 (ms)."""
+    import numpy as np
+
+    ttft = [r["first_token_ms"] - r["arrival_ms"] for r in requests]
+    tpot = [(r["finish_ms"] - r["first_token_ms"]) / (r["output_tokens"] - 1) for r in requests
+            if r["output_tokens"] > 1]
+    out = {}
+    for name, xs in (("ttft_ms", ttft), ("tpot_ms", tpot)):
+        qs = np.percentile(xs, [50, 90, 99]).tolist() if xs else [None] * 3
+        out.update({f"{name}_p{p}": q for p, q in zip((50, 90, 99), qs, strict=True)})
+    return out
 
 
 def default_trace_path(mode: str) -> Path:

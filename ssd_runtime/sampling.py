@@ -85,14 +85,39 @@ def candidate_order(logits: torch.Tensor, exclude: int | None, n: int) -> list[i
 
     Order: logits descending, ties by lower id (the same order rank_of() counts in). `exclude` is the
     draft token proposed at this position (rejected if the bonus lands here, so it can never be the bonus).
+    Reference implementation (a full stable sort); the runtime uses top_candidates().
     """
     if n <= 0:
         return []
-    k = min(n + (exclude is not None), logits.shape[-1])
-    top = torch.topk(logits, k).indices.tolist()
-    vals = logits[top].tolist()
-    top = [t for _, t in sorted(zip(vals, top, strict=True), key=lambda vt: (-vt[0], vt[1]))]
-    return [t for t in top if t != exclude][:n]
+    order = torch.sort(logits, descending=True, stable=True).indices[:n + 1].tolist()
+    return [t for t in order if t != exclude][:n]
+
+
+def top_candidates(logits: torch.Tensor, exclude: torch.Tensor, n: int) -> torch.Tensor:
+    """candidate_order() for every row and stopping position at once: one top-k, no per-row loop or sync.
+
+    logits [R, K+1, V], exclude [R, K] (the proposal: s_{k+1} is excluded at position k < K, nothing at K)
+    -> [R, K+1, n] token ids, best first (logits descending, ties by lower id), -1 where fewer than n exist.
+    """
+    R, W, V = logits.shape
+    vals, ids = torch.topk(logits, min(n + 1, V), dim=-1)  # one spare for the excluded token
+    ids, order = ids.sort(dim=-1, stable=True)  # ties by lower id: sort by id, then stably by value
+    vals = vals.gather(-1, order)
+    vals, order = vals.sort(dim=-1, descending=True, stable=True)
+    ids = ids.gather(-1, order)
+    # A tie group cut by the top-k boundary may have kept a higher id than one it left out: redo those (rare)
+    # rows with a full stable sort, which keeps the lowest ids.
+    edge = vals[..., -1:]
+    cut = (logits == edge).sum(-1) > (vals == edge).sum(-1)
+    if cut.any():
+        ids[cut] = torch.sort(logits[cut], dim=-1, descending=True, stable=True).indices[:, :ids.shape[-1]]
+    skip = torch.full((R, W), -1, dtype=ids.dtype, device=ids.device)
+    skip[:, :W - 1] = exclude
+    keep = ids != skip[..., None]
+    rank = keep.long().cumsum(-1) - 1  # position among the kept ids
+    out = torch.full((R, W, n + 1), -1, dtype=ids.dtype, device=ids.device)
+    out.scatter_(-1, torch.where(keep & (rank < n), rank, n), ids)  # dropped ids land in the spare column
+    return out[..., :n]
 
 
 def rank_of(logits: torch.Tensor, token: int, exclude: int | None) -> int:

@@ -13,6 +13,8 @@ written once the draft's timings of the speculation it did during round i arrive
 
 from __future__ import annotations
 
+import time
+from collections import deque
 from collections.abc import Callable
 from dataclasses import dataclass, field
 
@@ -22,7 +24,7 @@ from ssd_sim.io.trace import PHASES
 from ssd_sim.plan.plan import Plan
 
 from .device import model_device, now_ms
-from .kv import BatchKV
+from .kv import SCRATCH, StaticKV
 from .sampling import (
     greedy,
     point_mass,
@@ -38,18 +40,26 @@ from .transport import DraftFault
 
 @dataclass
 class Seq:
-    """One sequence being generated."""
+    """One request being generated. Times in ms since the job started."""
 
     sid: int
     prompt: list[int]
+    arrival_ms: float = 0.0
     out: list[int] = field(default_factory=list)  # generated tokens
     last_k: int = -1  # draft tokens accepted in its last round (-1 before its first round)
     last_bonus: int = -1
     done: bool = False
+    first_token_ms: float | None = None
+    finish_ms: float | None = None
 
     @property
     def tokens(self) -> list[int]:
         return self.prompt + self.out
+
+    def record(self) -> dict:
+        """The request's line in the summary: arrival, first token and finish times (ms), output tokens."""
+        return {"seq": self.sid, "arrival_ms": round(self.arrival_ms, 3), "first_token_ms": round(self.first_token_ms, 3),
+                "finish_ms": round(self.finish_ms, 3), "output_tokens": len(self.out)}
 
 
 @dataclass
@@ -63,24 +73,32 @@ class TargetConfig:
     eos_token_ids: tuple[int, ...] = ()
     forced_acceptance: float | None = None  # synthetic acceptance rate (not exact; pipeline tests)
     log_topn: int = 0  # SD / SSD: log the top-N distributions of target and draft at positions 0..k (0: off)
+    max_batch: int | None = None  # rows decoded together (None: plan.batch_size); finished rows are refilled
 
 
 class Target:
-    """Runs the rounds of one job on the target model; talks to the draft through a link (or none)."""
+    """Runs the rounds of one job on the target model; talks to the draft through a link (or none).
+
+    Continuous batching: requests wait in a queue (in arrival order); whenever a row is free and the next
+    request has arrived, it is prefilled into that row (the draft prefills it at the same time) and joins the
+    next round. Without arrival times every request is there at the start."""
 
     def __init__(self, model: torch.nn.Module, cfg: TargetConfig, link=None,
                  on_round: Callable[[dict], None] | None = None,
-                 on_progress: Callable[[int], None] | None = None, compact_slack: int = 32):
+                 on_progress: Callable[[int], None] | None = None):
         self.model, self.cfg, self.link = model, cfg, link
         self.plan, self.T = cfg.plan, cfg.plan.temperature
+        self.max_batch = int(cfg.max_batch or cfg.plan.batch_size)
         self.device = model_device(model)
         self.gen = torch.Generator(device=self.device).manual_seed(int(cfg.seed))
         self.on_round = on_round or (lambda rec: None)
         self.on_progress = on_progress or (lambda n: None)
-        self.compact_slack = compact_slack
         self.faults: list[str] = []
         self.rounds = 0
         self.prefill_ms = 0.0
+        self.requests: list[dict] = []  # per finished request: Seq.record()
+        self.kv: StaticKV | None = None
+        self._t0 = 0.0  # job start (now_ms)
         self._pending: dict | None = None  # round record waiting for the draft's timings / ranks
         self._verify_logits: torch.Tensor | None = None
         self._top: list | None = None  # last verify's target top-N per row and position (log_topn)
@@ -89,40 +107,60 @@ class Target:
     def speculative(self) -> bool:
         return self.cfg.mode in ("sd", "ssd") and self.link is not None and not self.faults
 
-    # ---- a job ---------------------------------------------------------------------------------
-    def generate(self, prompts: list[list[int]]) -> list[list[int]]:
-        """Generate for all prompts in batches of plan.batch_size; returns the generated ids per prompt."""
-        outs: list[list[int]] = []
-        b = self.plan.batch_size
-        for start in range(0, len(prompts), b):
-            seqs = [Seq(start + i, list(p)) for i, p in enumerate(prompts[start:start + b])]
-            self.run_batch(seqs)
-            outs += [s.out for s in seqs]
-        return outs
+    def clock_ms(self) -> float:
+        """ms since the job started (device work synchronised first)."""
+        return now_ms(self.device) - self._t0
 
-    def run_batch(self, seqs: list[Seq]) -> None:
-        """Prefill, then rounds until every sequence is done (EOS or max new tokens)."""
-        if self.speculative:
-            self._call(lambda: self.link.batch([(s.sid, s.prompt) for s in seqs]))
-        t0 = now_ms(self.device)
-        kv = BatchKV(self.model, len(seqs), self.compact_slack)
-        logits = kv.forward([s.prompt for s in seqs], keep=1)[:, -1]
-        first = greedy(logits) if self.T == 0 else sample(probs_from_logits(logits, self.T), self.gen)
-        for s, tok in zip(seqs, first.tolist(), strict=True):
-            self._commit_tokens(s, [tok])
-            s.last_bonus = tok
-        self.prefill_ms += now_ms(self.device) - t0
-        self.on_progress(len(seqs))
-        active, kv, just_done = self._drop_finished(seqs, kv)
-        while active:
-            active, kv, just_done = self.round(active, kv, just_done)
+    # ---- a job ---------------------------------------------------------------------------------
+    def generate(self, prompts: list[list[int]], arrivals_ms: list[float] | None = None) -> list[list[int]]:
+        """Generate for every prompt (request i arrives at arrivals_ms[i] ms, default 0); returns the ids."""
+        seqs = [Seq(i, list(p), float(arrivals_ms[i]) if arrivals_ms else 0.0) for i, p in enumerate(prompts)]
+        queue = deque(sorted(seqs, key=lambda s: (s.arrival_ms, s.sid)))
+        longest = max((len(p) for p in prompts), default=1)
+        self.kv = StaticKV(self.model, self.max_batch,
+                           SCRATCH + longest + self.cfg.max_new_tokens + self.plan.num_speculative_tokens + 2)
+        self._t0 = now_ms(self.device)
+        active: list[Seq] = []  # in KV-row order
+        just_done: list = []
+        while queue or active:
+            new = []
+            while queue and len(active) + len(new) < self.max_batch and queue[0].arrival_ms <= self.clock_ms():
+                new.append(queue.popleft())
+            if new:
+                just_done += self.admit(active, new, just_done)
+            elif not active:
+                time.sleep(max(queue[0].arrival_ms - self.clock_ms(), 0.0) / 1e3)
+                continue
+            if active:
+                just_done = self.round(active, just_done)
         if self.speculative and just_done:
             reply = self._call(lambda: self.link.request({"round": self.rounds, "keys": [], "done": just_done}))
             self._finish_pending(reply)
         self._finish_pending(None)
+        return [s.out for s in seqs]
 
-    def round(self, active: list[Seq], kv: BatchKV, just_done: list) -> tuple[list[Seq], BatchKV, list]:
-        """One verification round for the active sequences; returns (still active, their KV, finished keys)."""
+    def admit(self, active: list[Seq], new: list[Seq], just_done: list) -> list:
+        """Prefill new requests into free rows and sample their first token; returns keys of any that finished.
+
+        The draft is told first (it prefills at the same time), together with the sequences that finished
+        since the last round, so it frees their rows before it fills new ones."""
+        if self.speculative:
+            self._call(lambda: self.link.add([(s.sid, s.prompt) for s in new], list(just_done)))
+        t0 = now_ms(self.device)
+        rows = self.kv.add_rows(len(new))
+        logits = self.kv.append([s.prompt for s in new], keep=1, rows=rows)[:, -1]
+        first = greedy(logits) if self.T == 0 else sample(probs_from_logits(logits, self.T), self.gen)
+        stamp = self.clock_ms()
+        for s, tok in zip(new, first.tolist(), strict=True):
+            self._commit_tokens(s, [tok])
+            s.last_bonus, s.first_token_ms = tok, stamp
+        self.prefill_ms += now_ms(self.device) - t0
+        self.on_progress(len(new))
+        active += new
+        return self._drop_finished(active)
+
+    def round(self, active: list[Seq], just_done: list) -> list:
+        """One verification round for the active sequences (finished ones leave `active`); returns their keys."""
         t0 = now_ms(self.device)
         reply = None
         if self.speculative:
@@ -132,7 +170,8 @@ class Target:
         self._finish_pending(reply)
         K = self.plan.num_speculative_tokens if reply is not None else 0
         drafts = reply["tokens"] if reply is not None else torch.zeros(len(active), 0, dtype=torch.long)
-        accepted, bonus = self.verify(kv, active, drafts, reply)
+        cached = list(self.kv.lengths)
+        accepted, bonus = self.verify(active, drafts, reply)
         t2 = now_ms(self.device)
         first = [s.last_k < 0 for s in active]
         committed = []
@@ -140,8 +179,9 @@ class Target:
             k = int(accepted[i])
             committed.append(self._commit_tokens(s, drafts[i, :k].tolist() + [int(bonus[i])]))
             s.last_k, s.last_bonus = k, int(bonus[i])
-        kv.rollback_to([s.tokens for s in active])
-        still, kv, finished = self._drop_finished(active, kv)
+        self.kv.truncate([n + 1 + int(k) for n, k in zip(cached, accepted.tolist(), strict=True)])  # all but t*
+        record_seqs = list(active)
+        finished = self._drop_finished(active)
         t3 = now_ms(self.device)
         self.on_progress(sum(committed))
         timings = {ph: 0.0 for ph in PHASES}
@@ -149,17 +189,18 @@ class Target:
         if reply is not None:
             timings.update(reply.get("timings", {}))
         self._log_top()
-        self._pending = self._record(active, K, accepted, bonus, committed, first, reply, timings)
+        self._pending = self._record(record_seqs, K, accepted, bonus, committed, first, reply, timings)
         self.rounds += 1
-        return still, kv, finished
+        return finished
 
     # ---- verify --------------------------------------------------------------------------------
-    def verify(self, kv: BatchKV, active: list[Seq], drafts: torch.Tensor, reply: dict | None):
-        """Target forward over [t*, s_1..s_K] per row, then the acceptance rule -> (accepted [b], bonus [b])."""
+    def verify(self, active: list[Seq], drafts: torch.Tensor, reply: dict | None):
+        """Target forward over [t*, s_1..s_K] per row, then the acceptance rule -> (accepted [b], bonus [b]).
+
+        The KV holds every committed token but the last (t*), so the forward is exactly these K + 1 tokens."""
         K = drafts.shape[1]
-        pending = kv.rollback_to([s.tokens for s in active])  # [t*]: everything else is cached
-        inputs = [p + d for p, d in zip(pending, drafts.tolist(), strict=True)]
-        logits = kv.forward(inputs, keep=K + 1)
+        inputs = [[s.last_bonus, *d] for s, d in zip(active, drafts.tolist(), strict=True)]
+        logits = self.kv.append(inputs, keep=K + 1)
         self._verify_logits = logits if self.cfg.log_topn and K else None
         return self.accept(logits, drafts.to(logits.device), reply)
 
@@ -204,13 +245,21 @@ class Target:
             s.done = True
         return len(new)
 
-    def _drop_finished(self, seqs: list[Seq], kv: BatchKV) -> tuple[list[Seq], BatchKV, list]:
-        """(active sequences, their KV rows, keys of the finished ones for the draft's bookkeeping)."""
-        keep = [i for i, s in enumerate(seqs) if not s.done]
-        finished = [(s.sid, s.last_k, s.last_bonus) for s in seqs if s.done]
-        if len(keep) != len(seqs):
-            kv = kv.select(keep)
-        return [seqs[i] for i in keep], kv, finished
+    def _drop_finished(self, active: list[Seq]) -> list:
+        """Free the rows of finished sequences (the last row moves into each, as in the KV); returns their keys."""
+        stamp = None
+        finished = []
+        for r in reversed(range(len(active))):  # highest first: a row that moves is never one still to drop
+            s = active[r]
+            if s.done:
+                stamp = self.clock_ms() if stamp is None else stamp
+                s.finish_ms = stamp
+                self.requests.append(s.record())
+                finished.append((s.sid, s.last_k, s.last_bonus))
+                last = self.kv.remove_row(r)
+                active[r] = active[last]
+                active.pop()
+        return finished[::-1]
 
     # ---- draft faults and trace records --------------------------------------------------------
     def _call(self, fn):

@@ -11,8 +11,9 @@ run in parallel, like two devices.
 
 Protocol (target -> draft; the draft answers only "job" and "spec"):
     {"op": "job", "plan": Plan dict, "mode", "seed", "model": ModelSpec, "hooks": TestHooks | None,
-     "compact_slack"} -> {"ok", info}
-    {"op": "batch", "seqs": [(seq, prompt ids)]}                     (draft prefills, no answer)
+     "log_topn"} -> {"ok", info}
+    {"op": "add", "seqs": [(seq, prompt ids)], "done": [(seq, k, t*)]}  (draft frees finished rows and prefills
+                                                                       the new ones, no answer)
     {"op": "spec", "round", "keys": [(seq, k | -1, t*)], "done": [...]} -> DraftRecorder.reply(...)
     {"op": "stop"}
 """
@@ -176,8 +177,8 @@ class ProcessLink:
         self.channel.send(msg, self.timeout_s)
         return self.channel.recv(self.timeout_s)
 
-    def batch(self, seqs: list[tuple[int, list[int]]]) -> None:
-        self.channel.send({"op": "batch", "seqs": seqs}, self.timeout_s)
+    def add(self, seqs: list[tuple[int, list[int]]], done: list) -> None:
+        self.channel.send({"op": "add", "seqs": seqs, "done": done}, self.timeout_s)
 
     def request(self, spec: dict) -> dict:
         self.channel.send({"op": "spec", **spec}, self.timeout_s)
@@ -200,8 +201,8 @@ class LocalLink:
         self.drafter = self.factory(msg)
         return {"ok": True}
 
-    def batch(self, seqs) -> None:
-        self.drafter.start_batch(seqs)
+    def add(self, seqs, done) -> None:
+        self.drafter.add(seqs, done)
 
     def request(self, spec: dict) -> dict:
         reply = self.drafter.reply(spec)

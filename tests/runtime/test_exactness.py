@@ -32,7 +32,7 @@ from tests.helpers.runtime import (
 )
 
 N_NEW = 24
-PROMPTS = make_prompts([3, 11, 6, 8], TARGET["vocab"], seed=0)  # 4 prompts: with b = 3, batches of 3 and 1
+PROMPTS = make_prompts([3, 11, 6, 8], TARGET["vocab"], seed=0)  # 4 prompts: at b = 3 the 4th refills a row
 
 
 @pytest.fixture(scope="module")
@@ -113,6 +113,7 @@ def test_trace_of_a_speculative_run_summarizes_consistently(session, tmp_path):
 
 # ---- sampling: distribution of continuations ------------------------------------------------------------
 SAMPLES = 4000
+REFILL_SAMPLES = 1500
 SMALL_PROMPT = [1, 2, 3]
 SMALL_NEW = 4
 SAMPLING_PLAN = Plan(num_speculative_tokens=2, fan_out=(2, 1, 1), temperature=1.0, batch_size=SAMPLES)
@@ -123,8 +124,9 @@ def exact():
     return exact_continuations(target_model(SMALL_TARGET), SMALL_PROMPT, SMALL_NEW, 1.0)
 
 
-def sampled(session, plan: Plan, hooks: TestHooks | None = None, seed: int = 0, mode: str = "ssd"):
-    res = session.run(Job(plan, mode, [SMALL_PROMPT] * SAMPLES, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
+def sampled(session, plan: Plan, hooks: TestHooks | None = None, seed: int = 0, mode: str = "ssd",
+            n: int = SAMPLES):
+    res = session.run(Job(plan, mode, [SMALL_PROMPT] * n, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
                           draft=spec(SMALL_DRAFT), hooks=hooks))
     assert res.faults == []
     return [tuple(o) for o in res.outputs], res
@@ -142,6 +144,15 @@ def test_ssd_sampling_matches_the_target_distribution(session, exact, C, backup)
 
 def test_ssd_sampling_with_a_per_position_c_matches_the_target_distribution(session, exact):
     samples, _ = sampled(session, SAMPLING_PLAN.replace(saguaro_c_list=(0.2, 0.8)))
+    assert continuation_pvalue(samples, exact) > ALPHA
+
+
+@pytest.mark.parametrize("mode", ["sd", "ssd"])
+def test_sampling_with_refilled_rows_at_b3_matches_the_target_distribution(session, exact, mode):
+    """Continuous batching at b = 3: 1,500 requests through 3 rows, each refilled as soon as it finishes."""
+    samples, res = sampled(session, SAMPLING_PLAN.replace(batch_size=3), mode=mode, n=REFILL_SAMPLES)
+    mixed = [r for r in res.rounds if len({s["first"] for s in r["seqs"]}) > 1]
+    assert len(mixed) > REFILL_SAMPLES / 10  # requests joined running batches all along
     assert continuation_pvalue(samples, exact) > ALPHA
 
 

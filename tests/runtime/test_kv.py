@@ -1,12 +1,12 @@
-"""BatchKV: rows of different lengths, per-row rollback, row selection and compaction give the same logits as
-running each row's tokens from scratch."""
+"""StaticKV: rows of different lengths, index rollback, row ranges, row removal, tree steps and growth give the
+same logits as running each row's tokens from scratch; rollback and removal never copy more than one row."""
 
 from __future__ import annotations
 
 import pytest
 import torch
 
-from ssd_runtime.kv import BatchKV
+from ssd_runtime.kv import SCRATCH, StaticKV
 from ssd_runtime.models import tiny_model
 from tests.helpers.runtime import TARGET, make_prompts
 
@@ -23,74 +23,114 @@ def fresh(model, seq: list[int]) -> torch.Tensor:
     return model(input_ids=torch.tensor([seq])).logits[0, -1].float()
 
 
+def filled(model, prompts: list[list[int]], rows: int | None = None, capacity: int = 256) -> StaticKV:
+    kv = StaticKV(model, rows or len(prompts), capacity)
+    kv.add_rows(len(prompts))
+    kv.append(prompts)
+    return kv
+
+
 def test_prefill_of_different_lengths_matches_each_row_alone(model):
     prompts = make_prompts([2, 9, 5], 96)
-    kv = BatchKV(model, 3)
-    out = kv.forward(prompts, keep=1)[:, -1]
+    kv = StaticKV(model, 3)
+    kv.add_rows(3)
+    out = kv.append(prompts, keep=1)[:, -1]
     for r, p in enumerate(prompts):
         torch.testing.assert_close(out[r], fresh(model, p), atol=ATOL, rtol=0)
-    assert kv.lengths() == [2, 9, 5] and kv.slots == 9
+    assert kv.lengths == [2, 9, 5]
 
 
-def test_rollback_keeps_each_rows_prefix_and_forgets_the_rest(model):
+def test_resume_rolls_back_by_length_and_returns_the_rest(model):
     prompts = make_prompts([3, 6, 4], 96, seed=1)
-    kv = BatchKV(model, 3, compact_slack=1000)
-    kv.forward(prompts)
+    kv = filled(model, prompts)
     drafted = make_prompts([4, 4, 4], 96, seed=2)
-    kv.forward(drafted, keep=4)
+    kv.append(drafted, keep=4)
     kept = [0, 2, 4]  # row 0 rejects everything, row 1 keeps two tokens, row 2 all four
     committed = [p + d[:k] + [7] for p, d, k in zip(prompts, drafted, kept, strict=True)]
-    pending = kv.rollback_to(committed)
+    pending = kv.resume(committed)
     assert pending == [[7], [7], [7]]
-    assert kv.lengths() == [3, 8, 8]
-    out = kv.forward(pending)[:, -1]
+    assert kv.lengths == [3, 8, 8]
+    out = kv.append(pending)[:, -1]
     for r in range(3):
         torch.testing.assert_close(out[r], fresh(model, committed[r]), atol=ATOL, rtol=0)
 
 
-def test_rollback_to_returns_every_token_not_cached(model):
-    kv = BatchKV(model, 2)
-    kv.forward([[1, 2, 3], [4, 5]])
-    assert kv.rollback_to([[1, 2, 3, 9, 8], [4, 6]]) == [[9, 8], [6]]
-    assert kv.toks == [[1, 2, 3], [4]]
-
-
-def test_truncating_every_row_crops_the_unused_slots(model):
-    kv = BatchKV(model, 2)
-    kv.forward([[1, 2, 3, 4], [5, 6, 7, 8]])
-    kv.truncate([2, 1])
-    assert kv.slots == 2 and kv.valid.tolist() == [[True, True], [True, False]]
-
-
-def test_select_repeats_rows_into_independent_copies(model):
+def test_rows_without_input_are_left_alone(model):
     prompts = make_prompts([3, 5], 96, seed=3)
-    kv = BatchKV(model, 2)
-    kv.forward(prompts)
-    branches = kv.select([1, 1, 0])
-    out = branches.forward([[10], [11], [12]])[:, -1]
-    for r, (src, tok) in enumerate([(1, 10), (1, 11), (0, 12)]):
-        torch.testing.assert_close(out[r], fresh(model, prompts[src] + [tok]), atol=ATOL, rtol=0)
-    assert kv.lengths() == [3, 5]  # the original is untouched
+    kv = filled(model, prompts)
+    out = kv.append([[], [11, 12]])[:, -1]
+    torch.testing.assert_close(out[1], fresh(model, prompts[1] + [11, 12]), atol=ATOL, rtol=0)
+    assert kv.lengths == [3, 7]
+    out = kv.append([[13], []])[:, -1]
+    torch.testing.assert_close(out[0], fresh(model, prompts[0] + [13]), atol=ATOL, rtol=0)
 
 
-def test_compaction_removes_holes_without_changing_logits(model):
-    prompts = make_prompts([4, 4], 96, seed=4)
-    kv = BatchKV(model, 2, compact_slack=3)
-    kv.forward(prompts)
-    seqs = [list(p) for p in prompts]
-    for step in range(6):  # row 0 always rejects its three drafted tokens, row 1 keeps them: holes pile up in row 0
-        drafted = make_prompts([3, 3], 96, seed=10 + step)
-        kv.forward(drafted, keep=3)
-        seqs[1] += drafted[1]
-        kv.rollback_to([seqs[0] + [1], seqs[1] + [2]])
-        kv.forward([[1], [2]])
-        seqs[0].append(1)
-        seqs[1].append(2)
-    out = kv.forward([[5], [6]])[:, -1]
-    torch.testing.assert_close(out[0], fresh(model, seqs[0] + [5]), atol=ATOL, rtol=0)
-    torch.testing.assert_close(out[1], fresh(model, seqs[1] + [6]), atol=ATOL, rtol=0)
-    assert kv.slots == 29 and kv.lengths() == [11, 29]  # row 0 has 18 holes, but row 1 uses every column
-    alone = kv.select([0])  # row 1 finished: now no row uses those 18 columns
-    pending = alone.rollback_to([seqs[0] + [5, 9]])
-    assert pending == [[9]] and alone.slots == 11  # compacted
-    torch.testing.assert_close(alone.forward(pending)[0, -1], fresh(model, seqs[0] + [5, 9]), atol=ATOL, rtol=0)
+def test_a_row_range_is_prefilled_without_touching_the_others(model):
+    prompts = make_prompts([4, 6], 96, seed=4)
+    kv = filled(model, prompts, rows=4)
+    new = make_prompts([5, 2], 96, seed=5)
+    rows = kv.add_rows(2)
+    assert rows == range(2, 4)
+    out = kv.append(new, rows=rows)[:, -1]
+    for i, p in enumerate(new):
+        torch.testing.assert_close(out[i], fresh(model, p), atol=ATOL, rtol=0)
+    out = kv.append([[1], [2], [3], [4]])[:, -1]
+    for r, (p, t) in enumerate(zip(prompts + new, [1, 2, 3, 4], strict=True)):
+        torch.testing.assert_close(out[r], fresh(model, p + [t]), atol=ATOL, rtol=0)
+    with pytest.raises(ValueError, match="do not fit"):
+        kv.add_rows(1)
+
+
+def test_removing_a_row_moves_the_last_row_into_it(model):
+    prompts = make_prompts([3, 7, 5], 96, seed=6)
+    kv = filled(model, prompts)
+    assert kv.remove_row(0) == 2 and kv.lengths == [5, 7]
+    out = kv.append([[9], [8]])[:, -1]
+    torch.testing.assert_close(out[0], fresh(model, prompts[2] + [9]), atol=ATOL, rtol=0)
+    torch.testing.assert_close(out[1], fresh(model, prompts[1] + [8]), atol=ATOL, rtol=0)
+    assert kv.remove_row(1) == 1 and kv.lengths == [6]
+
+
+def test_tree_step_branches_share_the_prefix_and_see_only_their_own_tokens(model):
+    prompts = make_prompts([6, 4], 96, seed=7)
+    kv = filled(model, prompts)
+    before = list(kv.lengths)
+    # row 0: branches stopping after 6, 4 and 5 tokens; row 1: two branches after 4 and 2, one padding column
+    prefix = torch.tensor([[6, 4, 5], [4, 2, 0]])
+    real = torch.tensor([[True, True, True], [True, True, False]])
+    tokens = torch.tensor([[10, 11, 12], [13, 14, 0]])
+    history = [[[t] for t in row] for row in tokens.tolist()]
+    for step in range(3):
+        out = kv.tree_step(tokens, real, prefix, step)
+        for r in range(2):
+            for j in range(3):
+                if real[r, j]:
+                    context = prompts[r][:int(prefix[r, j])] + history[r][j]
+                    torch.testing.assert_close(out[r, j], fresh(model, context), atol=ATOL, rtol=0)
+        tokens = out.argmax(-1)
+        for r in range(2):
+            for j in range(3):
+                history[r][j].append(int(tokens[r, j]))
+    assert kv.lengths == before  # branch tokens live past the rows' lengths: nothing to roll back
+
+
+def test_buffers_grow_when_a_row_outgrows_them(model):
+    prompts = make_prompts([5, 3], 96, seed=8)
+    kv = filled(model, prompts, capacity=8)
+    first = kv.capacity
+    more = make_prompts([9, 9], 96, seed=9)
+    out = kv.append(more)[:, -1]
+    assert kv.capacity >= SCRATCH + 14 and kv.capacity >= 2 * first
+    for r in range(2):
+        torch.testing.assert_close(out[r], fresh(model, prompts[r] + more[r]), atol=ATOL, rtol=0)
+
+
+def test_memory_is_rows_times_capacity_and_fixed_after_the_first_forward(model):
+    kv = filled(model, make_prompts([4, 4], 96, seed=10), rows=3, capacity=64)
+    cfg = model.config
+    per_slot = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+    assert kv.nbytes() == 3 * 64 * per_slot
+    for _ in range(10):
+        kv.append([[1, 2, 3], [4, 5, 6]])
+        kv.truncate([4, 4])
+    assert kv.nbytes() == 3 * 64 * per_slot

@@ -14,6 +14,7 @@ from ssd_runtime.sampling import (
     rank_of,
     residual,
     saguaro_probs,
+    top_candidates,
     verify_forced,
     verify_greedy,
     verify_sample,
@@ -130,6 +131,24 @@ def test_candidates_are_the_top_tokens_without_the_rejected_draft_token():
     assert candidate_order(logits, None, 3) == [1, 3, 2]
     assert candidate_order(logits, 3, 3) == [1, 2, 5]
     assert candidate_order(logits, 3, 0) == []
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_batched_candidates_equal_candidate_order_at_every_row_and_position(seed):
+    g = torch.Generator().manual_seed(seed)
+    R, K, V, n = 3, 4, 30, 6
+    logits = torch.randn(R, K + 1, V, generator=g).round(decimals=1)  # rounded: ties occur and go to the lower id
+    exclude = torch.randint(0, V, (R, K), generator=g)
+    got = top_candidates(logits, exclude, n).tolist()
+    for r in range(R):
+        for k in range(K + 1):
+            ex = int(exclude[r, k]) if k < K else None
+            assert got[r][k] == candidate_order(logits[r, k], ex, n), (r, k)
+
+
+def test_batched_candidates_pad_with_minus_one_when_the_vocabulary_runs_out():
+    logits = torch.tensor([[[1.0, 3.0, 2.0], [0.0, 1.0, 2.0]]])  # K = 1, V = 3
+    assert top_candidates(logits, torch.tensor([[1]]), 3).tolist() == [[[2, 0, -1], [2, 1, 0]]]
 
 
 @pytest.mark.parametrize("seed", range(5))
