@@ -65,7 +65,8 @@ def main() -> int:
     t = table()
     if args.write:
         text = README.read_text()
-        README.write_text(text.replace(readme_table(text), t))
+        start = text.index(START) + len(START) + 1  # only inside the markers
+        README.write_text(text[:start] + t + text[start + len(readme_table(text)):])
     print(t)
     return 0
 

@@ -1,6 +1,6 @@
 """Messages between the target (rank 0) and the draft (rank 1): torch.distributed point-to-point.
 
-Backend: gloo when either side is on CPU, NCCL when both are on CUDA. A message is a Python object
+Backend: NCCL when target and draft are on two CUDA devices, gloo otherwise (backend_for). A message is a Python object
 whose tensors travel as raw tensors (no pickling of large data): first a length, then the pickled
 skeleton (tensors replaced by (dtype, shape) placeholders), then each tensor. A wait takes the draft timeout
 (None: no timeout at all, see GROUP_TIMEOUT); a timeout or a broken connection raises DraftFault, after which the
@@ -54,7 +54,10 @@ def free_port() -> int:
 
 
 def backend_for(*devices: str) -> str:
-    return "nccl" if all(d.startswith("cuda") for d in devices) else "gloo"
+    """NCCL when every side has its own CUDA device; gloo otherwise (CPU, or two processes sharing one GPU,
+    which NCCL refuses: "Duplicate GPU detected"). Over gloo, tensors travel through host memory."""
+    cuda = [d if ":" in d else "cuda:0" for d in devices if d.startswith("cuda")]
+    return "nccl" if len(cuda) == len(devices) and len(set(cuda)) == len(cuda) else "gloo"
 
 
 # The group's own timeout bounds every wait that names none (torch's default is 30 min). Waits that must end

@@ -69,6 +69,7 @@ def test_the_regression_table_matches_the_model():
     spec.loader.exec_module(pt)
     shown = pt.readme_table(README).splitlines()
     fresh = pt.table().splitlines()
+    assert README.count(shown[0]) == 1  # the table appears once, between its markers
     assert [row.split("|")[1:3] for row in shown] == [row.split("|")[1:3] for row in fresh]  # presets and T
     num = re.compile(r"\d+\.\d+")
     for s_row, f_row in zip(shown[2:], fresh[2:], strict=True):  # values to the printed digit (+-1 in the last)

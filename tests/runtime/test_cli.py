@@ -95,6 +95,23 @@ def test_plan_file_with_flag_overrides_writes_trace_and_outputs(files, capsys):
     assert m.tokens == len(PROMPTS) * (N_NEW - 1) and m.hit_rate is not None and m.tok_s > 0
 
 
+def test_poisson_arrivals_with_refills_report_ttft_and_tpot(files, capsys):
+    trace = files / "arrivals.jsonl"
+    code = main(models(files) + ["--mode", "ssd", "-k", "2", "--max-batch", "2", "--rate", "20", "--seed", "3",
+                                 "--prompts", str(files / "prompts.jsonl"), "--max-new-tokens", str(N_NEW),
+                                 "--trace", str(trace)])
+    assert code == 0
+    assert "TTFT p50 / p90 / p99 (ms)" in capsys.readouterr().out
+    tr = read_trace(trace)
+    reqs = tr.summary["requests"]
+    assert tr.header["batch_size"] == 2 and max(r["batch"] for r in tr.rounds) <= 2
+    assert [r["seq"] for r in reqs] == list(range(len(PROMPTS))) and reqs[0]["arrival_ms"] == 0.0
+    gaps = [b["arrival_ms"] - a["arrival_ms"] for a, b in zip(reqs, reqs[1:], strict=False)]
+    assert all(g > 0 for g in gaps)  # exponential gaps, seeded
+    assert all(r["first_token_ms"] >= r["arrival_ms"] and r["output_tokens"] == N_NEW for r in reqs)
+    assert tr.summary["ttft_ms_p50"] > 0 and tr.summary["tpot_ms_p50"] > 0 and tr.summary["e2e_tok_s"] > 0
+
+
 def test_ar_mode_needs_no_draft_and_writes_the_default_trace(files, tmp_path, monkeypatch):
     monkeypatch.chdir(tmp_path)
     code = main(["--target", str(files / "target"), "--draft", str(files / "missing"), "--mode", "ar",
@@ -207,6 +224,9 @@ BAD_BEFORE_RUN = {
     "seed -1": (["--seed", "-1"], "--seed: -1 is outside 0.."),
     "tokens beyond limit": (["--max-new-tokens", "3000000"], "outside 1..2097152"),
     "batch beyond limit": (["-b", "5000"], "outside 1..4096"),
+    "max batch 0": (["--max-batch", "0"], "--max-batch: 0 is outside 1..4096"),
+    "rate 0": (["--rate", "0"], "--rate: 0 is not a rate in (0, 1e+06] requests/s"),
+    "rate nan": (["--rate", "nan"], "--rate:"),
     "K beyond limit": (["-k", "65"], "outside 1..64"),
     "draft timeout beyond limit": (["--draft-timeout", "1e9"], "use 0 to wait forever"),
     "output under a file": (["--output", "{b}/regular/out.jsonl"], "output: cannot write {b}/regular/out.jsonl"),

@@ -1,0 +1,62 @@
+"""bench/gpu_smoke.py's pure helpers: which cases run for a device kind and GPU count, how a case is judged, the
+table. No model runs here (`bash bench/gpu_smoke.sh --device cpu` is the CPU run, by hand)."""
+
+import importlib.util
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+def load_bench():
+    spec = importlib.util.spec_from_file_location("gpu_smoke", ROOT / "bench" / "gpu_smoke.py")
+    mod = importlib.util.module_from_spec(spec)
+    sys.modules[spec.name] = mod  # dataclasses look their module up there
+    spec.loader.exec_module(mod)
+    return mod
+
+
+GS = load_bench()
+
+
+def devices(cases):
+    return [(c.name, c.target_device, c.draft_device) for c in cases]
+
+
+def test_cpu_runs_tiny_and_the_real_pair_only_when_asked():
+    assert devices(GS.plan_cases("cpu", 0, False, None, None, "float32")) == [("tiny cpu", "cpu", "cpu")]
+    real = GS.plan_cases("cpu", 0, True, None, None, "float32")[-1]
+    assert (real.models, real.num_prompts, real.max_new_tokens) == ("real", 1, 16)
+
+
+def test_one_gpu_puts_both_processes_on_cuda0_and_two_gpus_add_the_nccl_cases():
+    one = devices(GS.plan_cases("cuda", 1, True, None, None, "float32"))
+    assert ("tiny 1dev", "cuda:0", "cuda:0") in one and ("real 1dev", "cuda:0", "cuda:0") in one
+    assert not any(t.endswith("1") or d.endswith("1") for _, t, d in one)
+    two = devices(GS.plan_cases("cuda", 2, True, 2, 32, "bfloat16"))
+    assert ("tiny 2dev", "cuda:0", "cuda:1") in two and ("real 2dev", "cuda:0", "cuda:1") in two
+
+
+def mode(name, tokens=8, **kw):
+    return GS.ModeResult(name, 10.0, 9.0, tokens, **kw)
+
+
+def test_judge_equal_outputs_faults_and_differences():
+    same = {"ar": [[1, 2, 3, 4]] * 2, "sd": [[1, 2, 3, 4]] * 2, "ssd": [[1, 2, 3, 4]] * 2}
+    modes = [mode("ar"), mode("sd"), mode("ssd")]
+    assert GS.judge(same, modes, 4, 2) == ("ok", "AR == SD == SSD")
+    diff = {**same, "ssd": [[1, 2, 3, 4], [1, 2, 0, 4]]}
+    assert GS.judge(diff, modes, 4, 2) == ("DIFF", "ssd differs from ar on prompt 1 at token 2")
+    assert GS.judge(same, [mode("ar"), mode("sd", fallback_rounds=3), mode("ssd")], 4, 2)[0] == "FAIL"
+    assert GS.judge(same, [mode("ar", tokens=7), mode("sd"), mode("ssd")], 4, 2)[0] == "FAIL"
+
+
+def test_table_has_a_row_per_mode_and_one_row_for_a_failed_case():
+    ok = GS.CaseResult("tiny 1dev", "ok", "AR == SD == SSD", "nccl", "cuda:0", "cuda:0",
+                       [mode("ar"), mode("sd", mean_accept_len=2.5), mode("ssd")], 12.0)
+    bad = GS.CaseResult("real 1dev", "FAIL", "WorkerError: the draft process died", "nccl", "cuda:0", "cuda:0")
+    lines = GS.format_table([ok, bad], "hdr").splitlines()
+    rows = [ln for ln in lines if ln.startswith("| ") and not ln.startswith("| case")]
+    assert len(rows) == 4
+    assert rows[1].startswith("| tiny 1dev | cuda:0 | cuda:0 | nccl | sd | 10.0 | 9.0 | 8 | 2.50 | ok |")
+    assert "FAIL: WorkerError: the draft process died" in rows[3]
