@@ -3,8 +3,10 @@
     .venv/bin/python bench/runtime_real.py                       # 8 code prompts x 64 tokens, fp32, K = 1..4
     .venv/bin/python bench/runtime_real.py --quantize int8 --preset qwen-coder-1.5b-0.5b-cpu-int8
 
-All modes run in one process pair (models loaded once, one warm-up job first), greedy, same prompts, so the
-outputs must be identical; the script checks it. Traces go to <traces>/[<tag>-]<run>-b1.jsonl and the table to
+All modes run in one process pair (models loaded once, every run warmed up first), greedy, same prompts, so the
+outputs must be identical; the script checks it. A run the draft failed in (it finished autoregressively) is left
+out as invalid. Each run happens once, in a fixed order, and tok/s is decode-only: this is the calibration bench;
+for a head-to-head with transformers (interleaved repeats, medians, end to end) use bench/vs_baseline.py. Traces go to <traces>/[<tag>-]<run>-b1.jsonl and the table to
 <traces>/[<tag>-]bench.json; <traces> defaults to the setup's folder, traces/cpu-<setup>-bench with <setup> =
 fp32, int8draft, int8 (both models) or int8target (traces/README.md; list new files in the folder's manifest.json).
 Not part of CI (needs `ssd-run fetch-models` and tens of minutes on 2 CPU cores).
@@ -104,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     t0 = time.time()
     with Session(ModelSpec(path=str(tpath), quantize=args.target_quantize),
                  ModelSpec(path=str(dpath), quantize=args.draft_quantize)) as session:
-        print(f"models loaded in {time.time() - t0:.0f} s; warming up", flush=True)
-        session.run(Job(ssd_plan, "ssd", prompts[:1], 4))
+        print(f"models loaded in {time.time() - t0:.0f} s; warming up every run", flush=True)
         runs = [] if args.skip_ar else [("ar", 0, Plan(batch_size=1), "ar")]
         runs += [(f"sd-k{k}", k, Plan(num_speculative_tokens=k, batch_size=1), "sd")
                  for k in (int(x) for x in args.sd_ks.split(",") if x.strip())]
@@ -115,12 +116,17 @@ def main(argv: list[str] | None = None) -> int:
             plan = load_plan(path).plan.replace(batch_size=1, temperature=0.0, mode="ssd")
             print(f"ssd-{name} plan: {json.dumps(plan.to_dict())}")
             runs.append((f"ssd-{name}", plan.K, plan, "ssd"))
+        for _, _, plan, mode in runs:
+            session.run(Job(plan, mode, prompts[:1], 4))
         rows, outputs = [], {}
         for name, K, plan, mode in runs:
             t = time.time()
             path = out / f"{prefix}{name}-b1.jsonl"
             res = session.run(Job(plan, mode, prompts, args.max_new_tokens, trace_path=str(path),
                                   header={"prompt_source": "prompt-set:code", "bench": "bench/runtime_real.py"}))
+            if res.faults or any(r.get("fallback") for r in res.rounds):  # finished as AR: not a result of `mode`
+                print(f"{name}: INVALID, the draft failed ({'; '.join(res.faults)})", flush=True)
+                continue
             outputs[name] = res.outputs
             rows.append(row(name, K, res.summary))
             print(f"{name}: {res.summary['tok_s']:.3f} tok/s ({time.time() - t:.0f} s) -> {path}", flush=True)

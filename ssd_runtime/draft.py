@@ -225,7 +225,8 @@ class Drafter:
             if stop and i == 0:
                 self.stop_logits = {self.order[r]: out[j, 0] for j, r in enumerate(span) if len(first[j]) >= 2}
             logits = out[:, -1]
-            tok, qi = self.sample(logits, fan[i], self.plan.c_at(i))
+            # SD never down-weights: Saguaro only pays when a cache of guesses exists (SSD).
+            tok, qi = self.sample(logits, fan[i], self.plan.c_at(i) if self.mode == "ssd" else 1.0)
             toks.append(tok)
             qs.append(qi)
             lgs.append(logits)

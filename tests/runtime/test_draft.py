@@ -70,6 +70,20 @@ def test_branch_distributions_equal_each_branch_alone_with_saguaro(draft_model):
                 context.append(tok)
 
 
+def test_sd_never_applies_saguaro_c(draft_model):
+    """An SD draft samples from the plain q even when the plan carries C < 1 (for SSD)."""
+    plan = PLAN.replace(temperature=0.8, saguaro_c=0.3)
+    prompt = make_prompts([5], V, seed=9)[0]
+    d = Drafter(draft_model, plan, "sd", 0, V)
+    d.start_batch([(0, prompt)])
+    reply = d.reply({"keys": [(0, -1, 5)], "done": []})
+    context = prompt + [5]
+    for i, tok in enumerate(reply["tokens"][0].tolist()):
+        torch.testing.assert_close(reply["q"][0, i], probs_from_logits(alone(draft_model, context), 0.8),
+                                   atol=1e-5, rtol=1e-4)
+        context.append(tok)
+
+
 def test_glue_rows_are_the_drafts_logits_at_every_stopping_position(draft_model):
     prompts = make_prompts([5], V, seed=2)
     d, reply = first_round(draft_model, PLAN, prompts)
