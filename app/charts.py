@@ -200,20 +200,21 @@ DRAFT_DEVICE_PHASES = ("draft_lookup", "draft_backup", "draft_glue", "draft_bran
 
 def stacked_phases(x: Sequence[int], phases: dict[str, Sequence[float]]) -> go.Figure:
     """Per-round ms of each phase, stacked: the target's phases on top, the draft device's below (they
-    overlap in time). Phases that are always zero are left out."""
+    overlap in time). Phases that are always zero are left out, and so is the draft device's subplot when
+    none of its phases ran (an AR trace: no draft)."""
     from plotly.subplots import make_subplots
 
-    fig = make_subplots(rows=2, cols=1, shared_xaxes=True, vertical_spacing=0.08,
-                        subplot_titles=("target device", "draft device"))
-    for name, y in phases.items():
-        if any(v for v in y):
-            row = 2 if name in DRAFT_DEVICE_PHASES else 1
-            fig.add_bar(name=name, x=list(x), y=list(y), row=row, col=1,
-                        marker_color=PHASE_COLORS.get(name.removeprefix("draft_").removeprefix("target_")))
+    shown = {name: y for name, y in phases.items() if any(v for v in y)}
+    rows = 2 if any(name in DRAFT_DEVICE_PHASES for name in shown) else 1
+    fig = make_subplots(rows=rows, cols=1, shared_xaxes=True, vertical_spacing=0.08,
+                        subplot_titles=("target device", "draft device")[:rows])
+    for name, y in shown.items():
+        fig.add_bar(name=name, x=list(x), y=list(y), row=2 if name in DRAFT_DEVICE_PHASES else 1, col=1,
+                    marker_color=PHASE_COLORS.get(name.removeprefix("draft_").removeprefix("target_")))
     fig.update_layout(barmode="stack", bargap=0)
     fig.update_yaxes(title_text="ms")
-    fig.update_xaxes(title_text="round", row=2, col=1)
-    return _layout(fig, "phase timings per round", "", "ms", height=420)
+    fig.update_xaxes(title_text="round", row=rows, col=1)
+    return _layout(fig, "phase timings per round", "", "ms", height=420 if rows == 2 else 300)
 
 
 def predicted_vs_measured(rows: Sequence[tuple]) -> go.Figure:

@@ -7,7 +7,6 @@ on every page. Profile loading and the slower sweeps are cached (st.cache_data /
 
 from __future__ import annotations
 
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -18,8 +17,9 @@ from app.launch import MAX_UPLOAD_MB
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, current_host, host_warning
 from ssd_sim.io.jsonfile import parse_json
+from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.presets import get_preset, list_presets
-from ssd_sim.model.profile import Profile, profile_from_dict
+from ssd_sim.model.profile import PROFILE_SCHEMA, Profile, profile_from_dict
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import make_plan
 from ssd_sim.plan.whatif import build_plan, profile_values, with_overrides
@@ -77,11 +77,15 @@ def profile_from_bytes(data: bytes, name: str = "upload") -> Profile:
     return profile_from_dict(obj, name)
 
 
-@st.cache_data(show_spinner=False)
-def _file_profile_json(path: str, mtime: float) -> str | None:
-    """A calibrated profile file as JSON text, or None if the file is not a valid profile."""
+@st.cache_resource(max_entries=256, show_spinner=False)
+def _file_profile(path: str, mtime: float) -> Profile | None:
+    """A calibrated profile file, parsed once per file version and shared (profiles are immutable, and what
+    ssd_sim resolves on them, e.g. Saguaro responses, stays with them); None if it is not a valid profile."""
     try:
-        return profile_from_bytes(Path(path).read_bytes(), Path(path).name).to_json()
+        data = Path(path).read_bytes()
+        if PROFILE_SCHEMA.encode() not in data:  # every profile names its schema: skip plans, manifests, tables
+            return None
+        return profile_from_bytes(data, Path(path).name)
     except (ConfigError, OSError):
         return None
 
@@ -100,21 +104,54 @@ def profile_choices() -> dict[str, str]:
     out = {name: f"preset:{name}" for name in list_presets()}
     d = traces_dir()
     for p in sorted(d.rglob("*.json")) if d.is_dir() else []:
-        if _file_profile_json(str(p), p.stat().st_mtime) is not None:
+        if _file_profile(str(p), p.stat().st_mtime) is not None:
             out[f"{p.relative_to(d)} (calibrated)"] = f"file:{p}"
     return out
 
 
 def load_choice(source: str) -> Profile:
-    """The profile of a choice from `profile_choices` (presets are cached by ssd_sim)."""
+    """The profile of a choice from `profile_choices` (presets are cached by ssd_sim, files here)."""
     kind, _, ref = source.partition(":")
     if kind == "preset":
         return get_preset(ref)
     p = Path(ref)
-    text = _file_profile_json(str(p), p.stat().st_mtime)
-    if text is None:
+    prof = _file_profile(str(p), p.stat().st_mtime)
+    if prof is None:
         raise ConfigError("profile", f"{p.name} is not a valid profile")
-    return Profile.from_dict(json.loads(text))
+    return prof
+
+
+def choice_label(source: str) -> str:
+    """How a profile source reads: 'preset NAME' or the file's path under the traces directory."""
+    kind, _, ref = source.partition(":")
+    if kind == "preset":
+        return f"preset {ref}"
+    try:
+        return str(Path(ref).relative_to(traces_dir()))
+    except ValueError:
+        return Path(ref).name
+
+
+def all_profiles() -> list[tuple[str, Profile]]:
+    """(source, profile) of every preset and every valid calibrated profile under the traces directory."""
+    out = []
+    for source in profile_choices().values():
+        try:
+            out.append((source, load_choice(source)))
+        except (ConfigError, OSError):
+            continue
+    return out
+
+
+@st.cache_resource(max_entries=16, show_spinner=False)
+def _trace_file(path: str, mtime: float, size: int) -> Trace:
+    return read_trace(path)
+
+
+def trace_file(path: Path) -> Trace:
+    """A trace file, parsed once per file version (shared: the pages only read it)."""
+    stat = path.stat()
+    return _trace_file(str(path), stat.st_mtime, stat.st_size)
 
 
 # --- the what-if scenario -----------------------------------------------------------------------------
@@ -132,7 +169,7 @@ class Scenario:
 
 def defaults_for(profile: Profile, temperature: float, batch_size: int, draft_devices: int) -> dict:
     """Knob values of the optimised plan (make_plan) for this workload: K, budget, C, backup."""
-    res = make_plan(profile, batch_size, temperature, "latency", draft_devices, scan_b_star=False)
+    res = make_plan(profile, batch_size, temperature, "latency", draft_devices, top_n=1, scan_b_star=False)
     return {"K": res.plan.K, "B": res.plan.budget, "C": res.plan.saguaro_c, "backup": res.plan.backup,
             "uniform": False}
 

@@ -8,8 +8,9 @@ DevTools protocol (the `websockets` client that ships with streamlit), waits on 
 title is shown, the "running" indicator is gone and the expected Plotly charts are drawn, then saves
 <out>/<page>.png and prints one table row per page (load time, charts, PNG size). Exit status 1 if a
 page fails to render (an exception box, a missing title, or fewer charts than expected).
-Traces: the real traces/ (the *.jsonl of every setup folder, traces/README.md) if there are any, else a small
-synthetic trace in a temporary dir.
+Traces: the real traces/ (the *.jsonl of every setup folder, traces/README.md) if there are any, deep-linking the
+first SSD trace shipped beside a calibrated profile (the page compares it with that profile: predicted and measured
+of the same setup), else a small synthetic trace in a temporary dir.
 """
 
 from __future__ import annotations
@@ -145,11 +146,33 @@ def screenshot(dt: DevTools, path: Path, size: tuple[int, int], max_height: int)
     return len(data)
 
 
+def _mode(trace: Path) -> str | None:
+    """The mode a trace's header line names (None if unreadable)."""
+    try:
+        with trace.open(encoding="utf-8") as f:
+            return json.loads(f.readline()).get("mode")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
+def _ships_profile(folder: Path) -> bool:
+    """Whether a calibrated profile (schema ssd-profile/1) lies in the folder."""
+    for p in folder.glob("*.json"):
+        try:
+            if json.loads(p.read_text(encoding="utf-8")).get("schema") == "ssd-profile/1":
+                return True
+        except (OSError, ValueError, AttributeError):
+            continue
+    return False
+
+
 def traces_dir(tmp: Path) -> tuple[Path, str | None]:
-    """The real traces/ if it holds a trace, else a synthetic one; and the trace to deep-link."""
+    """The real traces/ if it holds a trace, else a synthetic one; and the trace to deep-link: the first SSD trace
+    shipped beside a calibrated profile (the page compares it with that profile), else the first trace."""
     real = sorted((ROOT / "traces").rglob("*.jsonl"))
     if real:
-        return ROOT / "traces", str(real[0].relative_to(ROOT / "traces"))
+        beside = [t for t in real if _mode(t) == "ssd" and _ships_profile(t.parent)]
+        return ROOT / "traces", str((beside or real)[0].relative_to(ROOT / "traces"))
     sys.path.insert(0, str(ROOT))
     from tests.helpers.trace_samples import write_trace
 

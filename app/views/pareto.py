@@ -36,9 +36,8 @@ def render() -> None:
     if not batches:
         st.info("choose at least one batch size")
         return
-    with st.spinner("planning every batch size..."):
-        data = compute.pareto(compute.key_of(sc.profile, batch=tuple(batches)), sc.profile,
-                              tuple(sorted(batches)), p.temperature, p.draft_devices)
+    data = compute.pareto(compute.key_of(sc.profile), sc.profile, tuple(sorted(batches)), p.temperature,
+                          p.draft_devices)
     st.plotly_chart(charts.pareto(data, x), key="ch_pareto")
     st.dataframe(table(data), hide_index=True, width="stretch")
 

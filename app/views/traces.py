@@ -1,17 +1,32 @@
-"""Traces page: a runtime trace (traces/<setup>/*.jsonl or an upload): per-round acceptance, hit rate over time,
-phase timings, and predicted vs measured for that run on the sidebar's profile."""
+"""Traces page: a runtime trace (traces/<setup>/*.jsonl or an upload): its setup, per-round acceptance, hit rate
+over time, phase timings, and predicted vs measured for that run on a profile of the trace's own setup (the
+calibrated profile shipped beside it, one calibrated from the trace on request, or the sidebar's profile)."""
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+from pathlib import Path
+
 import streamlit as st
 
-from app import charts, sim, state
+from app import charts, sim, state, tracematch
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.trace import PHASES, Trace, parse_trace, read_trace
+from ssd_sim.io.trace import PHASES, Trace, parse_trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.compare import position_curves, predicted_vs_measured, trace_plan, trace_series
 
 NONE = "(choose a trace)"
+OWN, CALIBRATED, SIDEBAR = "own", "calibrated", "sidebar"
+TAGS = {OWN: "the trace's setup", CALIBRATED: "calibrated from the trace", SIDEBAR: "sidebar"}
+
+
+@dataclass(frozen=True)
+class Chosen:
+    """The trace on the page: parsed, a key naming it and its file (None for an upload)."""
+
+    trace: Trace
+    key: str
+    path: Path | None
 
 
 def trace_files() -> list[str]:
@@ -32,7 +47,7 @@ def parse_upload(name: str, data: bytes) -> Trace:
     return parse_trace(text.splitlines(), source=name)
 
 
-def choose_trace() -> Trace | None:
+def choose_trace() -> Chosen | None:
     files = trace_files()
     linked = st.query_params.get("trace")  # deep link: ?trace=NAME.jsonl
     if linked in files and "tr_file" not in st.session_state:
@@ -43,9 +58,11 @@ def choose_trace() -> Trace | None:
     upload = c2.file_uploader("or upload a trace (.jsonl)", type=["jsonl", "json", "txt"], key="tr_upload")
     try:
         if upload is not None:
-            return parse_upload(upload.name, upload.getvalue())
+            data = upload.getvalue()
+            return Chosen(parse_upload(upload.name, data), f"upload:{upload.name}:{hash(data)}", None)
         if picked != NONE:
-            return read_trace(state.traces_dir() / picked)
+            path = state.traces_dir() / picked
+            return Chosen(state.trace_file(path), f"file:{picked}", path)
     except ConfigError as e:
         st.error(str(e))
         return None
@@ -54,12 +71,35 @@ def choose_trace() -> Trace | None:
     return None
 
 
+def _plan_text(trace: Trace) -> str:
+    p = trace.plan
+    if trace.mode == "ar":
+        return f"T={p.get('temperature', 0):g}"
+    text = f"K={p.get('num_speculative_tokens')}, T={p.get('temperature', 0):g}"
+    if trace.mode == "ssd":
+        text += f", fan_out={p.get('fan_out')}, saguaro_c={p.get('saguaro_c', 1):g}, backup={p.get('backup')}"
+    return text
+
+
+def _role_text(h: dict, role: str) -> str:
+    """'`model` (dtype, quantisation) on device' for one role of a trace header."""
+    model = (h.get("models") or {}).get(role)
+    dtype = (h.get("dtype") or {}).get(role)
+    quant = (h.get("quantize") or {}).get(role)
+    device = (h.get("devices") or {}).get(role)
+    extras = ", ".join(str(x) for x in (dtype, quant) if x)
+    return f"`{tracematch.short_model(model)}`" + (f" ({extras})" if extras else "") + (f" on {device}" if device else "")
+
+
 def header_box(trace: Trace) -> None:
+    """The trace's setup in two lines (models, dtype, devices; mode, batch, plan) and the whole header."""
     h = trace.header
-    models = h.get("models", {})
-    st.markdown(f"**{trace.path}** · mode **{trace.mode}** · batch {h.get('batch_size')} · "
-                f"target `{models.get('target')}` · draft `{models.get('draft')}` · "
-                f"devices {h.get('devices', {})} · {len(trace.rounds)} rounds")
+    roles = "target " + _role_text(h, "target")
+    if (h.get("models") or {}).get("draft"):
+        roles += " · draft " + _role_text(h, "draft")
+    st.markdown(f"**{Path(str(trace.path)).name}** · {roles}  \n"
+                f"mode **{trace.mode.upper()}** · batch {h.get('batch_size')} · plan {_plan_text(trace)} · "
+                f"{len(trace.rounds)} rounds" + (f" · {h['machine']}" if h.get("machine") else ""))
     with st.expander("header"):
         st.json(h, expanded=1)
 
@@ -81,6 +121,77 @@ def charts_of(trace: Trace) -> None:
         right.info(f"no cache hits in {trace.mode.upper()} mode")
     phases = {ph: s["phase_ms"][ph] for ph in PHASES if ph != "round"}
     st.plotly_chart(charts.stacked_phases(s["round"], phases), key="ch_tr_phase")
+
+
+# --- the profile it is compared with ------------------------------------------------------------------------
+
+def _calibrated() -> dict[str, Profile | str]:
+    """Profiles calibrated from traces in this session (trace key -> profile, or the one-line error)."""
+    return st.session_state.setdefault("tr_calibrated", {})
+
+
+def calibrate_from(chosen: Chosen) -> Profile:
+    """ssd_sim's calibration (ssd-plan calibrate) on this one trace, as parsed (an upload stays in memory)."""
+    from ssd_sim.model.calibrate import calibrate_traces
+
+    source = str(chosen.path) if chosen.path is not None else str(chosen.trace.path)
+    return calibrate_traces([chosen.trace], [source], name=f"calibrated-from-{Path(source).stem}")[0]
+
+
+def _on_calibrate(chosen: Chosen) -> None:
+    """Button callback: calibrate from the trace and compare with the result (or keep the error)."""
+    try:
+        _calibrated()[chosen.key] = calibrate_from(chosen)
+        st.session_state["tr_profile"] = CALIBRATED
+    except ConfigError as e:
+        _calibrated()[chosen.key] = f"cannot calibrate from this trace: {e}"
+
+
+def profile_options(chosen: Chosen, sc) -> dict[str, tuple[Profile, str, str]]:
+    """Option -> (profile, its name as shown, why it is offered): the trace's own setup (if one is found), the
+    profile calibrated from it (once asked for) and the sidebar's profile."""
+    out: dict[str, tuple[Profile, str, str]] = {}
+    own = tracematch.own_profile(chosen.trace, chosen.path, state.all_profiles())
+    if own is not None:
+        where = state.choice_label(own.source)
+        out[OWN] = (own.profile, own.profile.name, f"{own.why}: {where}")
+    cal = _calibrated().get(chosen.key)
+    if isinstance(cal, Profile):
+        out[CALIBRATED] = (cal, cal.name, "calibrated from this trace")
+    if sc is not None:
+        out[SIDEBAR] = (sc.profile, sc.base.name, "the sidebar's profile" + (" with what-if overrides" if sc.overrides else ""))
+    return out
+
+
+def choose_profile(chosen: Chosen, sc) -> Profile | None:
+    """The profile the trace is compared with (default: its own setup's); says which and warns in one line when
+    its models or devices are not the trace's."""
+    options = profile_options(chosen, sc)
+    if st.session_state.get("tr_for") != chosen.key or st.session_state.get("tr_profile") not in options:
+        st.session_state["tr_for"] = chosen.key
+        st.session_state["tr_profile"] = next(iter(options), SIDEBAR)
+    left, right = st.columns([3, 1])
+    if options:
+        left.radio("compare with", list(options), key="tr_profile", horizontal=True,
+                   format_func=lambda o: f"{options[o][1]} ({TAGS[o]})",
+                   help="the trace's own setup: a calibrated profile shipped beside it (or fitted to its folder's "
+                        "traces), else a profile for the same models and device kind")
+    right.button("calibrate from this trace", key="btn_tr_calibrate", on_click=_on_calibrate, args=(chosen,),
+                 disabled=chosen.trace.mode == "ar",
+                 help="fit a profile to this trace alone (ssd-plan calibrate); needs an SD or SSD trace, whose "
+                      "draft timings fix the draft's latency")
+    err = _calibrated().get(chosen.key)
+    if isinstance(err, str):
+        st.error(err)
+    if not options:
+        st.warning("choose a valid profile in the sidebar for the predictions")
+        return None
+    profile, name, why = options[st.session_state["tr_profile"]]
+    st.caption(f"compared with profile **{name}** ({why})")
+    warning = tracematch.mismatch_line(chosen.trace, profile)
+    if warning:
+        st.warning(warning, icon=":material/warning:")
+    return profile
 
 
 def compare(trace: Trace, profile: Profile) -> None:
@@ -135,20 +246,19 @@ def simulate_trace(trace: Trace, profile: Profile, plan) -> dict | None:
 
 def render() -> None:
     st.title("Traces")
-    sc = state.current()
-    trace = choose_trace()
-    if trace is None:
+    chosen = choose_trace()
+    if chosen is None:
         return
-    header_box(trace)
-    if not trace.rounds:
+    header_box(chosen.trace)
+    if not chosen.trace.rounds:
         st.warning("the trace has a header but no rounds: nothing to plot (was the run cut short?)")
         return
-    if sc is None:
-        st.warning("choose a valid profile in the sidebar for the predictions")
+    profile = choose_profile(chosen, state.current())
+    charts_of(chosen.trace)
+    if profile is None:
         return
-    charts_of(trace)
-    compare(trace, sc.profile)
-    positions_of(trace, sc.profile)
+    compare(chosen.trace, profile)
+    positions_of(chosen.trace, profile)
 
 
 render()

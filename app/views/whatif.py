@@ -21,8 +21,10 @@ def _optimise() -> None:
     if sc is None:
         return
     ss = st.session_state
+    # Only the best plan's K, budget, C and backup are loaded (the page computes its own b*): top_n=1 skips
+    # building the runner-up plans, which never change the best one.
     res = make_plan(sc.profile, int(ss[P + "b"]), float(ss[P + "T"]), ss[P + "objective"], int(ss[P + "dd"]),
-                    scan_b_star=False)  # only K, budget, C and backup are loaded; the page computes its own b*
+                    top_n=1, scan_b_star=False)
     ss[P + "K"], ss[P + "B"], ss[P + "C"] = res.plan.K, res.plan.budget, res.plan.saguaro_c
     ss[P + "backup"], ss[P + "uniform"] = res.plan.backup, False
 
@@ -123,8 +125,8 @@ def simulate_button(sc, res) -> dict | None:
 
 
 def charts_grid(sc, res, sim_rates) -> None:
-    """The charts, cheapest first: Streamlit streams them in order, so the heatmap (the one view whose
-    first computation at T > 0 and C < 1 takes ~0.3 s: a Saguaro response per acceptance row) comes last."""
+    """The charts, cheapest first: Streamlit streams them in order, so the heatmap (a Saguaro response per
+    acceptance row the first time a C < 1 is seen at a temperature > 0: ~30 ms) comes last."""
     key = compute.key_of(sc.profile, sc.plan)
     left, right = st.columns(2)
     u = compute.uncertainty(key, sc.profile, sc.plan, res.sd.num_speculative_tokens)

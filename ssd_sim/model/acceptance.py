@@ -37,6 +37,7 @@ SOURCES = ("measured", "derived", "assumed", "calibrated", "extrapolated")
 RESPONSES = ("synthetic", "logged")
 _R_MAX = 20.0  # HitCurve's bound on the power-law exponent
 _R_TAIL_MAX = 5.0  # bound on the tail exponent that extrapolates a HitTable row past its last F
+_RESOLVED_MAX = 4096  # points an AcceptanceModel keeps from at / at_positions before it starts over
 
 
 @dataclass(frozen=True)
@@ -86,6 +87,7 @@ class HitTable:
         for name in ("reject", "accepted"):
             rows = _as_rows(getattr(self, name), name)
             object.__setattr__(self, name, rows)
+        object.__setattr__(self, "_matrices", {})  # (K, max_f) -> read-only miss_matrix (the table is immutable)
 
     @property
     def miss_at_one(self) -> float:
@@ -101,9 +103,18 @@ class HitTable:
         """miss[k, F] for positions k = 0..K and F = 0..max_f guesses: [K + 1, max_f + 1]."""
         if K < 0 or max_f < 0:
             raise ValueError(f"K and max_f must be >= 0, got K={K}, max_f={max_f}")
-        rows = [self.reject[min(k, len(self.reject) - 1)] for k in range(K)]
-        rows.append(self.accepted[min(K, len(self.accepted) - 1)])
-        return np.stack([_row_miss(row, max_f) for row in rows])
+        key = (int(K), int(max_f))
+        memo = self.__dict__["_matrices"]
+        out = memo.get(key)
+        if out is None:
+            rows = [self.reject[min(k, len(self.reject) - 1)] for k in range(K)]
+            rows.append(self.accepted[min(K, len(self.accepted) - 1)])
+            out = np.stack([_row_miss(row, max_f) for row in rows])
+            out.flags.writeable = False
+            if len(memo) >= _RESOLVED_MAX:
+                memo.clear()
+            memo[key] = out
+        return out
 
     def miss(self, fan_out) -> np.ndarray:
         """Miss probability per position of a fan-out list of K + 1 guess counts (K = len - 1)."""
@@ -129,20 +140,25 @@ class HitTable:
 def _as_rows(rows, name: str) -> tuple[tuple[float, ...], ...]:
     """Validate one side of a HitTable: hit rates in [0, 1], 0 at F = 0, non-decreasing, equal lengths."""
     try:
-        out = tuple(tuple(float(v) for v in row) for row in rows)
+        out = tuple(tuple(map(float, row)) for row in rows)
     except (TypeError, ValueError) as e:
         raise ConfigError(name, f"must be a list of rows of hit rates ({e})") from e
     if not out or any(len(row) < 2 for row in out):
         raise ConfigError(name, "needs at least one row, each with hit rates for F = 0..F_max, F_max >= 1")
     if len({len(row) for row in out}) != 1:
         raise ConfigError(name, f"rows must all have the same length, got {[len(row) for row in out]}")
-    for i, row in enumerate(out):
-        if not all(0.0 <= v <= 1.0 for v in row):
+    a = np.array(out)
+    in_range = ((a >= 0.0) & (a <= 1.0)).all(axis=1)
+    decreasing = (np.diff(a, axis=1) < -1e-9).any(axis=1)
+    bad = ~in_range | (a[:, 0] != 0.0) | decreasing
+    if bad.any():  # the first bad row's first problem, in the order the checks are listed above
+        i = int(np.argmax(bad))
+        row = out[i]
+        if not in_range[i]:
             raise ConfigError(name, f"row {i}: hit rates must be in [0, 1], got {row}")
         if row[0] != 0.0:
             raise ConfigError(name, f"row {i}: the hit rate with F = 0 guesses must be 0, got {row[0]}")
-        if np.any(np.diff(row) < -1e-9):
-            raise ConfigError(name, f"row {i}: hit rates must not decrease with F, got {row}")
+        raise ConfigError(name, f"row {i}: hit rates must not decrease with F, got {row}")
     return out
 
 
@@ -277,14 +293,25 @@ class AcceptancePoint:
             raise ConfigError("source", f"must be one of {SOURCES}, got {self.source!r}")
         if self.hit_source and self.hit_source not in SOURCES:
             raise ConfigError("hit_source", f"must be empty or one of {SOURCES}, got {self.hit_source!r}")
+        object.__setattr__(self, "_per_k", {})  # pmf / expected_tokens by K (the point is immutable)
 
     def pmf(self, K: int) -> np.ndarray:
-        """P(k accepted), k = 0..K."""
-        return accept_count_pmf(self.acceptance, K)
+        """P(k accepted), k = 0..K (read-only; kept per K)."""
+        key = ("pmf", int(K))
+        out = self._per_k.get(key)
+        if out is None:
+            out = accept_count_pmf(self.acceptance, K)
+            out.flags.writeable = False
+            self._per_k[key] = out
+        return out
 
     def expected_tokens(self, K: int) -> float:
-        """Expected tokens per round including the bonus (tokens)."""
-        return expected_tokens_positional(self.acceptance, K)
+        """Expected tokens per round including the bonus (tokens; kept per K)."""
+        key = ("tokens", int(K))
+        out = self._per_k.get(key)
+        if out is None:
+            out = self._per_k[key] = expected_tokens_positional(self.acceptance, K)
+        return out
 
     def mean_acceptance(self, K: int = 8) -> float:
         """Average of the first K per-position acceptance values (a scalar summary)."""
@@ -327,9 +354,28 @@ class AcceptanceModel:
             raise ConfigError("response", f"must be one of {RESPONSES}, got {self.response!r}")
         if self.response == "logged":
             _check_grid(self.points)
+        object.__setattr__(self, "_resolved", {})  # at / at_positions results (the model is immutable)
+
+    def _remember(self, key: tuple, make):
+        """The cached result for key, else make() (kept; the cache is cleared past _RESOLVED_MAX entries)."""
+        memo = self.__dict__["_resolved"]
+        try:
+            return memo[key]
+        except KeyError:
+            pass
+        out = make()
+        if len(memo) >= _RESOLVED_MAX:
+            memo.clear()
+        memo[key] = out
+        return out
 
     def at(self, temperature: float, saguaro_c: float = 1.0) -> AcceptancePoint:
-        """The acceptance point at (temperature, C): exact match, else interpolate (see module docstring)."""
+        """The acceptance point at (temperature, C): exact match, else interpolate (see module docstring).
+        Results are kept per model (by value and type of the arguments), so repeated calls are free."""
+        key = ("at", type(temperature), temperature, type(saguaro_c), saguaro_c)
+        return self._remember(key, lambda: self._at(temperature, saguaro_c))
+
+    def _at(self, temperature: float, saguaro_c: float) -> AcceptancePoint:
         if not (math.isfinite(temperature) and temperature >= 0):
             raise ConfigError("temperature", f"must be a finite number >= 0, got {temperature}")
         if not 0.0 <= saguaro_c <= 1.0:
@@ -360,6 +406,11 @@ class AcceptanceModel:
         token at k was drafted. The all-accepted rows (the bonus drawn from the target) and the backup curve
         do not depend on C and come from at(T, 1).
         """
+        cs = tuple(cs)
+        key = ("positions", type(temperature), temperature, tuple((type(c), c) for c in cs))
+        return self._remember(key, lambda: self._at_positions(temperature, cs))
+
+    def _at_positions(self, temperature: float, cs: tuple) -> AcceptancePoint:
         plain = self.at(temperature, 1.0)
         per = [self.at(temperature, float(c)) for c in cs]
         acc = tuple(p.acceptance[min(k, len(p.acceptance) - 1)] for k, p in enumerate(per))
@@ -493,11 +544,21 @@ def _softmax(z: np.ndarray) -> np.ndarray:
     return e / e.sum(axis=-1, keepdims=True)
 
 
-def _synthetic_pair(sigma: float, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+def _synthetic_target(sigma: float, temperature: float) -> np.ndarray:
+    """The family's target distribution p [contexts, vocab] for noise scale sigma."""
     draft_logits, noise = _synthetic_base()
-    q = _softmax(draft_logits / temperature)
-    p = _softmax((draft_logits + sigma * noise) / temperature)
-    return p, q
+    return _softmax((draft_logits + sigma * noise) / temperature)
+
+
+@lru_cache(maxsize=64)
+def _synthetic_draft(temperature: float) -> np.ndarray:
+    """The family's draft distribution q [contexts, vocab] (independent of sigma, so computed once per T)."""
+    draft_logits, _ = _synthetic_base()
+    return _softmax(draft_logits / temperature)
+
+
+def _synthetic_pair(sigma: float, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    return _synthetic_target(sigma, temperature), _synthetic_draft(temperature)
 
 
 def _saguaro_rows(q: np.ndarray, c: float, downweight: str, fs: np.ndarray) -> np.ndarray:
@@ -510,29 +571,46 @@ def _saguaro_rows(q: np.ndarray, c: float, downweight: str, fs: np.ndarray) -> n
     return qs / qs.sum(axis=-1, keepdims=True)
 
 
+@lru_cache(maxsize=8)
+def _saguaro_table(temperature: float, c: float, downweight: str) -> np.ndarray:
+    """_saguaro_rows of the family's draft for F = 1..8, read-only: [8, contexts, vocab], or [1, contexts, vocab]
+    at C = 1, where every F gives the same row (C q = q), so one row stands for all of them."""
+    fs = _FANOUTS[:1] if c == 1.0 else _FANOUTS
+    qs = _saguaro_rows(_synthetic_draft(temperature), c, downweight, fs)
+    qs.flags.writeable = False
+    return qs
+
+
 def _synthetic_acceptance(sigma: float, temperature: float, c: float, downweight: str) -> float:
     """Mean acceptance sum_x min(p, q_C) of the family (down-weighted set of F = 1)."""
-    p, q = _synthetic_pair(sigma, temperature)
-    return float(np.minimum(p, _saguaro_rows(q, c, downweight, _FANOUTS[:1])[0]).sum(axis=-1).mean())
+    p = _synthetic_target(sigma, temperature)
+    return float(np.minimum(p, _saguaro_table(temperature, c, downweight)[0]).sum(axis=-1).mean())
 
 
 def _synthetic_stats(sigma: float, temperature: float, c: float, downweight: str) -> tuple[float, np.ndarray]:
     """(mean acceptance, miss rate for F = 1..8) of the synthetic family.
 
     The same quantities as saguaro.outcome_stats (acceptance with the F = 1 set, the engine's hit
-    p_hit_excluding_draft for each F), vectorised over F.
+    p_hit_excluding_draft for each F), vectorised over F. Only sums run over the whole vocabulary: the
+    cache of F <= 8 guesses reads the first 9 tokens (the draft's top ones) of the residual and of the
+    rejection weights.
     """
-    p, q = _synthetic_pair(sigma, temperature)
-    qs = _saguaro_rows(q, c, downweight, _FANOUTS)  # [F, contexts, vocab]
+    p = _synthetic_target(sigma, temperature)
+    qs = _saguaro_table(temperature, c, downweight)  # [F or 1, contexts, vocab]
+    n_f = len(_FANOUTS)
+    head = n_f + 1  # tokens 0..8: every top-F and top-(F+1) set
     excess = np.maximum(0.0, p - qs)
     mass = excess.sum(axis=-1, keepdims=True)
-    cum = np.cumsum(np.where(mass > 0, excess / np.where(mass > 0, mass, 1.0), 0.0), axis=-1)
+    cum = np.cumsum(np.where(mass > 0, excess[..., :head] / np.where(mass > 0, mass, 1.0), 0.0), axis=-1)
+    cum = np.broadcast_to(cum, (n_f, *cum.shape[1:]))
     idx = np.broadcast_to((_FANOUTS - 1)[:, None, None], cum.shape[:2] + (1,))
     in_f, in_f1 = np.take_along_axis(cum, idx, -1)[..., 0], np.take_along_axis(cum, idx + 1, -1)[..., 0]
     # Rejecting s has joint probability max(0, q_C(s) - p(s)); the cache is top-F, or top-(F+1) minus s.
     reject_at = np.maximum(0.0, qs - p)
-    w_all = reject_at.sum(axis=-1)
-    w_in = np.where(np.arange(_VOCAB) < _FANOUTS[:, None, None], reject_at, 0.0).sum(axis=-1)
+    w_all = np.broadcast_to(reject_at.sum(axis=-1), in_f.shape)
+    # Summing the first 8 tokens (zeros past F) gives the whole-vocabulary masked sum bit for bit: numpy's pairwise
+    # sum keeps 8 partial sums, and past token F every one of them only adds zeros.
+    w_in = np.where(np.arange(n_f) < _FANOUTS[:, None, None], reject_at[..., :n_f], 0.0).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         hit = np.where(w_all > 0, ((w_all - w_in) * in_f + w_in * in_f1) / w_all, 0.0)
     acc = float(np.minimum(p, qs[0]).sum(axis=-1).mean())
@@ -546,13 +624,9 @@ def _power_law(misses: np.ndarray) -> tuple[float, float]:
 
 
 @lru_cache(maxsize=512)
-def saguaro_response(
-    acceptance: float, temperature: float, c_from: float, c_to: float, downweight: str = "top_f"
-) -> tuple[float, float, float]:
-    """How moving Saguaro's C from c_from to c_to changes (acceptance x, miss_at_one x, r +).
-
-    acceptance is the mean per-position acceptance measured at c_from and this temperature (> 0).
-    """
+def _fitted_family(acceptance: float, temperature: float, c_from: float, downweight: str) -> tuple[float, float, float, float]:
+    """(sigma, acceptance, miss_at_one, r) of the synthetic pair that reproduces `acceptance` at c_from: the solve
+    does not depend on the C moved to, so every target C of one measured point shares it."""
     from scipy.optimize import brentq
 
     def gap(sigma: float) -> float:
@@ -566,7 +640,18 @@ def saguaro_response(
     else:
         sigma = brentq(gap, 1e-3, 30.0, xtol=1e-3)
     acc_from, miss_from = _synthetic_stats(sigma, temperature, c_from, downweight)
+    return (float(sigma), acc_from, *_power_law(miss_from))
+
+
+@lru_cache(maxsize=512)
+def saguaro_response(
+    acceptance: float, temperature: float, c_from: float, c_to: float, downweight: str = "top_f"
+) -> tuple[float, float, float]:
+    """How moving Saguaro's C from c_from to c_to changes (acceptance x, miss_at_one x, r +).
+
+    acceptance is the mean per-position acceptance measured at c_from and this temperature (> 0).
+    """
+    sigma, acc_from, c_f, r_f = _fitted_family(acceptance, temperature, c_from, downweight)
     acc_to, miss_to = _synthetic_stats(sigma, temperature, c_to, downweight)
-    c_f, r_f = _power_law(miss_from)
     c_t, r_t = _power_law(miss_to)
     return acc_to / max(acc_from, 1e-9), c_t / max(c_f, 1e-9), r_t - r_f

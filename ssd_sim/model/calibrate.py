@@ -711,7 +711,16 @@ def calibrate(paths: Sequence[str | Path], name: str | None = None,
     """
     if not paths:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
-    traces = [check_trace(read_trace(p)) for p in paths]
+    return calibrate_traces([read_trace(p) for p in paths], paths, name, acceptance_from)
+
+
+def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name: str | None = None,
+                     acceptance_from: Sequence[str | Path] | None = None) -> tuple[Profile, CalibrationReport]:
+    """calibrate on traces already parsed (e.g. an upload held in memory); `paths` name them (one per trace: the
+    profile's sources, the default name's folder and what acceptance_from refers to)."""
+    if not parsed:
+        raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
+    traces = [check_trace(t) for t in parsed]
     setup = check_setup(traces)
     host, host_note = common_host(traces)
     report = CalibrationReport([str(p) for p in paths])

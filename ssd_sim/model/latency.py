@@ -215,6 +215,34 @@ def workload_ms(model: ForwardLatency, workload: Workload) -> float:
     return float(sum(c * model(r, t) for r, t, c in workload))
 
 
+class FlatWorkloads:
+    """Many workloads as their distinct forward shapes plus, per forward, its shape and count: a fit evaluates
+    hundreds of workloads at every step, but they hold a few dozen shapes."""
+
+    def __init__(self, workloads: Sequence[Workload]):
+        shapes: dict[tuple[float, float], int] = {}
+        index, counts = [], []
+        for w in workloads:
+            for r, t, c in w:
+                index.append(shapes.setdefault((r, t), len(shapes)))
+                counts.append(c)
+        self.shapes = list(shapes)
+        self.index = np.array(index, dtype=int)
+        self.counts = np.array(counts, dtype=float)
+        ends = np.cumsum([len(w) for w in workloads]).tolist()
+        self.bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+
+    def ms(self, model: ForwardLatency) -> np.ndarray:
+        """workload_ms of every workload, bit for bit: the model once per shape (called as workload_ms calls it:
+        numpy's vectorised power rounds differently from its scalar one), then each workload's forwards summed in
+        order as workload_ms sums them."""
+        if not self.shapes:
+            return np.zeros(len(self.bounds))
+        per_shape = np.array([model(r, t) for r, t in self.shapes], dtype=float)
+        per = (self.counts * per_shape[self.index]).tolist()
+        return np.array([float(sum(per[a:b])) for a, b in self.bounds])
+
+
 def fit_forward_latency(
     workloads: Sequence[Workload],
     measured_ms: ArrayLike,
@@ -247,9 +275,11 @@ def fit_forward_latency(
     def build(x):
         return ForwardLatency(**{**fixed, **{n: float(v) for n, v in zip(free, np.maximum(x[:len(free)], 0.0), strict=True)}})
 
+    flat = FlatWorkloads(workloads)
+
     def predicted(x):
         slow = 1.0 + flags * (x[-1] if len(names) > len(free) else 0.0)
-        return np.array([workload_ms(build(x), w) for w in workloads]) * slow
+        return flat.ms(build(x)) * slow
 
     # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the fit
     sol = least_squares(lambda x: predicted(x) / y - 1.0, x0, bounds=(lo, hi), method="trf", loss="soft_l1",
@@ -265,7 +295,7 @@ def fit_scaled_latency(shape: ForwardLatency, workloads: Sequence[Workload], mea
     from scipy.optimize import least_squares
 
     y = np.asarray(measured_ms, dtype=float)
-    base = np.array([workload_ms(shape, w) for w in workloads])
+    base = FlatWorkloads(workloads).ms(shape)
     sol = least_squares(lambda x: x[0] * base / y - 1.0, [float(np.median(y / base))], bounds=([1e-6], [np.inf]),
                         loss="soft_l1", f_scale=0.05)
     k = float(sol.x[0])

@@ -152,6 +152,15 @@ class DrawnAcceptance:
         return self.base.response
 
     def at(self, temperature: float, saguaro_c: float = 1.0) -> AcceptancePoint:
+        """The drawn point at (T, C); kept per draw (by value and type of the arguments), so the SD and the SSD
+        prediction of one draw share it."""
+        key = (type(temperature), temperature, type(saguaro_c), saguaro_c)
+        memo = self.__dict__.setdefault("_points", {})
+        if key not in memo:
+            memo[key] = self._at(temperature, saguaro_c)
+        return memo[key]
+
+    def _at(self, temperature: float, saguaro_c: float) -> AcceptancePoint:
         pt = self.base.at(temperature, saguaro_c)
         if self.saguaro_w < 1.0 and saguaro_c < 1.0 and pt.source == "assumed" and self.base.response == "synthetic":
             moved = lerp_point(self.base.at(temperature, 1.0), pt, self.saguaro_w, temperature, saguaro_c)

@@ -52,15 +52,19 @@ def uncertainty_of(profile: Profile) -> Uncertainty:
 
 
 def sample(profile: Profile, plan: Plan, sd_k: int, n: int = DRAWS, seed: int = 0, run_sequences: int | None = None,
-           only: str | None = None) -> dict[str, np.ndarray]:
-    """tok/s per sequence of AR, SD (K = sd_k) and the SSD plan, its p_hit, tokens per round and round ms, per draw."""
+           only: str | None = None, ar: bool = True) -> dict[str, np.ndarray]:
+    """tok/s per sequence of AR, SD (K = sd_k) and the SSD plan, its p_hit, tokens per round and round ms, per draw.
+    ar=False leaves AR out (its entry is nan), for callers that compare SSD with SD only."""
     u = uncertainty_of(profile)
     d = draws(u, n, seed, run_sequences, only, rows_tokens(plan, sd_k))
     out = {k: np.empty(n) for k in ("ar", "sd", "ssd", "p_hit", "tokens_per_round", "round_ms")}
+    if not ar:
+        out["ar"][:] = np.nan
     for i in range(n):
         p = drawn_profile(profile, u, d, i)
         ssd = predict_ssd(p, plan)
-        out["ar"][i] = predict_ar(p, plan.batch_size).per_seq_tok_s
+        if ar:
+            out["ar"][i] = predict_ar(p, plan.batch_size).per_seq_tok_s
         out["sd"][i] = predict_sd(p, plan.batch_size, sd_k, plan.temperature).per_seq_tok_s
         out["ssd"][i] = ssd.per_seq_tok_s
         out["p_hit"][i], out["tokens_per_round"][i], out["round_ms"][i] = ssd.p_hit, ssd.tokens_per_round, ssd.round_ms
@@ -100,7 +104,7 @@ def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarra
     p = float(np.mean(samples["ssd"] > samples["sd"]))
     spread = {}
     for src in SOURCES:
-        s = sample(profile, plan, sd_k, n, seed=1, only=src)
+        s = sample(profile, plan, sd_k, n, seed=1, only=src, ar=False)
         spread[src] = float(np.std(np.log(s["ssd"] / s["sd"])))
     dominant = max(spread, key=spread.get)
     if p >= threshold:

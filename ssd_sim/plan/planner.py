@@ -10,6 +10,8 @@ Anything the user fixes is not searched.
 from __future__ import annotations
 
 import math
+import threading
+from collections import OrderedDict
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -25,6 +27,7 @@ from ssd_sim.plan.predict import (
     predict_ar,
     predict_sd,
     predict_ssd,
+    round_times,
     ssd_rates,
 )
 from ssd_sim.theory.analytic import critical_batch_size, ssd_gain_bound
@@ -121,6 +124,8 @@ def make_plan(
     top_n: int = 8,
     risk: float | None = None,
     scan_b_star: bool = True,
+    memo: dict | None = None,
+    with_b_star: bool = True,
 ) -> PlanResult:
     """Search the SSD configuration space for one batch size and temperature; see module docstring.
 
@@ -130,6 +135,12 @@ def make_plan(
 
     risk: None ranks plans by the predicted tok/s; a quantile q in (0, 0.5] re-ranks the top_n candidates by the
     q-quantile of their tok/s over the profile's uncertainty (plan.intervals), e.g. 0.1 = the 10% worst case.
+
+    with_b_star: False skips b* altogether (b_star and b_star_closed_form are nan, and the plan keeps its single
+    backup instead of 'adaptive'); the predictions are the same. For sweeps that read only the predictions.
+
+    memo: where the fan-out DP tables are kept (a dict), None = dp_tables' shared LRU cache; the tables
+    depend only on K, the outcome distribution and the hit curve, so sweeps over batch sizes reuse them.
     """
     if risk is not None and not 0.0 < risk <= 0.5:
         raise ConfigError("risk", f"must be a quantile in (0, 0.5] (0.1 = plan for the 10% worst case), got {risk}")
@@ -139,14 +150,13 @@ def make_plan(
     if not 1 <= batch_size <= 4096:
         raise ConfigError("batch_size", f"must be in 1..4096, got {batch_size}")
     user_cap, timed_cap = budget_cap, timed_budget_cap(profile, batch_size)
-    memo: dict = {}  # allocation tables, shared with the b* scan
     scored, fits = _search(profile, batch_size, temperature, knobs, _k_range(knobs, k_max),
                            _backups(knobs, batch_size), draft_devices, min(user_cap, timed_cap), memo=memo)
-    # Within SSD at one batch size both objectives rank alike (same devices), so rank by tok/s per sequence.
-    scored.sort(key=lambda x: -x[0])
+    # Within SSD at one batch size both objectives rank alike (same devices), so rank by tok/s per sequence;
+    # only the configurations read (the top_n distinct plans) are turned into fan-out lists.
     plans: list[Plan] = []
-    for _, cfg in scored:
-        plan = _to_plan(cfg, knobs, temperature, batch_size, draft_devices)
+    for i in scored.ranked():
+        plan = _to_plan(scored.config(i), knobs, temperature, batch_size, draft_devices)
         if all(plan != p for p in plans):
             plans.append(plan)
         if len(plans) >= top_n:
@@ -154,11 +164,14 @@ def make_plan(
     if risk is not None and len(plans) > 1:
         q = quantile_tok_s(profile, plans, risk)
         plans = [p for _, p in sorted(zip(q, plans, strict=True), key=lambda x: -x[0])]
-    scan = scan_b_star and knobs.fan_out is None  # a fixed fan-out: b* of that plan, each backup its own miss fan-out
+    scan = with_b_star and scan_b_star and knobs.fan_out is None  # a fixed fan-out: b* of that plan, each backup its own miss fan-out
     curve = crossover(profile, temperature, knobs, draft_devices, k_max, budget_cap, memo=memo) if scan else None
-    b_star = curve.b_star if curve is not None else critical_batch(profile, plans[0])[0]
-    b_closed = closed_form_b_star(profile, plans[0])
-    if knobs.backup in (None, "adaptive"):
+    if not with_b_star:
+        b_star = b_closed = math.nan
+    else:
+        b_star = curve.b_star if curve is not None else critical_batch(profile, plans[0])[0]
+        b_closed = closed_form_b_star(profile, plans[0])
+    if with_b_star and knobs.backup in (None, "adaptive"):
         thr = knobs.backup_threshold if knobs.backup_threshold is not None else b_star
         adaptive = plans[0].replace(backup="adaptive", backup_threshold=thr)
         if adaptive.backup_for(batch_size) == plans[0].backup:
@@ -175,8 +188,8 @@ def make_plan(
     fit = fits[best.K]
     binding = _binding(best, ssd, fit, knobs, user_cap, timed_cap)
     bound = gain_bound(profile, ssd, sd)
-    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored), gain, curve,
-                      bound, min(user_cap, timed_cap))
+    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored.per_seq), gain,
+                      curve, bound, min(user_cap, timed_cap))
 
 
 def gain_bound(profile: Profile, ssd: Prediction, sd: Prediction) -> float:
@@ -199,31 +212,92 @@ def per_position_c(profile: Profile, plan: Plan, grid=C_GRID, passes: int = 2) -
     """
     base = predict_ssd(profile, plan).per_seq_tok_s
     cs, best = [plan.saguaro_c] * plan.K, base
+    seen: dict[tuple, float] = {}  # a later pass meets lists an earlier one scored (same plan, same value)
     for _ in range(passes):
         for k in range(plan.K):
             for c in grid:
                 trial = cs[:k] + [c] + cs[k + 1:]
-                v = predict_ssd(profile, plan.replace(saguaro_c_list=tuple(trial))).per_seq_tok_s
+                key = tuple(trial)
+                if key not in seen:
+                    seen[key] = predict_ssd(profile, plan.replace(saguaro_c_list=key)).per_seq_tok_s
+                v = seen[key]
                 if v > best * (1 + 1e-9):
                     best, cs = v, trial
     return plan.replace(saguaro_c_list=tuple(cs)), 100.0 * (best / base - 1.0)
 
 
 def _search(profile: Profile, b: int, temperature: float, knobs: Knobs, k_range, backups, draft_devices: int,
-            budget_cap: int, best_only: bool = False, memo: dict | None = None
-            ) -> tuple[list[tuple[float, dict]], dict[int, int]]:
-    """Score every (K, C, backup, budget) the knobs leave open: ([(tok/s per sequence, config)], {K: budget_fit}).
+            budget_cap: int, best_only: bool = False, memo: dict | None = None) -> tuple[_Scored, dict[int, int]]:
+    """Score every (K, C, backup, budget) the knobs leave open: (_Scored, {K: budget_fit}).
     What fits inside one verify is computed up to the largest plannable budget, so the binding line can tell a
     cap from draft time. best_only keeps the best budget of each (K, C, backup)."""
     fits = {K: budget_fit(profile, b, K, draft_devices, MAX_BUDGET) for K in k_range}
-    scored: list[tuple[float, dict]] = []
+    scored = _Scored()
+    times: dict = {}  # round_times per (K, budgets): the same for every C and backup
     for K, fit in fits.items():
         for C in _c_range(knobs, temperature):
             acc = profile.acceptance.at(temperature, C)
             for backup in backups:
-                scored.extend(_evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap,
-                                        best_only, memo))
+                scored.add(*_evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap,
+                                      best_only, memo, times))
     return scored, fits
+
+
+@dataclass(frozen=True, eq=False)
+class _Group:
+    """One (K, C, backup) of a search: the DP tables its budgets' fan-outs are read from (or the fixed lists)."""
+
+    K: int
+    C: float
+    backup: str
+    tab_p: tuple
+    tab_b: tuple
+    fan_out: tuple[int, ...] | None  # fixed by the knobs
+    fan_out_miss: tuple[int, ...] | None  # fixed by the knobs
+
+
+class _Scored:
+    """Every configuration a search scored, as parallel arrays in search order (K, C, backup, budget ascending):
+    tok/s per sequence, its (K, C, backup) group and its budget. Configurations are built on demand (`config`)."""
+
+    def __init__(self) -> None:
+        self.groups: list[_Group] = []
+        self._parts: list[tuple[np.ndarray, np.ndarray, np.ndarray]] = []
+        self._arrays: tuple[np.ndarray, np.ndarray, np.ndarray] | None = None
+
+    def add(self, group: _Group, per_seq: np.ndarray, budgets: np.ndarray) -> None:
+        self._parts.append((per_seq, np.full(len(budgets), len(self.groups)), budgets))
+        self.groups.append(group)
+        self._arrays = None
+
+    def _cat(self) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
+        if self._arrays is None:
+            self._arrays = tuple(np.concatenate([p[i] for p in self._parts]) if self._parts else np.empty(0)
+                                 for i in range(3))
+        return self._arrays
+
+    @property
+    def per_seq(self) -> np.ndarray:
+        return self._cat()[0]
+
+    def ranked(self) -> np.ndarray:
+        """Indices best first (a stable sort on -tok/s: ties keep search order)."""
+        return np.argsort(-self.per_seq, kind="stable")
+
+    def best(self, backup: str) -> float:
+        """The best tok/s per sequence with this backup (0 if none was scored)."""
+        per_seq, group, _ = self._cat()
+        mine = np.array([g.backup == backup for g in self.groups], dtype=bool)
+        sel = per_seq[mine[group]] if len(group) else per_seq
+        return float(sel.max()) if sel.size else 0.0
+
+    def config(self, i: int) -> dict:
+        """The configuration of entry i: K, C, backup and both fan-out lists."""
+        _, group, budgets = self._cat()
+        g, B = self.groups[int(group[i])], int(budgets[i])
+        return {"K": g.K, "C": g.C, "backup": g.backup,
+                "fan_out": g.fan_out or tuple(int(x) for x in backtrack(g.tab_p, B)),
+                "fan_out_miss": g.fan_out_miss or tuple(int(x) for x in backtrack(g.tab_b, B))}
 
 
 @dataclass(frozen=True)
@@ -254,13 +328,12 @@ def crossover(profile: Profile, temperature: float, knobs: Knobs | None = None, 
     knobs = (knobs or Knobs()).for_profile(profile)
     b_max = b_max or max(2 * profile.max_batch_size, 64)
     k_range = _k_range(knobs, k_max)
-    memo = {} if memo is None else memo
 
     def best(b: int) -> tuple[float, float]:
         """(best jit, best fast) tok/s per sequence at batch b: one search scores both backups."""
         timed = min(budget_cap, timed_budget_cap(profile, b))
         scored, _ = _search(profile, b, temperature, knobs, k_range, ("jit", "fast"), draft_devices, timed, True, memo)
-        return tuple(max((v for v, cfg in scored if cfg["backup"] == bk), default=0.0) for bk in ("jit", "fast"))
+        return scored.best("jit"), scored.best("fast")
 
     grid = sorted({*range(1, min(16, b_max) + 1), *(g for g in (24, 32, 48, 64, 96, 128, 192, 256) if g <= b_max),
                    b_max})
@@ -315,9 +388,11 @@ def _c_range(knobs: Knobs, temperature: float) -> tuple[float, ...]:
 
 
 def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap,
-              best_only: bool = False, memo: dict | None = None) -> list[tuple[float, dict]]:
-    """Score every admissible budget for one (K, C, backup): [(tok/s per sequence, config)] (best_only: the best).
-    memo keeps the allocation tables per (K, C, backup) across batch sizes (they do not depend on b)."""
+              best_only: bool = False, memo: dict | None = None, times: dict | None = None
+              ) -> tuple[_Group, np.ndarray, np.ndarray]:
+    """Score every admissible budget for one (K, C, backup): (group, tok/s per sequence, budgets), budgets in
+    ascending order (best_only: the best one). The DP tables come from `memo` (see `dp_tables`), the round
+    times from `times` (a dict shared by one search, filled here)."""
     pmf_p = acc.pmf(K)
     pmf_b, curve_b, e_miss = backup_outcomes(acc, K, backup)
     if knobs.fan_out is not None:
@@ -331,13 +406,8 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
         fixed = None
         budgets = np.arange(1, min(max(fit, 1), budget_cap) + 1)
     top = int(budgets.max())
-    key = (K, C, backup)
-    if memo is None or key not in memo or memo[key][0] < top:
-        tabs = (top, allocation_tables(top, pmf_p, acc.primary_hit.miss_matrix(K, top)),
-                allocation_tables(top, pmf_b, curve_b.miss_matrix(K, top)))
-        if memo is not None:
-            memo[key] = tabs
-    _, tab_p, tab_b = memo[key] if memo is not None else tabs
+    tab_p = dp_tables(K, pmf_p, acc.primary_hit, top, memo)
+    tab_b = dp_tables(K, pmf_b, curve_b, top, memo)
     if fixed is not None:
         h_p = np.array([float(pmf_p @ acc.primary_hit.hit(np.asarray(fixed)))])
     else:
@@ -346,21 +416,61 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
         h_b = np.array([float(pmf_b @ curve_b.hit(np.asarray(knobs.fan_out_miss)))])
     else:
         h_b = 1.0 - tab_b[0][-1][budgets]
+    tkey = (K, budgets.tobytes())
+    if times is None or tkey not in times:
+        rt = round_times(profile, b, K, budgets, draft_devices)
+        if times is not None:
+            times[tkey] = rt
+    rt = times[tkey] if times is not None else rt
     r = ssd_rates(profile, b, K, budgets, h_p, h_b, acc.expected_tokens(K), e_miss, backup,
-                  knobs.jit_redraft, draft_devices)
-    out = []
-    order = np.argsort(-r["per_seq"], kind="stable")
-    for i in (order if best_only else range(len(budgets))):
-        B = budgets[i]
-        cfg = {"K": K, "C": C, "backup": backup,
-               "fan_out": fixed or tuple(int(x) for x in backtrack(tab_p, int(B))),
-               "fan_out_miss": knobs.fan_out_miss or tuple(int(x) for x in backtrack(tab_b, int(B)))}
-        if C < 1.0 and not any(cfg["fan_out"][:-1] + cfg["fan_out_miss"][:-1]):
-            continue  # C cannot act without cached guesses at drafted positions: the C = 1 entry covers it
-        out.append((float(r["per_seq"][i]), cfg))
-        if best_only:
-            break
-    return out
+                  knobs.jit_redraft, draft_devices, rt)
+    per_seq = np.asarray(r["per_seq"], dtype=float) * np.ones(len(budgets))
+    group = _Group(K, C, backup, tab_p, tab_b, fixed, knobs.fan_out_miss)
+    keep = np.ones(len(budgets), dtype=bool)
+    if C < 1.0:  # C cannot act without cached guesses at drafted positions: the C = 1 entry covers it
+        # Backtracking puts the whole budget on position K exactly when choice[K, B] = B (then every earlier
+        # position gets choice[k, 0] = 0); a fixed list says so itself.
+        idle_p = (np.full(len(budgets), not any(fixed[:-1])) if fixed is not None
+                  else tab_p[1][-1][budgets] == budgets)
+        idle_b = (np.full(len(budgets), not any(knobs.fan_out_miss[:-1])) if knobs.fan_out_miss is not None
+                  else tab_b[1][-1][budgets] == budgets)
+        keep = ~(idle_p & idle_b)
+    if best_only:
+        order = np.argsort(-per_seq, kind="stable")
+        first = order[keep[order]][:1]
+        return group, per_seq[first], budgets[first]
+    return group, per_seq[keep], budgets[keep]
+
+
+TABLE_CACHE_SIZE = 1024  # DP tables kept by dp_tables' shared cache (each at most ~25 KB)
+_TABLES: OrderedDict = OrderedDict()
+_TABLES_LOCK = threading.Lock()
+
+
+def dp_tables(K: int, pmf: np.ndarray, curve, top: int, memo: dict | None = None):
+    """fanout.allocation_tables for budgets 0..(at least) top, outcome distribution pmf and hit model `curve`.
+
+    Kept by content (K, pmf, curve), so the hit- and miss-case tables of a jit backup are one, and sweeps over
+    batch sizes or C values that meet the same inputs reuse them. A table for a larger budget holds the smaller
+    one's entries exactly (the DP over budget b reads only fan-outs <= b). memo: a dict to keep them in; None =
+    the module's LRU cache of TABLE_CACHE_SIZE entries (shared by every caller, thread-safe).
+    """
+    key = (K, np.asarray(pmf, dtype=float).tobytes(), curve)
+    store = _TABLES if memo is None else memo
+    with _TABLES_LOCK:
+        hit = store.get(key)
+        if hit is not None and hit[0] >= top:
+            if memo is None:
+                _TABLES.move_to_end(key)
+            return hit[1]
+    tabs = allocation_tables(top, pmf, curve.miss_matrix(K, top))
+    with _TABLES_LOCK:
+        store[key] = (top, tabs)
+        if memo is None:
+            _TABLES.move_to_end(key)
+            while len(_TABLES) > TABLE_CACHE_SIZE:
+                _TABLES.popitem(last=False)
+    return tabs
 
 
 def _to_plan(cfg: dict, knobs: Knobs, temperature: float, b: int, draft_devices: int) -> Plan:
@@ -387,8 +497,9 @@ def critical_batch(profile: Profile, plan: Plan, b_max: int | None = None) -> tu
         per_backup[backup] = (1.0 - tab[0][-1][B], e_miss)
     b_star = math.inf
     for b in range(1, b_max + 1):
+        rt = round_times(profile, b, K, B, plan.draft_devices)  # shared by both backups
         tok = {bk: float(ssd_rates(profile, b, K, B, h_p, h_b, e_hit, e_miss, bk, plan.jit_redraft,
-                                   plan.draft_devices)["per_seq"]) for bk, (h_b, e_miss) in per_backup.items()}
+                                   plan.draft_devices, rt)["per_seq"]) for bk, (h_b, e_miss) in per_backup.items()}
         if tok["fast"] > tok["jit"]:
             b_star = float(b)
             break

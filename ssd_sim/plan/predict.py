@@ -86,24 +86,34 @@ def backup_outcomes(acc: AcceptancePoint, K: int, backup: str):
     return pmf, acc.backup_hit, 1.0
 
 
-def ssd_rates(profile: Profile, b: int, K: int, budget, h_p, h_b, e_hit: float, e_miss: float,
-              backup: str, jit_redraft: str = "rows", draft_devices: int = 1) -> dict:
-    """The SSD round model, vectorised over arrays of (budget, h_p, h_b). Returns arrays (ms, tok/s)."""
+def round_times(profile: Profile, b: int, K: int, budget, draft_devices: int = 1) -> dict:
+    """The parts of the SSD round that do not depend on hit rates or the backup, vectorised over budgets (ms):
+    t_v (the verify as slowed while the draft works), t_p (primary speculation) and base (transfer + lookup +
+    max(t_v, t_p)). ssd_rates takes them precomputed, so a search over C and backups at one (b, K) shares them."""
     lat = profile.latency
     budget = np.asarray(budget, dtype=float)
+    t_v = lat.ssd_verify_ms(b, K, budget, draft_devices) * np.ones_like(budget)  # slowed while the draft works
+    t_p = lat.primary_ms(b, K, budget, draft_devices)
+    return {"t_v": t_v, "t_p": t_p, "base": lat.transfer_ms + lat.lookup_ms + np.maximum(t_v, t_p)}
+
+
+def ssd_rates(profile: Profile, b: int, K: int, budget, h_p, h_b, e_hit: float, e_miss: float,
+              backup: str, jit_redraft: str = "rows", draft_devices: int = 1, times: dict | None = None) -> dict:
+    """The SSD round model, vectorised over arrays of (budget, h_p, h_b). Returns arrays (ms, tok/s).
+    times: round_times(profile, b, K, budget, draft_devices), when the caller has them."""
+    lat = profile.latency
     h_p, h_b = np.asarray(h_p, dtype=float), np.asarray(h_b, dtype=float)
     pi = h_b / np.maximum(1.0 - h_p + h_b, 1e-12)
     p_all = pi**b
-    t_v = lat.ssd_verify_ms(b, K, budget, draft_devices) * np.ones_like(budget)  # slowed while the draft works
-    t_p = lat.primary_ms(b, K, budget, draft_devices)
+    times = times or round_times(profile, b, K, budget, draft_devices)
+    t_v, t_p = times["t_v"], times["t_p"]
     if backup == "fast":
         t_b = np.full_like(pi, lat.fast_backup_ms)
     else:
         # Per-row redraft: expected number of missed rows given at least one miss.
         rows = np.full_like(pi, b) if jit_redraft == "batch" else b * (1 - pi) / np.maximum(1 - p_all, 1e-12)
         t_b = lat.jit_backup_ms(np.maximum(rows, 1.0), K)
-    base = lat.transfer_ms + lat.lookup_ms + np.maximum(t_v, t_p)
-    round_ms = base + (1.0 - p_all) * t_b
+    round_ms = times["base"] + (1.0 - p_all) * t_b
     tokens = pi * e_hit + (1.0 - pi) * e_miss
     per_seq = tokens / round_ms * 1e3
     return {"pi": pi, "p_all": p_all, "t_v": t_v, "t_p": t_p, "t_b": t_b, "round_ms": round_ms,

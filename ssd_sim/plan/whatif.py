@@ -225,21 +225,35 @@ def backup_crossover(profile: Profile, plan: Plan, batch_sizes) -> dict:
             "b_star_closed_form": closed}
 
 
+PARETO_FIELDS = ("per_seq_tok_s", "tok_s_per_device", "total_tok_s", "K")
+
+
+def pareto_point(profile: Profile, batch_size: int, temperature: float = 0.0, draft_devices: int = 1,
+                 k_max: int = 10) -> dict[str, dict[str, float]]:
+    """Best AR / SD / SSD at one batch size (make_plan, latency objective): {mode: {per_seq_tok_s, tok_s_per_device,
+    total_tok_s, K}}. Only the best plan's prediction is read, so neither b* nor the runner-up plans are computed."""
+    res = make_plan(profile, int(batch_size), temperature, "latency", draft_devices, k_max=k_max, top_n=1,
+                    scan_b_star=False, with_b_star=False)
+    return {pred.mode: {"per_seq_tok_s": pred.per_seq_tok_s, "tok_s_per_device": pred.tok_s_per_device,
+                        "total_tok_s": pred.total_tok_s, "K": pred.num_speculative_tokens}
+            for pred in (res.ar, res.sd, res.ssd)}
+
+
+def pareto_rows(points) -> dict[str, dict[str, list[float]]]:
+    """pareto's layout from (batch size, pareto_point result) pairs, in the order given."""
+    out = {m: {"batch_sizes": [], **{f: [] for f in PARETO_FIELDS}} for m in ("ar", "sd", "ssd")}
+    for b, point in points:
+        for mode, row in out.items():
+            row["batch_sizes"].append(int(b))
+            for f in PARETO_FIELDS:
+                row[f].append(point[mode][f])
+    return out
+
+
 def pareto(profile: Profile, batch_sizes, temperature: float = 0.0, draft_devices: int = 1,
            k_max: int = 10) -> dict[str, dict[str, list[float]]]:
     """Best AR / SD / SSD per batch size (make_plan, latency objective): tok/s per sequence and per device.
 
     Returns {mode: {"batch_sizes", "per_seq_tok_s", "tok_s_per_device", "total_tok_s", "K"}}.
     """
-    out = {m: {"batch_sizes": [], "per_seq_tok_s": [], "tok_s_per_device": [], "total_tok_s": [], "K": []}
-           for m in ("ar", "sd", "ssd")}
-    for b in batch_sizes:
-        res = make_plan(profile, int(b), temperature, "latency", draft_devices, k_max=k_max, scan_b_star=False)
-        for pred in (res.ar, res.sd, res.ssd):
-            row = out[pred.mode]
-            row["batch_sizes"].append(int(b))
-            row["per_seq_tok_s"].append(pred.per_seq_tok_s)
-            row["tok_s_per_device"].append(pred.tok_s_per_device)
-            row["total_tok_s"].append(pred.total_tok_s)
-            row["K"].append(pred.num_speculative_tokens)
-    return out
+    return pareto_rows((int(b), pareto_point(profile, int(b), temperature, draft_devices, k_max)) for b in batch_sizes)

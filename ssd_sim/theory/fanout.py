@@ -8,6 +8,8 @@ F = 0..budget), so per-position hit tables measured from logged distributions pl
 
 from __future__ import annotations
 
+from functools import lru_cache
+
 import numpy as np
 from numpy.typing import ArrayLike
 
@@ -54,9 +56,13 @@ def integer_fanout(
     return backtrack(tables, int(budget))
 
 
+@lru_cache(maxsize=2048)
 def power_law_matrix(K: int, max_f: int, r: float, miss_at_one: float = 1.0) -> np.ndarray:
-    """miss_curve as a miss matrix [K + 1, max_f + 1]: the same row at every stopping position."""
-    return np.tile(miss_curve(np.arange(max_f + 1), r, miss_at_one), (K + 1, 1))
+    """miss_curve as a miss matrix [K + 1, max_f + 1]: the same row at every stopping position (read-only: kept
+    per arguments, since planners and sweeps ask for the same ones again and again)."""
+    out = np.tile(miss_curve(np.arange(max_f + 1), r, miss_at_one), (K + 1, 1))
+    out.flags.writeable = False
+    return out
 
 
 def allocation_tables(max_budget: int, pmf: np.ndarray, miss: np.ndarray):

@@ -306,3 +306,107 @@ def test_uploads_over_the_cap_get_one_line_and_nothing_is_written(at, traces):
     at.file_uploader(key="tr_upload").set_value(("t.jsonl", small, "application/jsonl")).run()
     assert not at.exception
     assert sorted(p.relative_to(traces) for p in traces.rglob("*")) == before  # no upload lands next to the traces
+
+
+# --- a trace beside the profile of its own setup --------------------------------------------------------------
+
+REAL = Path(__file__).resolve().parents[2] / "traces"
+GRID = "cpu-fp32-grid"
+GRID_SSD, GRID_AR = "ssd-k2-f112-b1-t1.jsonl", "ar-b1-t0.jsonl"
+
+
+@pytest.fixture
+def cpu_traces(tmp_path, monkeypatch) -> Path:
+    """A traces directory holding one real CPU setup: two of its traces and the calibrated profile shipped with them."""
+    setup = tmp_path / GRID
+    setup.mkdir()
+    for name in (GRID_SSD, GRID_AR, "profile.json"):
+        (setup / name).write_bytes((REAL / GRID / name).read_bytes())
+    monkeypatch.setenv("SSD_TRACES_DIR", str(tmp_path))
+    return tmp_path
+
+
+def open_trace(at: AppTest, name: str) -> AppTest:
+    at.switch_page("views/traces.py").run()
+    at.selectbox(key="tr_file").set_value(name).run()
+    ok(at)
+    return at
+
+
+def phase_subplots(at: AppTest) -> list[str]:
+    """Titles of the phase-timing chart's subplots."""
+    (chart,) = [c for c in at.get("plotly_chart") if "phase timings" in c.proto.spec]
+    return [a["text"] for a in json.loads(chart.proto.spec)["layout"].get("annotations", [])]
+
+
+def test_a_cpu_trace_opens_against_the_cpu_profile_beside_it(cpu_traces):
+    from ssd_sim.model.profile import load_profile_file
+
+    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{GRID}/{GRID_SSD}")
+    assert at.radio(key="tr_profile").value == "own"
+    assert any(c.value == "compared with profile **qwen-coder-cpu-calibrated** (shipped beside the trace: "
+               f"{GRID}/profile.json)" for c in at.caption)
+    assert not at.main.warning  # the models and devices are the trace's own
+    assert at.subheader[0].value == "predicted (qwen-coder-cpu-calibrated) vs measured"
+    profile = load_profile_file(cpu_traces / GRID / "profile.json")
+    pvm = compare.predicted_vs_measured(profile, read_trace(cpu_traces / GRID / GRID_SSD))
+    table = at.dataframe[0].value
+    assert list(table["predicted"]) == pytest.approx([r[1] for r in pvm["rows"]])
+    assert list(table["measured"]) == pytest.approx([r[2] for r in pvm["rows"]])
+    tok_s = table.set_index("metric").loc["tok/s (all sequences)"]
+    assert 0.5 < tok_s["measured"] / tok_s["predicted"] < 2.0  # 3.6 measured vs 4.0 predicted: the same setup
+    assert 3.0 < tok_s["measured"] < 4.5
+    assert phase_subplots(at) == ["target device", "draft device"]
+
+
+def test_a_mismatched_profile_gets_one_warning_line(cpu_traces):
+    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{GRID}/{GRID_SSD}")
+    at.radio(key="tr_profile").set_value("sidebar").run()  # the sidebar's default: llama70b-1b-h100 on H100s
+    ok(at)
+    (warning,) = at.main.warning
+    assert "\n" not in warning.value
+    assert warning.value.startswith("profile llama70b-1b-h100 is for Llama-3.1-70B-Instruct + Llama-3.2-1B-Instruct "
+                                    "on GPU, but this trace ran qwen-coder-1.5b + qwen-coder-0.5b on CPU")
+    assert any("compared with profile **llama70b-1b-h100** (the sidebar's profile)" in c.value for c in at.caption)
+    llama = compare.predicted_vs_measured(get_preset(LLAMA), read_trace(cpu_traces / GRID / GRID_SSD))
+    assert list(at.dataframe[0].value["predicted"]) == pytest.approx([r[1] for r in llama["rows"]])
+    # A sidebar profile of the same setup is compared without a warning (the sidebar's own host note aside).
+    at.selectbox(key="profile_choice").set_value("qwen-coder-1.5b-0.5b-cpu").run()
+    at.radio(key="tr_profile").set_value("sidebar").run()
+    ok(at)
+    assert at.caption[0].value.startswith("compared with profile **qwen-coder-1.5b-0.5b-cpu**")
+    assert not at.main.warning
+
+
+def test_an_ar_trace_has_no_draft_device_subplot(cpu_traces):
+    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{GRID}/{GRID_AR}")
+    assert phase_subplots(at) == ["target device"]
+    assert at.dataframe[0].value["metric"].tolist() == ["tok/s (all sequences)", "mean acceptance length (tokens)"]
+    assert at.button(key="btn_tr_calibrate").disabled  # no draft timings to fit
+
+
+def test_a_profile_calibrated_from_the_trace_on_request(cpu_traces):
+    from ssd_sim.model.calibrate import calibrate
+
+    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{GRID}/{GRID_SSD}")
+    at.button(key="btn_tr_calibrate").click().run()
+    ok(at)
+    assert at.radio(key="tr_profile").value == "calibrated"
+    name = "calibrated-from-" + GRID_SSD.removesuffix(".jsonl")
+    assert any(c.value == f"compared with profile **{name}** (calibrated from this trace)" for c in at.caption)
+    fitted, _ = calibrate([str(cpu_traces / GRID / GRID_SSD)], name=name)
+    want = compare.predicted_vs_measured(fitted, read_trace(cpu_traces / GRID / GRID_SSD))
+    assert list(at.dataframe[0].value["predicted"]) == pytest.approx([r[1] for r in want["rows"]])
+    assert not at.main.warning
+    # An upload has no folder: a preset of its models is its own setup, and it is calibrated in memory.
+    before = sorted(p.relative_to(cpu_traces) for p in cpu_traces.rglob("*"))
+    data = (cpu_traces / GRID / GRID_SSD).read_bytes()
+    at.file_uploader(key="tr_upload").set_value(("mine.jsonl", data, "application/jsonl")).run()
+    ok(at)
+    assert at.caption[0].value == ("compared with profile **qwen-coder-1.5b-0.5b-cpu** (a preset for the same models "
+                                   "on the same kind of device: preset qwen-coder-1.5b-0.5b-cpu)")
+    at.button(key="btn_tr_calibrate").click().run()
+    ok(at)
+    assert at.caption[0].value == "compared with profile **calibrated-from-mine** (calibrated from this trace)"
+    assert list(at.dataframe[0].value["predicted"]) == pytest.approx([r[1] for r in want["rows"]])
+    assert sorted(p.relative_to(cpu_traces) for p in cpu_traces.rglob("*")) == before
