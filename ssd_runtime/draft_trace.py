@@ -42,7 +42,7 @@ class DraftRecorder:
 
     def add(self, seqs: list[tuple[int, list[int]]], done: list = ()) -> None:
         """Drafter.add; the bonus ranks and dists of the sequences it frees are kept for the next reply."""
-        self.early_ranks.update({sid: self.bonus_rank(sid, k, t) for sid, k, t in done})
+        self.early_ranks.update({sid: self.bonus_rank(sid, k, t) for sid, k, t in done if sid in self.drafter.seqs})
         self.early_dists.update(self.draft_dists({"keys": [], "done": list(done)}))
         self.drafter.add(seqs, done)
 

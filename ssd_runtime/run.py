@@ -66,7 +66,6 @@ class Job:
     target: ModelSpec | None = None  # None = the session's model
     draft: ModelSpec | None = None
     hooks: TestHooks | None = None  # tests only: attached to the target and the draft when set
-    max_batch: int | None = None  # rows decoded together (None: plan.batch_size); finished rows are refilled
     arrivals_ms: list[float] | None = None  # request i arrives arrivals_ms[i] ms after the start (None: all at 0)
     log_topn: int = 0  # SD / SSD: per verified position, the top-N distributions of target and draft (0: off)
 
@@ -454,7 +453,7 @@ class _TargetWorker:
 
         cfg = TargetConfig(job.plan, job.mode, job.max_new_tokens, job.seed,
                            () if job.ignore_eos else tuple(lm.eos_token_ids), job.forced_acceptance,
-                           job.log_topn if job.mode != "ar" else 0, job.max_batch)
+                           job.log_topn if job.mode != "ar" else 0)
         target = Target(lm.model, cfg, link, on_round, lambda n: _send(self.conn, ("progress", n)))
         if fault:
             target.faults.append(fault)
@@ -485,6 +484,10 @@ def _check_job(job: Job, target: dict, draft: dict | None) -> None:
             if p and max(p) >= vocab:
                 raise ConfigError("prompts", f"prompt {n} has token id {max(p)} but the target's vocabulary has "
                                              f"{vocab} tokens (ids 0..{vocab - 1})")
+    arr = job.arrivals_ms
+    if arr is not None and (len(arr) != len(job.prompts) or not all(0 <= float(a) < float("inf") for a in arr)):
+        raise ConfigError("arrivals_ms", f"needs one finite time >= 0 (ms) per prompt: {len(arr)} times for "
+                                         f"{len(job.prompts)} prompts")
     limits = {"target": target.get("max_positions")} if draft is None else {"draft": draft.get("max_positions")}
     check_context(job.prompts, job.max_new_tokens, job.mode, job.plan.num_speculative_tokens, limits)
 

@@ -73,7 +73,6 @@ class TargetConfig:
     eos_token_ids: tuple[int, ...] = ()
     forced_acceptance: float | None = None  # synthetic acceptance rate (not exact; pipeline tests)
     log_topn: int = 0  # SD / SSD: log the top-N distributions of target and draft at positions 0..k (0: off)
-    max_batch: int | None = None  # rows decoded together (None: plan.batch_size); finished rows are refilled
 
 
 class Target:
@@ -88,7 +87,7 @@ class Target:
                  on_progress: Callable[[int], None] | None = None):
         self.model, self.cfg, self.link = model, cfg, link
         self.plan, self.T = cfg.plan, cfg.plan.temperature
-        self.max_batch = int(cfg.max_batch or cfg.plan.batch_size)
+        self.max_batch = int(cfg.plan.batch_size)  # rows decoded together (ssd-run --max-batch sets it)
         self.device = model_device(model)
         self.gen = torch.Generator(device=self.device).manual_seed(int(cfg.seed))
         self.on_round = on_round or (lambda rec: None)

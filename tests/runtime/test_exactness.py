@@ -15,6 +15,7 @@ import pytest
 
 from ssd_runtime.hooks import TestHooks
 from ssd_runtime.run import Job, Session
+from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.plan.plan import Plan
 from tests.helpers.runtime import (
@@ -79,6 +80,12 @@ def test_greedy_speculative_output_equals_autoregressive(session, reference, cas
     if mode == "ssd":
         hits = [s["hit"] for s in seqs if not s["first"]]
         assert any(hits) and not all(hits)  # both the cache and the backup served rounds
+
+
+@pytest.mark.parametrize("arrivals", [[0.0], [0.0, 1.0, float("nan"), 2.0], [0.0, -1.0, 2.0, 3.0]])
+def test_arrival_times_must_give_one_finite_time_per_prompt(session, arrivals):
+    with pytest.raises(ConfigError, match="arrivals_ms: needs one finite time >= 0"):
+        session.run(Job(Plan(), "ar", PROMPTS, N_NEW, arrivals_ms=arrivals))
 
 
 def test_adaptive_backup_switches_to_fast_at_the_threshold(session):
