@@ -1,12 +1,13 @@
 """The target side: owns all sequence state; per round requests a proposal, verifies, commits, rolls back.
 
-One round for the active sequences of a batch:
+Requests queue up (continuous batching); a free KV row takes the next one that has arrived (prefill, first token),
+and it joins the next round. One round for the active sequences:
   request   SPEC with one key per sequence (seq, k accepted last round, bonus t*) -> the draft's reply
             (skipped in AR mode and after a draft fault: the proposal is then empty, K = 0);
-  verify    one target forward over [t*, s_1..s_K] per row (explicit positions, holes masked), then
+  verify    one target forward over [t*, s_1..s_K] per row (the KV holds everything before t*), then
             `accept`: the ratio test with the exact q each s_i was sampled from (greedy matching at T = 0);
-  commit    append s_1..s_k + bonus (cut at EOS / max new tokens), roll the KV back to the committed
-            tokens, drop finished sequences.
+  commit    append s_1..s_k + bonus (cut at EOS / max new tokens), set each row's KV length back to its
+            committed tokens but the new bonus, free the rows of finished sequences.
 AR, SD and SSD run this same code, so their timings compare fairly. A trace record for round i is
 written once the draft's timings of the speculation it did during round i arrive (with reply i+1).
 """
@@ -51,10 +52,6 @@ class Seq:
     done: bool = False
     first_token_ms: float | None = None
     finish_ms: float | None = None
-
-    @property
-    def tokens(self) -> list[int]:
-        return self.prompt + self.out
 
     def record(self) -> dict:
         """The request's line in the summary: arrival, first token and finish times (ms), output tokens."""

@@ -34,7 +34,11 @@ One line per round (one target verification, or one target step in AR mode):
                     round's verify), "draft_sd": float (SD: sequential drafting), "round": float}}
 Last line, the summary (what the runtime printed):
     {"type": "summary", "tokens": int, "wall_s": float, "tok_s": float, "rounds": int,
-     "faults": [str, ...], ...metrics of `summarize`}
+     "faults": [str, ...], ...metrics of `summarize`,
+     optional (ssd-run since 2026-12): "e2e_tok_s": float (generated tokens / job_s, prefill and arrival waits
+     included), "job_s": float, "requests": [{"seq", "arrival_ms", "first_token_ms", "finish_ms",
+     "output_tokens"}] (ms since the job started), "ttft_ms_p50|p90|p99", "tpot_ms_p50|p90|p99": float|null
+     (TTFT = first token - arrival, TPOT = (finish - first token) / (output tokens - 1), as ssd_sim.sim.metrics)}
 Unknown extra keys are allowed (forward compatible); the keys above are required where listed.
 """
 
