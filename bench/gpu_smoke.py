@@ -39,10 +39,10 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
+from ssd_runtime.specs import TINY_DRAFT, TINY_TARGET  # noqa: E402  (torch-free: the runtime tests' greedy pair)
+
 PROG = "gpu_smoke"
 RESULT = "GPU_SMOKE_RESULT "  # prefix of the child's result line on stdout
-TINY_TARGET = {"vocab": 96, "seed": 3, "hidden": 32, "init_std": 0.5}  # tests/helpers/runtime.py's greedy pair
-TINY_DRAFT = {**TINY_TARGET, "noise": 0.02}
 REAL = ("qwen-coder-1.5b", "qwen-coder-0.5b")
 SD_K = 4
 SSD_K, SSD_FAN_OUT = 3, (2, 2, 1, 1)

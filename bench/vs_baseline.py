@@ -67,6 +67,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
     sys.path.insert(0, str(ROOT))
 
+from ssd_runtime.specs import TINY_DRAFT, TINY_TARGET  # noqa: E402  (torch-free)
 from ssd_sim.io.errors import ConfigError  # noqa: E402
 from ssd_sim.plan.plan import Plan  # noqa: E402
 
@@ -77,9 +78,6 @@ MODES = HF_MODES + OUR_MODES
 REFERENCE = "hf-assisted"  # ratios are against transformers' assisted generation
 GOALS = {"sd": 1.0, "ssd": 1.3}  # issue 13: end-to-end tok/s over hf-assisted on the benchmark machine
 PRESETS = {"none": "qwen-coder-1.5b-0.5b-cpu", "int8": "qwen-coder-1.5b-0.5b-cpu-int8"}
-# --tiny: the runtime tests' greedy pair (tests/helpers/runtime.py): vocab 96, the draft is the target + noise
-TINY_TARGET = {"vocab": 96, "seed": 3, "hidden": 32, "init_std": 0.5}
-TINY_DRAFT = {**TINY_TARGET, "noise": 0.02}
 TINY_PROMPTS = 4  # --tiny: this many random prompts unless --prompts says otherwise
 
 

@@ -160,16 +160,16 @@ class Drafter:
         if redraft and backup == "jit" and self.plan.jit_redraft == "batch":
             redraft = list(range(n))
         states = [self.seqs[sid] for sid in self.order]
+        missed = set(redraft)
         tokens = torch.zeros(n, self.K, dtype=torch.long)
         q: list[torch.Tensor | None] = [None] * n
         for r, entry in enumerate(found.cached):
-            if entry is not None and r not in redraft:
+            if r not in missed:
                 tokens[r], q[r] = torch.tensor(entry.tokens), entry.q
         for st in states:
             st.known = None
         if redraft:
             self._backup(backup, redraft, states, found.pending, tokens, q)
-        missed = set(redraft)
         for r, st in enumerate(states):
             st.proposal, st.from_cache = tokens[r].tolist(), r not in missed
             st.cache = {}
@@ -202,8 +202,9 @@ class Drafter:
         # Decode in place on the span of rows that holds every missed row (a view of the cache); rows in the
         # span that hit take no input. Their logits are kept: the glue then reuses them.
         span = range(min(rows), max(rows) + 1)
-        on = [r in rows for r in span]
-        first = [pending[r] if r in rows else [] for r in span]
+        wanted = set(rows)
+        on = [r in wanted for r in span]
+        first = [pending[r] if o else [] for r, o in zip(span, on, strict=True)]
         toks, qs, logits = self.decode(span, first, on, self.plan.fan_out_miss)
         for i, r in enumerate(span):
             if on[i]:

@@ -183,12 +183,6 @@ class _SlotWriter:
         v.scatter_(2, idx, value.to(v.dtype))
         return k[:, :, :self.width], v[:, :, :self.width]
 
-    def get_seq_length(self, layer_idx: int = 0) -> int:
-        return self.width
-
-    def __len__(self) -> int:
-        return len(self.kv.keys)
-
 
 def _float_dtype(model: torch.nn.Module) -> torch.dtype:
     """The activation dtype of a model (float32 for int8-quantised models)."""

@@ -11,6 +11,10 @@ from dataclasses import dataclass
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 QUANTIZE = ("none", "int8")
 LINEAR = ("auto", "onednn", "dense")  # matmul kernels of nn.Linear on CPU float32 (see models.PackedLinear)
+# The tiny greedy pair (tiny_model kwargs): vocab 96, the draft is the target plus N(0, 0.02^2) noise on every weight,
+# so it agrees often but not always. The runtime tests and the benches' tiny smoke runs use it.
+TINY_TARGET = {"vocab": 96, "seed": 3, "hidden": 32, "init_std": 0.5}
+TINY_DRAFT = {**TINY_TARGET, "noise": 0.02}
 
 
 @dataclass(frozen=True)

@@ -13,6 +13,7 @@ import pytest
 
 from ssd_sim.cli.plan import main as ssd_plan
 from ssd_sim.cli.sim import main as ssd_sim
+from tests.helpers.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[1]
 README = (ROOT / "README.md").read_text()
@@ -62,11 +63,7 @@ def test_every_file_the_readme_names_exists(path):
 
 
 def test_the_regression_table_matches_the_model():
-    import importlib.util
-
-    spec = importlib.util.spec_from_file_location("preset_table", ROOT / "bench" / "preset_table.py")
-    pt = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(pt)
+    pt = load_bench("preset_table")
     shown = pt.readme_table(README).splitlines()
     fresh = pt.table().splitlines()
     assert README.count(shown[0]) == 1  # the table appears once, between its markers

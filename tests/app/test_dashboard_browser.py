@@ -5,22 +5,18 @@
 
 from __future__ import annotations
 
-import importlib.util
 import shutil
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+from tests.helpers.bench import load_bench
 
 
 @pytest.mark.slow
 @pytest.mark.skipif(shutil.which("chromium") is None, reason="needs Debian chromium (apt-get install -y chromium)")
 def test_every_page_renders_in_chromium(tmp_path):
     pytest.importorskip("streamlit")
-    spec = importlib.util.spec_from_file_location("dashboard_screenshots", ROOT / "bench" / "dashboard_screenshots.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
+    mod = load_bench("dashboard_screenshots")
     assert mod.main(["--out", str(tmp_path)]) == 0
     for page, _, _ in mod.PAGES:
         png = tmp_path / f"{page}.png"

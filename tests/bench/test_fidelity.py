@@ -1,7 +1,6 @@
 """The shipped real CPU traces: calibration + simulator predict runs held out by prompts, modes, temperature, C and
 batch size (bench/fidelity.py); the splits are real hold-outs."""
 
-import importlib.util
 import json
 from pathlib import Path
 
@@ -11,19 +10,13 @@ from ssd_sim.io.trace import read_trace
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan.planner import make_plan
+from tests.helpers.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 CPU = ROOT / "traces" / "cpu-fp32-grid"
 
 
-def load_bench():
-    spec = importlib.util.spec_from_file_location("fidelity", ROOT / "bench" / "fidelity.py")
-    mod = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(mod)
-    return mod
-
-
-BENCH = load_bench()
+BENCH = load_bench("fidelity")
 SPLITS = BENCH.splits()
 
 

@@ -1,22 +1,9 @@
 """bench/gpu_smoke.py's pure helpers: which cases run for a device kind and GPU count, how a case is judged, the
 table. No model runs here (`bash bench/gpu_smoke.sh --device cpu` is the CPU run, by hand)."""
 
-import importlib.util
-import sys
-from pathlib import Path
+from tests.helpers.bench import load_bench
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("gpu_smoke", ROOT / "bench" / "gpu_smoke.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-GS = load_bench()
+GS = load_bench("gpu_smoke")
 
 
 def devices(cases):

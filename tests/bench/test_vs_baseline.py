@@ -2,28 +2,15 @@
 output-identity check, ratios and goals, the table, strict JSON, flag checks and the SD plan (Saguaro C = 1).
 No model runs here (the script itself is run by hand: see its docstring)."""
 
-import importlib.util
 import json
 import math
-import sys
-from pathlib import Path
 
 import pytest
 
 from ssd_sim.io.errors import ConfigError
+from tests.helpers.bench import load_bench
 
-ROOT = Path(__file__).resolve().parents[2]
-
-
-def load_bench():
-    spec = importlib.util.spec_from_file_location("vs_baseline", ROOT / "bench" / "vs_baseline.py")
-    mod = importlib.util.module_from_spec(spec)
-    sys.modules[spec.name] = mod  # dataclasses look their module up there
-    spec.loader.exec_module(mod)
-    return mod
-
-
-VB = load_bench()
+VB = load_bench("vs_baseline")
 
 
 def rec(mode="ar", rep=0, outputs=None, e2e_s=2.0, prefill_s=0.5, **kw):

@@ -4,7 +4,6 @@ them as real processes and prints the table); hypothesis adds generated flag val
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shlex
 import string
@@ -17,11 +16,10 @@ from hypothesis import strategies as st
 from ssd_sim.cli.calibrate import main as calibrate_main
 from ssd_sim.cli.plan import main as plan_main
 from ssd_sim.cli.sim import main as sim_main
+from tests.helpers.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
-spec = importlib.util.spec_from_file_location("bad_inputs", ROOT / "bench" / "bad_inputs.py")
-bad = importlib.util.module_from_spec(spec)
-spec.loader.exec_module(bad)
+bad = load_bench("bad_inputs")
 
 MAINS = {"ssd-plan": plan_main, "ssd-sim": sim_main, "ssd-plan calibrate": calibrate_main}
 
