@@ -1,25 +1,32 @@
-"""GPU smoke test (issue 13, item 4): ssd-run's two processes on CUDA, greedy AR == SD == SSD, tok/s, one table.
+"""GPU smoke test: ssd-run's two processes on CUDA, every supported model family, greedy AR == SD == SSD, tok/s.
 
-    bash bench/gpu_smoke.sh                     # CUDA: installs the package if needed, then everything below
+    bash bench/gpu_smoke.sh                     # CUDA: everything below; installs nothing, downloads nothing
     bash bench/gpu_smoke.sh --device cpu        # CPU fallback (tiny models; add --real for the real pair)
-    python bench/gpu_smoke.py [--device cuda|cpu] [--real|--no-real] [--no-fetch]   # the same, no install step
+    python bench/gpu_smoke.py [--device cuda|cpu] [--real|--no-real] [--fetch]   # the same, without the checks
 
 Cases (each in its own child process with a time limit, so a hang or a crash in CUDA / NCCL becomes one FAIL
 row, never a stuck script):
-  tiny 1dev     tiny random models, target and draft processes both on cuda:0 (two processes, one device)
-  tiny mixed    target on cuda:0, draft on the CPU (the gloo transport next to a CUDA model)
-  tiny 2dev     target on cuda:0, draft on cuda:1 (the NCCL path), only where torch.cuda.device_count() >= 2
-  real 1dev     the fetched Qwen2.5-Coder 1.5B / 0.5B pair (float32) on cuda:0 twice; fetched first with
-                `ssd-run fetch-models` when missing (skipped with one line when that is impossible)
-  real 2dev     the same on cuda:0 / cuda:1, where two devices exist
-With --device cpu every case runs on the CPU instead (tiny; the real pair only with --real). In each case one
-Session runs an untimed warm-up job per mode, then AR, SD (K = 4) and SSD (K = 3, fan-out 2,2,1,1) over the same
-prompts with EOS ignored; the outputs must be identical (greedy). tok/s: decode-only (the runtime's summary:
-decode tokens / decode wall time) and end to end (all tokens / wall clock around Session.run, prefill included).
+  tiny 1dev       tiny random models, target and draft processes both on cuda:0 (two processes, one device)
+  tiny mixed      target on cuda:0, draft on the CPU (the gloo transport next to a CUDA model)
+  tiny 2dev       target on cuda:0, draft on cuda:1 (the NCCL path), only where torch.cuda.device_count() >= 2
+  families 1dev   a tiny random pair of every supported family (ssd_runtime.specs.FAMILIES: Llama, Mistral,
+                  Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 2, Gemma 3, Phi-3; sliding windows of 5 tokens where the
+                  family has them) on cuda:0, one Session, each pair through AR / SD / SSD
+  real 1dev       the Qwen2.5-Coder 1.5B / 0.5B pair (float32) on cuda:0, when it is in the model cache
+                  (`ssd-run fetch-models`); skipped with one line otherwise, never fetched unless --fetch
+  real 2dev       the same on cuda:0 / cuda:1, where two devices exist
+With --device cpu every case runs on the CPU instead (tiny and families; the real pair only with --real). Per
+pair, a Session runs an untimed warm-up job per mode, then AR, SD (K = 4) and SSD (K = 3, fan-out 2,2,1,1) over
+the same prompts with EOS ignored; the outputs must be identical (greedy, float32). tok/s: decode-only (the
+runtime's summary: decode tokens / decode wall time) and end to end (all tokens / wall clock around Session.run,
+prefill included).
+
+Offline by design: Hugging Face hub access is switched off (HF_HUB_OFFLINE=1) unless --fetch, and tiny models are
+built in-process. bench/gpu_smoke.sh checks that the Python packages are there and says in one line which are
+missing; it runs the project from its folder (PYTHONPATH), so no install is needed.
 
 Exit status: 0 when every case that ran passed (skips allowed), 1 when a case failed or outputs differ,
-2 on bad input (e.g. --device cuda without a CUDA device). Budget: under 5 minutes on one GPU once the models
-are fetched (fetching, bounded by --fetch-timeout, comes on top).
+2 on bad input (e.g. --device cuda without a CUDA device). Budget: under 5 minutes on one GPU.
 """
 
 from __future__ import annotations
@@ -39,7 +46,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ssd_runtime.specs import TINY_DRAFT, TINY_TARGET  # noqa: E402  (torch-free: the runtime tests' greedy pair)
+from ssd_runtime.specs import FAMILIES, TINY_DRAFT, TINY_TARGET, tiny_pair  # noqa: E402  (torch-free)
 
 PROG = "gpu_smoke"
 RESULT = "GPU_SMOKE_RESULT "  # prefix of the child's result line on stdout
@@ -54,7 +61,7 @@ class Case:
     """One Session: models, devices, workload. Units: tokens, seconds."""
 
     name: str
-    models: str  # tiny | real
+    models: str  # tiny | families | real
     target_device: str
     draft_device: str
     num_prompts: int
@@ -68,6 +75,7 @@ class ModeResult:
     """One mode's timed job."""
 
     mode: str
+    pair: str  # tiny | a family name | real
     decode_tok_s: float  # the runtime's summary tok_s: decode tokens / decode wall time
     e2e_tok_s: float  # all generated tokens / wall clock around Session.run (prefill included)
     tokens: int
@@ -93,7 +101,8 @@ def plan_cases(device: str, n_gpus: int, real: bool, real_prompts: int | None, r
                real_dtype: str) -> list[Case]:
     """The cases to run for this device kind and GPU count (see the module docstring)."""
     if device == "cpu":
-        cases = [Case("tiny cpu", "tiny", "cpu", "cpu", 4, 32, timeout_s=180)]
+        cases = [Case("tiny cpu", "tiny", "cpu", "cpu", 4, 32, timeout_s=180),
+                 Case("families cpu", "families", "cpu", "cpu", 2, 16, timeout_s=300)]
         if real:
             cases.append(Case("real cpu", "real", "cpu", "cpu", real_prompts or 1, real_tokens or 16,
                               timeout_s=900))
@@ -102,6 +111,7 @@ def plan_cases(device: str, n_gpus: int, real: bool, real_prompts: int | None, r
              Case("tiny mixed", "tiny", "cuda:0", "cpu", 4, 32, timeout_s=150)]
     if n_gpus >= 2:
         cases.append(Case("tiny 2dev", "tiny", "cuda:0", "cuda:1", 4, 32, timeout_s=150))
+    cases.append(Case("families 1dev", "families", "cuda:0", "cuda:0", 2, 16, timeout_s=240))
     if real:
         cases.append(Case("real 1dev", "real", "cuda:0", "cuda:0", real_prompts or 4, real_tokens or 64,
                           real_dtype, timeout_s=300))
@@ -112,47 +122,64 @@ def plan_cases(device: str, n_gpus: int, real: bool, real_prompts: int | None, r
 
 
 # ---- inside a child: run one case ----------------------------------------------------------------------------
-def run_case(case: Case) -> CaseResult:
-    """Load the pair on the case's devices in one Session, warm up, run AR / SD / SSD, compare outputs."""
+def case_pairs(case: Case) -> list[tuple[str, object, object, list[list[int]]]]:
+    """(label, target spec, draft spec, prompts) of each model pair the case runs, on the case's devices."""
+    import torch
+
     from ssd_runtime.models import ModelSpec, load_tokenizer, resolve_path
     from ssd_runtime.prompts import encode, prompt_set
+
+    g = torch.Generator().manual_seed(0)
+    tiny_prompts = [torch.randint(0, TINY_TARGET["vocab"], (12 + 2 * i,), generator=g).tolist()
+                    for i in range(case.num_prompts)]
+    if case.models == "tiny":
+        pairs = [("tiny", ModelSpec.tiny_spec(**TINY_TARGET), ModelSpec.tiny_spec(**TINY_DRAFT), tiny_prompts)]
+    elif case.models == "families":
+        pairs = [(f, *(ModelSpec.tiny_spec(**kw) for kw in tiny_pair(f)), tiny_prompts) for f in FAMILIES]
+    else:
+        tpath, dpath = resolve_path(REAL[0], "target"), resolve_path(REAL[1], "draft")
+        prompts = encode(prompt_set("code")[:case.num_prompts], load_tokenizer(tpath))
+        pairs = [("real", ModelSpec(path=str(tpath)), ModelSpec(path=str(dpath)), prompts)]
+    return [(label, dataclasses.replace(t, device=case.target_device, dtype=case.dtype),
+             dataclasses.replace(d, device=case.draft_device, dtype=case.dtype), prompts)
+            for label, t, d, prompts in pairs]
+
+
+def run_case(case: Case) -> CaseResult:
+    """Load each pair on the case's devices in one Session, warm up, run AR / SD / SSD, compare outputs."""
     from ssd_runtime.run import Job, Session
     from ssd_runtime.transport import backend_for
     from ssd_sim.plan.plan import Plan
 
-    if case.models == "tiny":
-        import torch
-
-        t, d = ModelSpec.tiny_spec(**TINY_TARGET), ModelSpec.tiny_spec(**TINY_DRAFT)
-        g = torch.Generator().manual_seed(0)
-        prompts = [torch.randint(0, TINY_TARGET["vocab"], (12 + 2 * i,), generator=g).tolist()
-                   for i in range(case.num_prompts)]
-    else:
-        tpath, dpath = resolve_path(REAL[0], "target"), resolve_path(REAL[1], "draft")
-        t, d = ModelSpec(path=str(tpath)), ModelSpec(path=str(dpath))
-        prompts = encode(prompt_set("code")[:case.num_prompts], load_tokenizer(tpath))
-    t = dataclasses.replace(t, device=case.target_device, dtype=case.dtype)
-    d = dataclasses.replace(d, device=case.draft_device, dtype=case.dtype)
+    pairs = case_pairs(case)
+    _, t0_spec, d0_spec, _ = pairs[0]
     plans = {"ar": Plan(batch_size=1, mode="ar"), "sd": Plan(num_speculative_tokens=SD_K, batch_size=1, mode="sd"),
              "ssd": Plan(num_speculative_tokens=SSD_K, fan_out=SSD_FAN_OUT, batch_size=1, mode="ssd")}
-    res = CaseResult(case.name, "ok", backend=backend_for(t.device, d.device), target=t.device, draft=d.device)
-    outputs = {}
-    with Session(t, d, draft_timeout_s=60.0) as session:
-        for mode in MODES:  # warm-up: CUDA context, kernels, allocator
-            session.run(Job(plans[mode], mode, prompts[:1], min(8, case.max_new_tokens), ignore_eos=True,
-                            draft_timeout_s=60.0))
-        for mode in MODES:
-            t0 = time.perf_counter()
-            r = session.run(Job(plans[mode], mode, prompts, case.max_new_tokens, ignore_eos=True,
-                                draft_timeout_s=60.0))
-            wall = time.perf_counter() - t0
-            outputs[mode] = r.outputs
-            s = r.summary
-            tokens = sum(len(o) for o in r.outputs)
-            res.modes.append(ModeResult(mode, s.get("tok_s", 0.0), tokens / wall if wall > 0 else 0.0, tokens,
-                                        s.get("mean_accept_len") if mode != "ar" else None, list(r.faults),
-                                        sum(1 for rd in r.rounds if rd.get("fallback"))))
-    res.status, res.detail = judge(outputs, res.modes, case.max_new_tokens, len(prompts))
+    res = CaseResult(case.name, "ok", backend=backend_for(t0_spec.device, d0_spec.device), target=t0_spec.device,
+                     draft=d0_spec.device)
+    with Session(t0_spec, d0_spec, draft_timeout_s=60.0) as session:
+        for label, t, d, prompts in pairs:
+            outputs = {}
+            for mode in MODES:  # warm-up: CUDA context, kernels, allocator
+                session.run(Job(plans[mode], mode, prompts[:1], min(8, case.max_new_tokens), ignore_eos=True,
+                                draft_timeout_s=60.0, target=t, draft=d))
+            for mode in MODES:
+                t0 = time.perf_counter()
+                r = session.run(Job(plans[mode], mode, prompts, case.max_new_tokens, ignore_eos=True,
+                                    draft_timeout_s=60.0, target=t, draft=d))
+                wall = time.perf_counter() - t0
+                outputs[mode] = r.outputs
+                s = r.summary
+                tokens = sum(len(o) for o in r.outputs)
+                res.modes.append(ModeResult(mode, label, s.get("tok_s", 0.0), tokens / wall if wall > 0 else 0.0,
+                                            tokens, s.get("mean_accept_len") if mode != "ar" else None,
+                                            list(r.faults), sum(1 for rd in r.rounds if rd.get("fallback"))))
+            status, detail = judge(outputs, res.modes[-len(MODES):], case.max_new_tokens, len(prompts))
+            if status != "ok":
+                res.status, res.detail = status, f"{label}: {detail}"
+                break
+    if res.status == "ok":
+        res.detail = "AR == SD == SSD" + (f" in {len(pairs)} families" if case.models == "families" else "")
     return res
 
 
@@ -216,14 +243,15 @@ def spawn_case(case: Case) -> CaseResult:
 
 
 def ensure_real(fetch: bool, timeout_s: float) -> str | None:
-    """None when the real pair is there (fetched now if needed and allowed), else why it is skipped (one line)."""
+    """None when the real pair is there (fetched now if needed and --fetch allows), else why it is skipped (one
+    line)."""
     from ssd_runtime.fetch import is_converted
 
     missing = [n for n in REAL if not is_converted(n)]
     if not missing:
         return None
     if not fetch:
-        return f"{', '.join(missing)} not fetched (--no-fetch)"
+        return f"{', '.join(missing)} not in the model cache (`ssd-run fetch-models`, or --fetch here)"
     print(f"{PROG}: fetching {', '.join(missing)} (ssd-run fetch-models, at most {timeout_s:.0f} s)", file=sys.stderr)
     try:
         p = subprocess.run([sys.executable, "-m", "ssd_runtime.cli", "fetch-models"], capture_output=True,
@@ -238,13 +266,13 @@ def ensure_real(fetch: bool, timeout_s: float) -> str | None:
 
 def format_table(results: list[CaseResult], header: str) -> str:
     """One markdown table: a row per case and mode (a single row for a failed or skipped case)."""
-    cols = ("case", "target", "draft", "backend", "mode", "tok/s decode", "tok/s e2e", "tokens", "acc.len",
+    cols = ("case", "pair", "target", "draft", "backend", "mode", "tok/s decode", "tok/s e2e", "tokens", "acc.len",
             "status", "s")
     lines = [header, "", "| " + " | ".join(cols) + " |", "|" + "---|" * len(cols)]
     for r in results:
         rows = r.modes or [None]
         for m in rows:
-            cells = (r.case, r.target, r.draft, r.backend or "-", m.mode if m else "-",
+            cells = (r.case, m.pair if m else "-", r.target, r.draft, r.backend or "-", m.mode if m else "-",
                      f"{m.decode_tok_s:.1f}" if m else "-", f"{m.e2e_tok_s:.1f}" if m else "-",
                      str(m.tokens) if m else "-",
                      f"{m.mean_accept_len:.2f}" if m and m.mean_accept_len is not None else "-",
@@ -261,7 +289,9 @@ def build_parser() -> argparse.ArgumentParser:
     real = ap.add_mutually_exclusive_group()
     real.add_argument("--real", action="store_true", default=None, help="also the real pair (default on cuda)")
     real.add_argument("--no-real", dest="real", action="store_false", help="tiny models only")
-    ap.add_argument("--no-fetch", action="store_true", help="never run `ssd-run fetch-models`")
+    ap.add_argument("--fetch", action="store_true",
+                    help="fetch the real pair with `ssd-run fetch-models` when it is not cached (default: skip it)")
+    ap.add_argument("--no-fetch", action="store_true", help=argparse.SUPPRESS)  # the default now; kept for old calls
     ap.add_argument("--fetch-timeout", type=float, default=600.0, metavar="S", help="limit of the fetch (s)")
     ap.add_argument("--real-prompts", type=int, metavar="N", help="code prompts for the real pair (cuda 4, cpu 1)")
     ap.add_argument("--real-tokens", type=int, metavar="N", help="new tokens per prompt, real pair (cuda 64, cpu 16)")
@@ -287,8 +317,10 @@ def main(argv: list[str] | None = None) -> int:
         why = "this torch build has no CUDA" if torch.version.cuda is None else "no CUDA device is visible"
         print(f"{PROG}: error: {why} (torch {torch.__version__}); use --device cpu", file=sys.stderr)
         return 2
+    if not args.fetch:
+        os.environ.setdefault("HF_HUB_OFFLINE", "1")  # this process and its children never try the network
     real = args.real if args.real is not None else args.device == "cuda"
-    skip = ensure_real(not args.no_fetch, args.fetch_timeout) if real else None
+    skip = ensure_real(args.fetch and not args.no_fetch, args.fetch_timeout) if real else None
     cases = plan_cases(args.device, n_gpus, real and skip is None, args.real_prompts, args.real_tokens,
                        args.real_dtype)
     t0 = time.perf_counter()

@@ -46,7 +46,7 @@ from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
 from .prompts import PROMPT_SETS, encode, load_prompts, prompt_set
-from .specs import DTYPE_NAMES, LINEAR, QUANTIZE, ModelSpec
+from .specs import DTYPE_NAMES, FAMILIES, LINEAR, QUANTIZE, ModelSpec, canonical_device
 
 # torch, transformers and the runtime (.models, .run) are imported inside functions, once guarded() answers
 # Ctrl-C and SIGTERM: importing them takes a second or more
@@ -101,12 +101,15 @@ def add_model_args(p: OneLineParser) -> None:
     """--target / --draft and their dtype, int8, device and Linear-kernel flags (shared with calibrate-here)."""
     m = p.add_argument_group("models")
     m.add_argument("--target", default="qwen-coder-1.5b", metavar="PATH|NAME",
-                   help="HF model directory, .gguf file, or a fetched name (default qwen-coder-1.5b)")
+                   help="HF model directory, .gguf file, or a fetched name (default qwen-coder-1.5b); families: "
+                        + ", ".join(FAMILIES))
     m.add_argument("--draft", default="qwen-coder-0.5b", metavar="PATH|NAME",
-                   help="the same for the draft; must share the target's vocabulary (default qwen-coder-0.5b)")
+                   help="the same for the draft; must share the target's vocabulary, any family (default "
+                        "qwen-coder-0.5b)")
     for role in ("target", "draft"):
         m.add_argument(f"--{role}-dtype", choices=DTYPE_NAMES, default="float32",
-                       help=f"{role} weights/activations dtype (float32 is fastest on CPU)")
+                       help=f"{role} weights/activations dtype (float32 is fastest on CPU; bfloat16 / float16 "
+                            "run there too, slower)")
         m.add_argument(f"--{role}-quantize", choices=QUANTIZE, default="none",
                        help="int8 = dynamic int8 Linear layers on CPU (2.5-5x faster); " + (
                            "never affects exactness" if role == "draft" else
@@ -114,7 +117,7 @@ def add_model_args(p: OneLineParser) -> None:
                            "logits depend on the other tokens verified with it, so SD/SSD output can differ "
                            "from AR at near-ties"))
         m.add_argument(f"--{role}-device", default="cpu", metavar="DEV",
-                       help="cpu (pinned to its own core, one thread) or cuda:N")
+                       help="cpu (pinned to its own core, one thread) or cuda[:N] (cuda = cuda:0)")
         m.add_argument(f"--{role}-linear", choices=LINEAR, default="auto",
                        help="CPU float32 matmul kernels: onednn (prepacked weights; multi-token forwards cost "
                             "little more than one token) or dense (torch default); auto = onednn where possible")
@@ -340,14 +343,15 @@ def _prepare(args, files: _Files | None = None):
 
 def model_specs(args, with_draft: bool) -> dict[str, ModelSpec | None]:
     """The target's and (with_draft) the draft's ModelSpec from the model flags; ConfigError on bad input."""
-    from .models import check_weights, linear_kernels, model_config, resolve_path
+    from .models import check_family, check_weights, linear_kernels, resolve_path
 
     devices = {role: _device(getattr(args, f"{role}_device"), f"{role}_device") for role in ("target", "draft")}
     tpath = resolve_path(args.target, "target")
     dpath = resolve_path(args.draft, "draft") if with_draft else None
     for role, path in (("target", tpath), ("draft", dpath)):
+        if path is not None:
+            check_family(path, role)  # config.json parses and names a family the runtime drives
         if path is not None and path.is_dir():
-            model_config(path, role)  # a config.json that does not parse: one line now, not in the worker
             check_weights(path, role)
     if dpath is not None:
         _early_vocab_check(tpath, dpath)
@@ -388,7 +392,8 @@ def slice_label(index: list[int]) -> str:
 
 
 def _device(text: str, flag: str) -> str:
-    """cpu or cuda[:N], where this torch has CUDA and device N exists; ConfigError naming the flag otherwise."""
+    """cpu or cuda[:N] (cuda = cuda:0), where this torch has CUDA and device N exists; ConfigError naming the flag
+    otherwise."""
     m = re.fullmatch(r"cuda(?::(\d{1,4}))?", text)
     if text != "cpu" and m is None:
         raise ConfigError(flag, f"{text[:40]!r} is not a device; use cpu or cuda:N")
@@ -402,13 +407,13 @@ def _device(text: str, flag: str) -> str:
         n = torch.cuda.device_count()
         if m.group(1) is not None and int(m.group(1)) >= n:
             raise ConfigError(flag, f"{text}: this host has {n} CUDA device(s), cuda:0..cuda:{n - 1}")
-    return text
+    return canonical_device(text)
 
 
 def _config_vocab(path: Path, role: str) -> int | None:
-    from .models import model_config
+    from .models import config_field, model_config
 
-    v = (model_config(path, role) or {}).get("vocab_size")
+    v = config_field(model_config(path, role), "vocab_size")
     return v if isinstance(v, int) and not isinstance(v, bool) and v > 0 else None
 
 

@@ -7,8 +7,9 @@ back is `lengths[r] = n` (no copy, no prefix compare) and slots past the length 
 write overwrites.
 
 A forward writes the new tokens' K/V straight into their slots (one scatter per layer) and attends over the
-buffer's first W slots (W = 1 + the longest row after the call) through an explicit boolean visibility, turned
-into the 4D additive mask the model takes. Two kinds of forward:
+buffer's first W slots (W = 1 + the longest row after the call) through an explicit boolean visibility, which
+ssd_runtime.attention turns into each layer's own mask (full or sliding window, any model family). Two kinds of
+forward:
   append   each row's new tokens at its next positions (rows may add different counts or none: left padding);
   tree     branch steps of the draft: many branches per row share the row's committed prefix and each sees
            only its own earlier tokens (the reference engine's tree decode), written past the row's length.
@@ -26,6 +27,8 @@ from collections.abc import Sequence
 
 import torch
 
+from .attention import StaticAttention, Visibility
+
 SCRATCH = 1  # slots before position 0 (slot 0: padding writes land here)
 
 
@@ -35,13 +38,13 @@ class StaticKV:
     def __init__(self, model: torch.nn.Module, rows: int, capacity: int = 256):
         self.model = model
         self.device = next(iter(model.parameters())).device
-        self.dtype = _float_dtype(model)
         self.max_rows = int(rows)
         self.capacity = max(int(capacity), 8)  # slots per row, scratch included
         self.keys: list[torch.Tensor] = []  # per layer [max_rows, kv_heads, capacity, head_dim]; allocated lazily
         self.values: list[torch.Tensor] = []
         self.lengths: list[int] = []  # cached tokens of each active row (= position id of its next token)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
+        self.attention = StaticAttention(model)
 
     @property
     def n(self) -> int:
@@ -108,7 +111,10 @@ class StaticKV:
         width = SCRATCH + int((start + counts).max())
         col = torch.arange(width, device=dev)
         vis = real[:, :, None] & (col >= SCRATCH) & (col <= slots[:, :, None])  # causal over the row's slots
-        out = self._run(rows, ids, pos.clamp(min=0), slots, vis, keep)
+        pad_self = ~real[:, :, None] & (col == 0)  # padding queries see only the scratch slot they write
+        pos = pos.clamp(min=0)
+        seen = Visibility(vis, pos, (col - SCRATCH)[None, None, :], pad_self)
+        out = self._run(rows, ids, pos, slots, seen, keep)
         for r, x in zip(rows, inputs, strict=True):
             self.lengths[r] += len(x)
         return out
@@ -133,19 +139,19 @@ class StaticKV:
         own = (rel >= 0) & (rel % P == torch.arange(P, device=dev)[None, :, None]) & (rel < (step + 1) * P)
         seen = (col >= SCRATCH) & (col < SCRATCH + prefix[:, :, None])
         vis = (seen | own) & real[:, :, None]
-        vis |= ~real[:, :, None] & (col == slots[:, :, None])  # padding columns see only themselves
-        return self._run(rows, tokens, prefix + step, slots, vis, P)
+        pad_self = ~real[:, :, None] & (col == slots[:, :, None])  # padding columns see only themselves
+        k_pos = torch.where(rel >= 0, prefix[:, :, None] + torch.div(rel, P, rounding_mode="floor"), col - SCRATCH)
+        pos = prefix + step
+        return self._run(rows, tokens, pos, slots, Visibility(vis, pos, k_pos, pad_self), P)
 
-    def _run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, vis: torch.Tensor,
+    def _run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
              keep: int) -> torch.Tensor:
-        """Model forward writing K/V at `slots` [R, P] and attending where `vis` [R, P, W] is True."""
-        width = vis.shape[-1]
-        self._reserve(width)
-        mask = torch.zeros(vis.shape[0], 1, *vis.shape[1:], dtype=self.dtype, device=self.device)
-        mask.masked_fill_(~vis[:, None], torch.finfo(self.dtype).min)
-        cache = _SlotWriter(self, rows, slots, width)
-        out = self.model(input_ids=ids, attention_mask={"full_attention": mask, "sliding_attention": mask},
-                         position_ids=pos, use_cache=True, logits_to_keep=keep, **{self._cache_kw: cache})
+        """Model forward writing K/V at `slots` [R, P] and attending where `seen` allows (per layer window)."""
+        self._reserve(seen.vis.shape[-1])
+        cache = _SlotWriter(self, rows, slots, seen.vis.shape[-1])
+        with self.attention.active(seen):
+            out = self.model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=keep,
+                             **{self._cache_kw: cache})
         return out.logits[:, -keep:].float()
 
     def _reserve(self, width: int) -> None:
@@ -171,6 +177,13 @@ class _SlotWriter:
     def __init__(self, kv: StaticKV, rows: range, slots: torch.Tensor, width: int):
         self.kv, self.rows, self.slots, self.width = kv, rows, slots, width
 
+    is_initialized = True  # transformers 4.x Gemma 3 asks (to treat image tokens at prefill); no images here
+
+    def get_seq_length(self, layer_idx: int = 0) -> int:
+        """transformers 4.x derives `cache_position` from this when none is given; positions here come from
+        position_ids and masks from ssd_runtime.attention, so the value is never used for either."""
+        return 0
+
     def update(self, key: torch.Tensor, value: torch.Tensor, layer_idx: int, *args, **kwargs):
         kv, (R, H, P, D) = self.kv, key.shape
         if layer_idx == len(kv.keys):  # first forward: allocate this layer
@@ -182,11 +195,3 @@ class _SlotWriter:
         k.scatter_(2, idx, key.to(k.dtype))
         v.scatter_(2, idx, value.to(v.dtype))
         return k[:, :, :self.width], v[:, :, :self.width]
-
-
-def _float_dtype(model: torch.nn.Module) -> torch.dtype:
-    """The activation dtype of a model (float32 for int8-quantised models)."""
-    for p in model.parameters():
-        if p.is_floating_point():
-            return p.dtype
-    return torch.float32

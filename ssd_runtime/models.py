@@ -19,8 +19,15 @@ import torch
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object
 
+from .families import tiny_model  # noqa: F401  (re-exported: the runtime's tests build models through here)
 from .fetch import MODELS, converted_dir, is_converted
-from .specs import DTYPE_NAMES, LINEAR, QUANTIZE, ModelSpec  # ModelSpec and the option names live in specs
+from .specs import (  # ModelSpec and option names live in specs
+    DTYPE_NAMES,
+    FAMILIES,
+    LINEAR,
+    QUANTIZE,
+    ModelSpec,
+)
 
 DTYPES = {name: getattr(torch, name) for name in DTYPE_NAMES}
 
@@ -57,33 +64,6 @@ def resolve_path(name_or_path: str, role: str = "model") -> Path:
                             f"nor a fetched model name ({known})")
 
 
-def tiny_model(vocab: int = 64, seed: int = 0, hidden: int = 32, layers: int = 2, heads: int = 4,
-               kv_heads: int = 2, intermediate: int = 64, init_std: float = 0.02, noise: float = 0.0,
-               noise_seed: int = 1, max_positions: int = 512) -> torch.nn.Module:
-    """A randomly initialised Qwen2 causal LM, deterministic in (seed, noise, noise_seed).
-
-    init_std sets how peaked the next-token distributions are (larger = peakier). noise > 0 perturbs every
-    weight by noise * N(0, 1) (its own seed), so `tiny_model(seed=s, noise=x)` is a draft that agrees with
-    the target `tiny_model(seed=s)` more or less often depending on x.
-    """
-    from transformers import Qwen2Config, Qwen2ForCausalLM
-
-    cfg = Qwen2Config(vocab_size=int(vocab), hidden_size=int(hidden), num_hidden_layers=int(layers),
-                      num_attention_heads=int(heads), num_key_value_heads=int(kv_heads),
-                      intermediate_size=int(intermediate), max_position_embeddings=int(max_positions),
-                      initializer_range=float(init_std), tie_word_embeddings=False, use_sliding_window=False,
-                      bos_token_id=None, eos_token_id=None, pad_token_id=None)
-    with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(int(seed))
-        model = Qwen2ForCausalLM(cfg)
-    if noise:
-        gen = torch.Generator().manual_seed(int(noise_seed))
-        with torch.no_grad():
-            for p in model.parameters():
-                p.add_(float(noise) * torch.randn(p.shape, generator=gen))
-    return model.eval()
-
-
 def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
     """Build or load a model as the spec says (dtype, int8, device), in eval mode, no grad."""
     if spec.dtype not in DTYPES:
@@ -114,7 +94,7 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         own_memory(model)
     return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,
                        {"parameters": params, "linear": kernels, "kernels": kernel_path(model),
-                        "max_positions": context_length(model.config.to_dict())})
+                        "max_positions": context_length(model.config.get_text_config().to_dict())})
 
 
 def _load_hf(path: Path, dtype: torch.dtype, role: str = "model"):
@@ -123,8 +103,8 @@ def _load_hf(path: Path, dtype: torch.dtype, role: str = "model"):
     from transformers.utils import logging as hf_logging
 
     hf_logging.disable_progress_bar()
+    check_family(path, role)  # before any weights: a family the runtime drives
     if path.is_dir():
-        model_config(path, role)  # config.json: readable JSON object
         check_weights(path, role)  # safetensors: whole files
     try:
         if path.suffix == ".gguf":
@@ -150,13 +130,61 @@ def model_config(path: Path, role: str = "model") -> dict | None:
     return read_json_object(cfg, role, "save the model with save_pretrained() or fetch it again")
 
 
+# GGUF's architecture names where they differ from transformers' model_type (llama.cpp spelling)
+_GGUF_FAMILY = {"qwen2moe": "qwen2_moe", "qwen3moe": "qwen3_moe", "gemma3": "gemma3_text"}
+
+
+def model_family(path: Path, role: str = "model") -> str | None:
+    """The model's family without loading weights: config.json's model_type, or a GGUF file's
+    general.architecture in transformers' spelling; None when neither says."""
+    if path.suffix == ".gguf" and path.is_file():
+        try:
+            from gguf import GGUFReader
+
+            field = GGUFReader(str(path)).fields.get("general.architecture")
+            arch = bytes(field.parts[field.data[0]]).decode() if field is not None else None
+        except ImportError:
+            return None  # the loader says the same (gguf is part of the runtime extra)
+        except Exception as e:  # noqa: BLE001 - a broken file: one line
+            raise ConfigError(role, f"{path} is not a readable GGUF file ({type(e).__name__}: {e}"[:300] + ")") from e
+        return _GGUF_FAMILY.get(arch, arch)
+    family = (model_config(path, role) or {}).get("model_type")
+    return family if isinstance(family, str) else None
+
+
+def check_family(path: Path, role: str = "model") -> str | None:
+    """The model's family if the runtime drives it (specs.FAMILIES); a one-line ConfigError naming the family and
+    the supported list otherwise (and for bidirectional models). Reads no weights."""
+    family = model_family(path, role)
+    cfg = model_config(path, role) or {}
+    if family not in FAMILIES:
+        arch = ", ".join(a for a in cfg.get("architectures") or [] if isinstance(a, str)) or (
+            "GGUF general.architecture" if path.suffix == ".gguf" else "no architectures listed")
+        what = f"model family {family!r} ({arch})" if family else "a model whose family its config does not name"
+        raise ConfigError(role, f"{path} is {what}, which the runtime cannot drive; supported families "
+                                f"(config.json model_type): {', '.join(FAMILIES)}")
+    if config_field(cfg, "is_causal") is False or config_field(cfg, "use_bidirectional_attention"):
+        raise ConfigError(role, f"{path} is a bidirectional {family} model (an embedding model), not a causal LM; "
+                                "use a text-generation checkpoint")
+    return family
+
+
+def config_field(config: dict | None, key: str):
+    """config.json's `key`, or its text_config's (multimodal checkpoints such as Gemma 3 4B keep the language
+    model's fields there); None if neither has it."""
+    config = config or {}
+    text = config.get("text_config")
+    return config.get(key, text.get(key) if isinstance(text, dict) else None)
+
+
 _CONTEXT_KEYS = ("max_position_embeddings", "n_positions", "max_sequence_length", "seq_length")
 
 
 def context_length(config: dict | None) -> int | None:
-    """Positions the model was built for (max_position_embeddings, GPT-2's n_positions, ...); None if unknown."""
+    """Positions the model was built for (max_position_embeddings, GPT-2's n_positions, ...; a multimodal config's
+    text_config); None if unknown."""
     for key in _CONTEXT_KEYS:
-        v = (config or {}).get(key)
+        v = config_field(config, key)
         if isinstance(v, int) and not isinstance(v, bool) and v > 0:
             return v
     return None

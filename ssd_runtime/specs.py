@@ -9,12 +9,42 @@ from __future__ import annotations
 from dataclasses import dataclass
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
+# The decoder families the runtime drives (config.json's model_type -> what it covers). Each one is built tiny and
+# run through AR, SD and SSD by the tests (tests/runtime/test_families.py); others are refused before loading.
+FAMILIES = {
+    "llama": "Llama 2 / 3.x (also DeepSeek-R1-Distill-Llama, SmolLM, TinyLlama)",
+    "mistral": "Mistral / Ministral (sliding window)",
+    "mixtral": "Mixtral (mixture of experts)",
+    "qwen2": "Qwen2 / Qwen2.5 (also Qwen2.5-Coder, DeepSeek-R1-Distill-Qwen)",
+    "qwen3": "Qwen3 dense",
+    "qwen3_moe": "Qwen3 mixture of experts",
+    "gemma2": "Gemma 2 (alternating sliding / full layers, softcapping)",
+    "gemma3_text": "Gemma 3 text models (1B, 270M; alternating sliding / full layers)",
+    "gemma3": "Gemma 3 4B-27B (multimodal checkpoints, decoded text-only)",
+    "phi3": "Phi-3 / Phi-3.5 / Phi-4-mini",
+}
 QUANTIZE = ("none", "int8")
 LINEAR = ("auto", "onednn", "dense")  # matmul kernels of nn.Linear on CPU float32 (see models.PackedLinear)
 # The tiny greedy pair (tiny_model kwargs): vocab 96, the draft is the target plus N(0, 0.02^2) noise on every weight,
 # so it agrees often but not always. The runtime tests and the benches' tiny smoke runs use it.
 TINY_TARGET = {"vocab": 96, "seed": 3, "hidden": 32, "init_std": 0.5}
 TINY_DRAFT = {**TINY_TARGET, "noise": 0.02}
+# Every family at that size (tests/runtime/test_families.py, bench/gpu_smoke.py): 3 layers with a sliding window of
+# 5 tokens where the family has one, so contexts outgrow it. Draft noise such that its greedy choice agrees with
+# the target's about 30-70% of the time (Gemma's scaled embeddings and softcaps make it less sensitive to noise).
+TINY_WINDOW = 5
+_FAMILY_DRAFT_NOISE = {"gemma2": 0.05, "gemma3_text": 0.2, "gemma3": 0.1}
+
+
+def tiny_pair(family: str, base: dict | None = None) -> tuple[dict, dict]:
+    """tiny_model kwargs of a target of `family` (at `base`'s size, default TINY_TARGET) and of its draft."""
+    target = {**(base or TINY_TARGET), "family": family, "window": TINY_WINDOW, "layers": 3}
+    return target, {**target, "noise": _FAMILY_DRAFT_NOISE.get(family, 0.02)}
+
+
+def canonical_device(device: str) -> str:
+    """'cuda' means cuda:0 (torch.cuda.set_device, NCCL and the one-process-per-device check need an index)."""
+    return "cuda:0" if device == "cuda" else device
 
 
 @dataclass(frozen=True)
@@ -27,6 +57,9 @@ class ModelSpec:
     quantize: str = "none"
     device: str = "cpu"
     linear: str = "auto"  # auto = onednn on a cpu device with float32 weights and no int8, else dense
+
+    def __post_init__(self):
+        object.__setattr__(self, "device", canonical_device(self.device))
 
     @classmethod
     def tiny_spec(cls, **kwargs) -> ModelSpec:

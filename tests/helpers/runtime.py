@@ -46,7 +46,7 @@ def reference_greedy(model, prompt: list[int], n: int) -> tuple[list[int], float
 @torch.no_grad()
 def exact_continuations(model, prompt: list[int], n: int, temperature: float) -> dict[tuple[int, ...], float]:
     """P(x_1..x_n | prompt) under the model at this temperature, for every continuation (vocab^n of them)."""
-    V = model.config.vocab_size
+    V = model.config.get_text_config().vocab_size
     prefixes = [tuple()] + [c for m in range(1, n) for c in itertools.product(range(V), repeat=m)]
     cond = {}
     for m in range(n):
@@ -76,6 +76,7 @@ def continuation_pvalue(samples: list[tuple[int, ...]], exact: dict[tuple[int, .
     if rest_exp > 0:
         obs.append(rest_obs)
         exp.append(rest_exp)
+    assert len(obs) >= 10, f"only {len(obs)} cells: the distribution is too flat for a test with {n} samples"
     scale = sum(obs) / sum(exp)
     return float(chisquare(obs, [e * scale for e in exp]).pvalue)
 

@@ -221,6 +221,7 @@ BAD_BEFORE_RUN = {
     "draft weights truncated": (["--draft", "{b}/weights-cut"], "draft: {b}/weights-cut/model.safetensors is "
                                                                 "truncated"),
     "cuda device": (["--target-device", "cuda:99"], "target_device: cuda:99"),
+    "cuda without index": (["--draft-device", "cuda"], "draft_device: cuda: "),
     "seed -1": (["--seed", "-1"], "--seed: -1 is outside 0.."),
     "tokens beyond limit": (["--max-new-tokens", "3000000"], "outside 1..2097152"),
     "batch beyond limit": (["-b", "5000"], "outside 1..4096"),
@@ -269,3 +270,12 @@ def test_output_is_written_through_a_symlink(files, tmp_path):
     assert [json.loads(x)["prompt_ids"] for x in real.read_text().splitlines()] == PROMPTS
     assert sorted(p.name for p in tmp_path.iterdir()) == ["ar.jsonl", "link.jsonl", "real.jsonl"]
 
+
+
+def test_cuda_without_an_index_is_device_0_when_cuda_is_there(monkeypatch):
+    from ssd_runtime import cli
+
+    monkeypatch.setattr(torch.cuda, "is_available", lambda: True)
+    monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
+    assert cli._device("cuda", "target_device") == "cuda:0"
+    assert cli._device("cuda:1", "draft_device") == "cuda:1"

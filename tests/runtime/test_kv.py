@@ -1,5 +1,6 @@
 """StaticKV: rows of different lengths, index rollback, row ranges, row removal, tree steps and growth give the
-same logits as running each row's tokens from scratch; rollback and removal never copy more than one row."""
+same logits as running each row's tokens from scratch (transformers' own forward and masks), for every supported
+model family; rollback and removal never copy more than one row."""
 
 from __future__ import annotations
 
@@ -8,14 +9,19 @@ import torch
 
 from ssd_runtime.kv import SCRATCH, StaticKV
 from ssd_runtime.models import tiny_model
+from ssd_runtime.specs import FAMILIES, TINY_WINDOW
 from tests.helpers.runtime import TARGET, make_prompts
 
 ATOL = 1e-4  # float32 logits of magnitude ~10; summation order differs between cached and fresh runs
 
 
-@pytest.fixture(scope="module")
-def model():
-    return tiny_model(**TARGET)
+@pytest.fixture(scope="module", params=["qwen2-full", *FAMILIES])
+def model(request):
+    """The default tiny Qwen2 (full attention), and every family with a sliding window of TINY_WINDOW tokens where
+    it has one (the contexts below reach ~20 tokens, so windowed layers drop keys; a full-attention mask fails)."""
+    if request.param == "qwen2-full":
+        return tiny_model(**TARGET)
+    return tiny_model(**TARGET, family=request.param, window=TINY_WINDOW, layers=3)
 
 
 @torch.no_grad()
@@ -127,7 +133,7 @@ def test_buffers_grow_when_a_row_outgrows_them(model):
 
 def test_memory_is_rows_times_capacity_and_fixed_after_the_first_forward(model):
     kv = filled(model, make_prompts([4, 4], 96, seed=10), rows=3, capacity=64)
-    cfg = model.config
+    cfg = model.config.get_text_config()
     per_slot = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
     assert kv.nbytes() == 3 * 64 * per_slot
     for _ in range(10):

@@ -9,6 +9,7 @@ import torch
 
 from ssd_runtime.models import (
     ModelSpec,
+    check_family,
     check_same_vocab,
     describe,
     kernel_path,
@@ -16,6 +17,7 @@ from ssd_runtime.models import (
     resolve_path,
     tiny_model,
 )
+from ssd_runtime.specs import FAMILIES
 from ssd_sim.io.errors import ConfigError
 from tests.helpers.runtime import TARGET
 
@@ -92,3 +94,49 @@ def test_auto_falls_back_to_dense_kernels_without_onednn_and_the_path_shows_it(m
     assert describe(lm)["linear"] == "dense" and describe(lm)["kernels"] == "dense"
     with pytest.raises(ConfigError, match="no oneDNN"):
         load_model(replace(ModelSpec.tiny_spec(**TARGET), linear="onednn"))
+
+
+# ---- families: refused before any weights load ------------------------------------------------------------
+def test_an_unsupported_family_is_refused_before_its_weights_are_read(tmp_path):
+    (tmp_path / "config.json").write_text('{"model_type": "gpt2", "architectures": ["GPT2LMHeadModel"]}')
+    (tmp_path / "model.safetensors").write_bytes(b"\xff" * 64)  # unreadable: loading it would fail differently
+    with pytest.raises(ConfigError, match=r"target: .* is model family 'gpt2' \(GPT2LMHeadModel\), which the "
+                                          r"runtime cannot drive; supported families .*: llama, mistral"):
+        load_model(ModelSpec(path=str(tmp_path)), "target")
+
+
+def test_a_config_without_a_family_and_a_bidirectional_model_are_refused(tmp_path):
+    (tmp_path / "config.json").write_text('{"hidden_size": 8}')
+    with pytest.raises(ConfigError, match="whose family its config does not name"):
+        check_family(tmp_path, "draft")
+    (tmp_path / "config.json").write_text('{"model_type": "gemma3_text", "use_bidirectional_attention": true}')
+    with pytest.raises(ConfigError, match="bidirectional gemma3_text model"):
+        check_family(tmp_path, "draft")
+
+
+def test_a_gguf_file_is_checked_by_its_architecture(tmp_path):
+    import gguf
+
+    writer = gguf.GGUFWriter(str(tmp_path / "m.gguf"), "mamba")
+    writer.write_header_to_file()
+    writer.write_kv_data_to_file()
+    writer.write_tensors_to_file()
+    writer.close()
+    with pytest.raises(ConfigError, match=r"model family 'mamba' \(GGUF general.architecture\)"):
+        check_family(tmp_path / "m.gguf", "target")
+    (tmp_path / "bad.gguf").write_bytes(b"GGUF and then nothing useful")
+    with pytest.raises(ConfigError, match="not a readable GGUF file"):
+        check_family(tmp_path / "bad.gguf", "target")
+
+
+@pytest.mark.parametrize("family", sorted(FAMILIES))
+def test_every_family_saves_and_loads_with_its_family_and_context(tmp_path, family):
+    tiny_model(**TARGET, family=family, window=5).save_pretrained(tmp_path / "m")
+    assert check_family(tmp_path / "m") == family
+    lm = load_model(ModelSpec(path=str(tmp_path / "m")))
+    assert lm.vocab_size == TARGET["vocab"] and lm.extra["max_positions"] == 512
+
+
+def test_cuda_without_an_index_means_cuda_0():
+    assert ModelSpec(device="cuda").device == "cuda:0" and ModelSpec(device="cuda:1").device == "cuda:1"
+    assert ModelSpec(device="cpu").device == "cpu"

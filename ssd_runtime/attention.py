@@ -1,0 +1,141 @@
+"""The runtime owns the attention mask: every layer of every model family gets the mask of its own window.
+
+transformers builds masks per family (Qwen2 and Gemma take a dict keyed by layer type, Llama one tensor, Mistral
+and Phi-3 bake a sliding window into one tensor), so any custom-mask form that suits one family breaks another.
+Instead the runtime registers one attention function ("ssd_static") that each attention layer calls with its own
+arguments. The model itself says which window a layer has (the `sliding_window` it passes: None for full
+attention), so no family's config conventions are re-implemented here. The function builds that layer's mask from
+the forward's visibility (which slots each query may see, set by StaticKV) and hands it to the implementation
+the model was loaded with (sdpa: a boolean mask; eager: an additive float mask, e.g. Gemma 2's softcapped
+attention). While the hook is active, transformers builds no masks of its own (the implementation name is not a
+mask implementation), and outside StaticKV's forwards the model is untouched.
+
+Sliding windows follow transformers' definition: a query at position q sees keys at positions k with
+q - window < k <= q.
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
+from contextvars import ContextVar
+from dataclasses import dataclass, field
+
+import torch
+
+from ssd_sim.io.errors import ConfigError
+
+NAME = "ssd_static"
+BASES = ("sdpa", "eager")  # implementations the hook delegates to (what from_pretrained picks on CPU and CUDA)
+
+
+@dataclass
+class Visibility:
+    """Which slots each query of one forward may see. Shapes: R rows, P queries per row, W slots.
+
+    `vis` [R, P, W] holds the causal / branch structure without any window; `q_pos` [R, P] and `k_pos`
+    [R, P or 1, W] are the token positions of queries and slots (for windows); `self_slot` [R, P, W] marks the
+    one slot a padding query sees (itself), so that no query row is empty under any window.
+    """
+
+    vis: torch.Tensor
+    q_pos: torch.Tensor
+    k_pos: torch.Tensor
+    self_slot: torch.Tensor
+    _masks: dict = field(default_factory=dict)
+
+    def mask(self, window: int | None, dtype: torch.dtype | None) -> torch.Tensor:
+        """[R, 1, P, W] mask for a layer with this sliding window (None = full attention): boolean (dtype None,
+        True = attend) or additive in `dtype` (0 = attend, the dtype's minimum = masked). Cached per forward."""
+        key = (window, dtype)
+        if key not in self._masks:
+            seen = self.vis
+            if window is not None:
+                seen = seen & (self.q_pos[:, :, None] - self.k_pos < int(window))
+            seen = (seen | self.self_slot)[:, None]
+            if dtype is None:
+                self._masks[key] = seen
+            else:
+                add = torch.zeros(seen.shape, dtype=dtype, device=seen.device)
+                self._masks[key] = add.masked_fill_(~seen, torch.finfo(dtype).min)
+        return self._masks[key]
+
+
+@dataclass(frozen=True)
+class _Active:
+    visibility: Visibility
+    base: str  # the model's own implementation: sdpa or eager
+
+
+_ACTIVE: ContextVar[_Active | None] = ContextVar("ssd_static_attention", default=None)
+
+
+def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
+               attention_mask, **kwargs):
+    """The registered attention function: the layer's own mask, then the model's own implementation."""
+    active = _ACTIVE.get()
+    if active is None:
+        raise RuntimeError("ssd_static attention was called outside a StaticKV forward")
+    window = kwargs.get("sliding_window")
+    if active.base == "sdpa":
+        from transformers.integrations.sdpa_attention import sdpa_attention_forward
+
+        return sdpa_attention_forward(module, query, key, value, active.visibility.mask(window, None), **kwargs)
+    return _eager(module)(module, query, key, value, active.visibility.mask(window, query.dtype), **kwargs)
+
+
+_EAGER: dict[type, Callable] = {}
+
+
+def _eager(module: torch.nn.Module) -> Callable:
+    """The eager attention function of the module's own modeling file (Gemma 2's applies its softcap)."""
+    cls = type(module)
+    if cls not in _EAGER:
+        fn = getattr(sys.modules.get(cls.__module__), "eager_attention_forward", None)
+        if fn is None:
+            raise ConfigError("model", f"{cls.__name__} has no eager attention function in {cls.__module__}")
+        _EAGER[cls] = fn
+    return _EAGER[cls]
+
+
+def _register() -> None:
+    from transformers import AttentionInterface
+
+    if NAME not in AttentionInterface._global_mapping:
+        AttentionInterface.register(NAME, _attention)
+
+
+class StaticAttention:
+    """Routes one model's attention through the hook while `active(visibility)` is entered."""
+
+    def __init__(self, model: torch.nn.Module):
+        _register()
+        self.configs = _configs(model)
+        impl = model.config._attn_implementation
+        # a model loaded with another kernel (flash, flex) gets the mask-taking one it supports
+        self.base = impl if impl in BASES else "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"
+
+    @contextmanager
+    def active(self, visibility: Visibility) -> Iterator[None]:
+        """Within the block, the model's attention layers use `visibility` (and transformers builds no masks)."""
+        token = _ACTIVE.set(_Active(visibility, self.base))
+        before = [c._attn_implementation_internal for c in self.configs]
+        for c in self.configs:
+            c._attn_implementation_internal = NAME
+        try:
+            yield
+        finally:
+            for c, impl in zip(self.configs, before, strict=True):
+                c._attn_implementation_internal = impl
+            _ACTIVE.reset(token)
+
+
+def _configs(model: torch.nn.Module) -> list:
+    """The model's config and every distinct config its attention layers read (a text sub-config, say)."""
+    found = {id(model.config): model.config}
+    for m in model.modules():
+        cfg = getattr(m, "config", None)
+        if hasattr(m, "layer_idx") and cfg is not None and hasattr(cfg, "_attn_implementation_internal"):
+            found.setdefault(id(cfg), cfg)
+    return list(found.values())
