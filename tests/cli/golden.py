@@ -1,0 +1,160 @@
+"""The golden command set: ssd-plan, ssd-sim and calibrate over every preset, fixed knobs, plan files and --json,
+run in-process with this host replaced by a fixed one, so their output is comparable byte for byte across
+machines and refactors (tests/cli/test_golden.py).
+
+    python -m tests.cli.golden --update      # re-record tests/golden/*.txt (after a deliberate change only)
+
+Each record holds the exit status, stdout, and every file the command wrote; stderr only for failing commands
+(successful ones may warn about the host, which is this machine's business). Changes a record is allowed to show
+are listed in DOCUMENTED_CHANGES with the reason.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import shlex
+import sys
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+GOLDEN = ROOT / "tests" / "golden"
+INPUTS = GOLDEN / "inputs"
+PRESETS = ("llama70b-1b-h100", "llama70b-1b-h200", "qwen32b-0.6b-h100", "qwen-coder-1.5b-0.5b-cpu",
+           "qwen-coder-1.5b-0.5b-cpu-dense", "qwen-coder-1.5b-0.5b-cpu-int8")
+GRID = "traces/cpu-fp32-grid"  # relative to the folder a command runs in
+
+# id -> command line, run in a fresh folder holding in/ (tests/golden/inputs), traces/ (the shipped traces) and an
+# empty out/, so every path a command prints is the same short relative one on any machine
+COMMANDS: dict[str, str] = {
+    **{f"plan-{p}": f"ssd-plan --preset {p}" for p in PRESETS},
+    **{f"plan-{p}-json": f"ssd-plan --preset {p} --json" for p in PRESETS},
+    "plan-llama-b8-t1": "ssd-plan --preset llama70b-1b-h100 -b 8 -t 1",
+    "plan-qwen32-k7-f3": "ssd-plan --preset qwen32b-0.6b-h100 -k 7 --fan-out 3",
+    "plan-llama-fanout-list-c-fast": "ssd-plan --preset llama70b-1b-h100 --fan-out 4,3,3,3,3,2,2,4 --saguaro-c 0.5 "
+                                     "--backup fast -t 1",
+    "plan-h200-adaptive-json": "ssd-plan --preset llama70b-1b-h200 -k 4 --backup adaptive --backup-threshold 4 -b 8 "
+                               "--json",
+    "plan-qwen32-engine-knobs": "ssd-plan --preset qwen32b-0.6b-h100 --downweight top_f --jit-redraft rows -t 0.7",
+    "plan-llama-throughput-b16": "ssd-plan --preset llama70b-1b-h100 --objective throughput-per-device -b 16",
+    "plan-cpu-fanout-miss": "ssd-plan --preset qwen-coder-1.5b-0.5b-cpu -k 2 --fan-out 1,1,2 --fan-out-miss 2,1,1",
+    "plan-llama-draft-devices": "ssd-plan --preset llama70b-1b-h100 --draft-devices 2 -b 4",
+    "plan-qwen32-emit-engine": "ssd-plan --preset qwen32b-0.6b-h100 --emit ssd-engine",
+    "plan-qwen32-emit-vllm": "ssd-plan --preset qwen32b-0.6b-h100 --emit vllm",
+    "plan-llama-emit-sglang": "ssd-plan --preset llama70b-1b-h100 -b 4 --emit sglang",
+    "plan-llama-explain": "ssd-plan --preset llama70b-1b-h100 --explain",
+    "plan-cpu-limits": "ssd-plan --preset qwen-coder-1.5b-0.5b-cpu --max-k 4 --budget-cap 8",
+    "plan-llama-risk": "ssd-plan --preset llama70b-1b-h100 --risk 0.1",
+    "plan-llama-t1-c-k5": "ssd-plan --preset llama70b-1b-h100 -t 1 --saguaro-c 0.3 -k 5",
+    "plan-write": "ssd-plan --preset qwen32b-0.6b-h100 -b 2 -o out/plan.json",
+    "plan-file": "ssd-plan --plan in/qwen32-b2.json",
+    "plan-file-json": "ssd-plan --plan in/qwen32-b2.json --json",
+    "plan-file-b4": "ssd-plan --plan in/qwen32-b2.json -b 4",
+    "plan-file-backup-fast": "ssd-plan --plan in/qwen32-b2.json --backup fast",
+    "plan-file-emit": "ssd-plan --plan in/qwen32-b2.json --emit ssd-engine",
+    "plan-file-other-preset": "ssd-plan --plan in/qwen32-b2.json --preset llama70b-1b-h100",
+    "plan-file-new-k": "ssd-plan --plan in/qwen32-b2.json -k 5",
+    "plan-file-uniform-fanout": "ssd-plan --plan in/qwen32-b2.json --fan-out 2",
+    "plan-file-c-list": "ssd-plan --plan in/llama-c-list.json --json",
+    "plan-profile": f"ssd-plan --profile {GRID}/profile.json",
+    "plan-profile-t1-json": f"ssd-plan --profile {GRID}/profile.json -t 1 --json",
+    "plan-bad-fanout": "ssd-plan --preset llama70b-1b-h100 -k 3 --fan-out 1,2",
+    "sim-llama": "ssd-sim --preset llama70b-1b-h100 --tokens 64",
+    "sim-qwen32-fast-b4": "ssd-sim --preset qwen32b-0.6b-h100 --mode ssd-fast -b 4 --tokens 64",
+    "sim-cpu-json": "ssd-sim --preset qwen-coder-1.5b-0.5b-cpu --tokens 64 --json",
+    "sim-llama-sd-json": "ssd-sim --preset llama70b-1b-h100 --mode sd --tokens 64 --json",
+    "sim-cpu-ar": "ssd-sim --preset qwen-coder-1.5b-0.5b-cpu --mode ar --tokens 32",
+    "sim-cpu-fixed-knobs": "ssd-sim --preset qwen-coder-1.5b-0.5b-cpu -k 2 --fan-out 1,1,2 --tokens 64",
+    "sim-poisson-json": "ssd-sim --preset llama70b-1b-h100 --workload poisson --rate 2 --num-requests 8 --max-batch 4 "
+                        "--tokens 32 --json",
+    "sim-h200-adaptive-t1": "ssd-sim --preset llama70b-1b-h200 --mode ssd-adaptive -b 8 -t 1 --tokens 32",
+    "sim-plan-file": "ssd-sim --plan in/qwen32-b2.json --preset qwen32b-0.6b-h100 --tokens 64",
+    "sim-plan-file-b2-json": "ssd-sim --plan in/qwen32-b2.json --preset qwen32b-0.6b-h100 -b 2 --tokens 64 --json",
+    "sim-plan-file-c": "ssd-sim --plan in/qwen32-b2.json --preset qwen32b-0.6b-h100 --saguaro-c 0.5 -t 1 "
+                       "--tokens 64",
+    "sim-plan-file-new-k": "ssd-sim --plan in/qwen32-b2.json --preset qwen32b-0.6b-h100 -k 5 --tokens 64",
+    "sim-chrome-trace": "ssd-sim --preset qwen32b-0.6b-h100 --tokens 8 --chrome-trace out/timeline.json",
+    "calibrate-grid": f"ssd-plan calibrate {GRID}/ar-b1-t0.jsonl {GRID}/sd-k2-b1-t0.jsonl "
+                      f"{GRID}/ssd-k2-f001-b1-t0.jsonl -o out/profile.json",
+    "calibrate-grid-t1": f"ssd-plan calibrate {GRID}/ar-b1-t0.jsonl {GRID}/sd-k2-b1-t1.jsonl "
+                         f"{GRID}/ssd-k2-f112-b1-t1.jsonl -o out/profile.json",
+}
+
+# id -> why its record differs from the one recorded before the knob schema (issue 24's merge fix)
+DOCUMENTED_CHANGES: dict[str, str] = {}
+
+
+def fixed_host():
+    from ssd_sim.io.host import Host
+
+    return Host(cpu="Golden Test CPU", cpu_id="GenuineTest family 6 model 1 stepping 1", isa=("avx2", "fma"), cores=2,
+                memory_gib=24.0, torch="2.13.0+cpu")
+
+
+@contextlib.contextmanager
+def _deterministic():
+    """This host replaced by fixed_host(), no terminal width from the environment."""
+    import ssd_sim.cli.args as args
+
+    saved, env = args.current_host, os.environ.pop("COLUMNS", None)
+    args.current_host = fixed_host
+    try:
+        yield
+    finally:
+        args.current_host = saved
+        if env is not None:
+            os.environ["COLUMNS"] = env
+
+
+def run(cid: str, folder: Path) -> str:
+    """Run one command in this process inside `folder` (empty); its record (exit status, stdout, written files,
+    stderr when failing)."""
+    from ssd_sim.cli.plan import main as plan_main
+    from ssd_sim.cli.sim import main as sim_main
+
+    (folder / "in").symlink_to(INPUTS)
+    (folder / "traces").symlink_to(ROOT / "traces")
+    out_dir = folder / "out"
+    out_dir.mkdir()
+    argv = shlex.split(COMMANDS[cid])
+    main = {"ssd-plan": plan_main, "ssd-sim": sim_main}[argv[0]]
+    stdout, stderr = io.StringIO(), io.StringIO()
+    cwd = os.getcwd()
+    os.chdir(folder)
+    try:
+        with _deterministic(), contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            try:
+                code = main(argv[1:])
+            except SystemExit as e:
+                code = e.code
+    finally:
+        os.chdir(cwd)
+    record = [f"$ {COMMANDS[cid]}", f"exit: {code}", "--- stdout", stdout.getvalue()]
+    for f in sorted(out_dir.rglob("*")):
+        record += [f"--- file {f.relative_to(folder)}", f.read_text()]
+    if code != 0:
+        record += ["--- stderr", stderr.getvalue()]
+    return "\n".join(record) + "\n"
+
+
+def golden_path(cid: str) -> Path:
+    return GOLDEN / f"{cid}.txt"
+
+
+def main(argv: list[str]) -> int:
+    import tempfile
+
+    if argv != ["--update"]:
+        print(__doc__.strip().splitlines()[2].strip(), file=sys.stderr)
+        return 2
+    GOLDEN.mkdir(exist_ok=True)
+    for cid in COMMANDS:
+        with tempfile.TemporaryDirectory() as d:
+            golden_path(cid).write_text(run(cid, Path(d)))
+        print(f"recorded {golden_path(cid).relative_to(ROOT)}")
+    return 0
+
+
+if __name__ == "__main__":
+    raise SystemExit(main(sys.argv[1:]))
