@@ -170,7 +170,7 @@ class Scenario:
 def defaults_for(profile: Profile, temperature: float, batch_size: int, draft_devices: int) -> dict:
     """Knob values of the optimised plan (make_plan) for this workload: K, budget, C, backup."""
     res = make_plan(profile, batch_size, temperature, "latency", draft_devices, top_n=1, scan_b_star=False)
-    return {"K": res.plan.K, "B": res.plan.budget, "C": res.plan.saguaro_c, "backup": res.plan.backup,
+    return {"K": res.plan.K, "B": res.plan.budget, "C": res.plan.saguaro_c, "backup": str(res.plan.backup),
             "uniform": False}
 
 

@@ -4,8 +4,9 @@
             --trace runs/ssd.jsonl
     ssd-run fetch-models            # download, verify and convert the default Qwen2.5-Coder pair once
 
-Knob flags (-k, --fan-out, --saguaro-c, --backup, -t, ...) behave exactly as in ssd-plan and override
-the plan file. Bad input prints one line naming the flag or field and exits with status 2, before any process
+Knob flags (-k, --fan-out, --saguaro-c, --backup, -t, ...) merge with the plan file by the one rule ssd-plan and
+ssd-sim use (ssd_sim.plan.knobs.resolve); a fan-out that a new K no longer fits, which those two re-search, is
+refused here in one line (give --fan-out, or re-plan with ssd-plan), since ssd-run does not plan. Bad input prints one line naming the flag or field and exits with status 2, before any process
 starts (files that cannot be written, prompts that do not fit the model's context included); outputs are
 written atomically (a failed run leaves no half-written --output file; the trace stays as NAME.partial, whole
 lines only). A worker process that dies or fails ends the run with one line and status 1 (a draft that dies
@@ -32,16 +33,17 @@ from ssd_sim.cli.args import (
     add_knob_args,
     bounded_int,
     fail,
+    knob_flags,
     nonneg_float,
     nonneg_int,
     one_line,
-    plan_from_args,
     positive_int,
     raise_terminated,
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import check_writable, resolve_output, save_text_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_TOKENS
+from ssd_sim.plan.knobs import resolve
 from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
@@ -320,11 +322,11 @@ def _prepare(args, files: _Files | None = None):
     from .run import default_trace_path
 
     base = load_plan(args.plan).plan if args.plan else None
-    plan = plan_from_args(args, base)
+    flags = knob_flags(args)
     if args.max_batch is not None:
-        plan = plan.replace(batch_size=args.max_batch)
+        flags["batch_size"] = args.max_batch
     mode = args.mode or (base.mode if base else "ssd")
-    plan = plan.replace(mode=mode)
+    plan = resolve(base, flags).plan(mode=mode)
     if plan.draft_devices != 1:
         raise ConfigError("draft_devices", "ssd-run runs the draft on one device; use --draft-devices 1 "
                                            "(more draft devices exist only in ssd-plan / ssd-sim)")

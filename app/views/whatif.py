@@ -26,7 +26,7 @@ def _optimise() -> None:
     res = make_plan(sc.profile, int(ss[P + "b"]), float(ss[P + "T"]), ss[P + "objective"], int(ss[P + "dd"]),
                     top_n=1, scan_b_star=False)
     ss[P + "K"], ss[P + "B"], ss[P + "C"] = res.plan.K, res.plan.budget, res.plan.saguaro_c
-    ss[P + "backup"], ss[P + "uniform"] = res.plan.backup, False
+    ss[P + "backup"], ss[P + "uniform"] = str(res.plan.backup), False  # the widget holds plain strings
 
 
 def _reset_overrides() -> None:

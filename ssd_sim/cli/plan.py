@@ -21,7 +21,7 @@ from ssd_sim.cli.args import (
     cli_entry,
     fail,
     host_report,
-    knobs_from_args,
+    knob_flags,
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
@@ -31,8 +31,9 @@ from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES, engine_flags
 from ssd_sim.plan.intervals import uncertainty_report
+from ssd_sim.plan.knobs import WORKLOAD, Knobs, resolve
 from ssd_sim.plan.plan import PlanFile, load_plan
-from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, Knobs, PlanResult, make_plan
+from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, PlanResult, make_plan
 from ssd_sim.plan.predict import plan_point
 
 PROG = "ssd-plan"
@@ -127,7 +128,7 @@ def main(argv: list[str] | None = None) -> int:
 
 
 def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
-    """Profile, plan-file info, fixed knobs and workload from the arguments (plan file, then flags)."""
+    """Profile, plan-file info, fixed knobs and workload from the arguments (ssd_sim.plan.knobs.resolve)."""
     pf = load_plan(args.plan) if args.plan else None
     prof_info = (pf.extra.get("profile") or {}) if pf else {}
     if args.preset or args.profile:
@@ -137,34 +138,10 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
     else:
         raise ConfigError("profile", "give --preset NAME (see --list-presets) or --profile FILE")
     profile = load_profile(info["preset"], info["path"])
-    knobs = knobs_from_args(args)
-    workload = {"batch_size": args.batch_size, "temperature": args.temperature, "draft_devices": args.draft_devices}
-    if pf:
-        pl = pf.plan
-        fixed = Knobs(pl.K, pl.fan_out, pl.fan_out_miss, pl.saguaro_c, pl.backup,
-                      None if math.isinf(pl.backup_threshold) else pl.backup_threshold, pl.downweight, pl.jit_redraft)
-        knobs = _override(fixed, knobs, args)
-        for key in workload:
-            workload[key] = workload[key] if workload[key] is not None else getattr(pl, key)
-    defaults = {"batch_size": 1, "temperature": 0.0, "draft_devices": 1}
-    workload = {k: (v if v is not None else defaults[k]) for k, v in workload.items()}
+    res = resolve(pf.plan if pf else None, knob_flags(args))
+    workload = {key: res.workload(key) for key in WORKLOAD}
     source = {"profile": {"name": profile.name, **info}}
-    return profile, source, knobs, workload
-
-
-def _override(fixed: Knobs, flags: Knobs, args) -> Knobs:
-    """Plan-file knobs with any command-line flag on top (a new K or fan-out drops the plan's fan-outs)."""
-    d = dict(fixed.__dict__)
-    if args.num_speculative_tokens is not None or args.fan_out is not None:
-        d.update(num_speculative_tokens=flags.num_speculative_tokens, fan_out=flags.fan_out, fan_out_miss=None)
-    for name in ("fan_out_miss", "saguaro_c", "backup", "backup_threshold"):
-        if getattr(flags, name) is not None:
-            d[name] = getattr(flags, name)
-    if args.downweight:
-        d["downweight"] = flags.downweight
-    if args.jit_redraft:
-        d["jit_redraft"] = flags.jit_redraft
-    return Knobs(**d)
+    return profile, source, res.knobs, workload
 
 
 def _simulate(profile: Profile, result: PlanResult, args) -> dict:

@@ -24,9 +24,8 @@ from ssd_sim.cli.args import (
     cli_entry,
     fail,
     host_report,
-    knobs_from_args,
+    knob_flags,
     nonneg_float,
-    plan_from_args,
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import check_writable, save_json_atomic
@@ -35,6 +34,7 @@ from ssd_sim.io.trace import read_trace
 from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.intervals import scaled_interval
+from ssd_sim.plan.knobs import resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, make_plan
 from ssd_sim.plan.predict import Prediction, predict
@@ -181,12 +181,13 @@ def _arrivals_workload(args) -> Workload:
 
 
 def resolve_plan(args, profile: Profile, base: Plan | None) -> Plan:
-    """The plan file with the knob flags on top, else the planner's plan for this batch with the flags fixed."""
-    if base is not None:
-        return plan_from_args(args, base)
-    result = make_plan(profile, batch_size=args.batch_size, temperature=args.temperature or 0.0,
-                       objective=args.objective, draft_devices=args.draft_devices or 1,
-                       knobs=knobs_from_args(args))
+    """The plan file with the knob flags on top (ssd_sim.plan.knobs.resolve); what is open (no plan file, or a
+    fan-out a new K dropped) the planner chooses for this batch with the fixed knobs kept."""
+    res = resolve(base, knob_flags(args))
+    if base is not None and "fan_out" not in res.dropped:
+        return res.plan()
+    result = make_plan(profile, batch_size=args.batch_size, temperature=res.workload("temperature"),
+                       objective=args.objective, draft_devices=res.workload("draft_devices"), knobs=res.knobs)
     plan = result.plan
     if args.mode == "sd" and args.num_speculative_tokens is None and args.fan_out is None:
         K = result.sd.num_speculative_tokens  # the best SD K, not the SSD plan's

@@ -19,11 +19,9 @@ from ssd_sim.model.latency import LatencyModel
 from ssd_sim.model.uncertainty import Uncertainty
 
 PROFILE_SCHEMA = "ssd-profile/1"
-# The engine a profile's latencies were measured on, and the plan knobs that engine hard-wires (the planner's
-# defaults for this profile): our runtime redrafts only missed rows; the reference engine (github.com/
-# tanishqkumar/ssd) redrafts the whole batch on any miss (draft_runner.jit_speculate) and down-weights the top F + 1.
-ENGINES = {"ssd-runtime": {"jit_redraft": "rows", "downweight": "top_f"},
-           "reference": {"jit_redraft": "batch", "downweight": "top_f_plus_1"}}
+# The engines whose loop a profile's latencies can describe; the plan knobs each hard-wires (the planner's defaults
+# for its profiles) are part of the knob schema (ssd_sim.plan.plan.Plan, each Knob's `engine`).
+ENGINES = ("ssd-runtime", "reference")
 
 
 @dataclass(frozen=True)
@@ -42,16 +40,11 @@ class Profile:
     provenance: dict[str, str] = field(default_factory=dict)  # quantity -> measured/derived/assumed + how
     host: Host | None = None  # where the latencies were measured; None = not host-specific (datasheets, papers)
     uncertainty: Uncertainty | None = None  # spreads for prediction intervals; None = stated defaults (plan.intervals)
-    engine: str = "ssd-runtime"  # the engine whose loop the latencies describe (ENGINES: its hard-wired knobs)
+    engine: str = "ssd-runtime"  # the engine whose loop the latencies describe (one of ENGINES)
 
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise ConfigError("engine", f"must be one of {', '.join(ENGINES)}, got {self.engine!r}")
-
-    @property
-    def engine_knobs(self) -> dict[str, str]:
-        """Plan knobs the profile's engine hard-wires (jit_redraft, downweight): the planner's defaults."""
-        return dict(ENGINES[self.engine])
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -12,13 +12,14 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field, replace
+from dataclasses import dataclass, field
 
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.intervals import quantile_tok_s
+from ssd_sim.plan.knobs import Knobs  # the fixed knobs (re-exported for the planner's callers)
 from ssd_sim.plan.plan import MAX_BUDGET, Plan, check_budget
 from ssd_sim.plan.predict import (
     Prediction,
@@ -35,26 +36,6 @@ from ssd_sim.theory.fanout import allocation_tables, backtrack
 
 OBJECTIVES = ("latency", "throughput-per-device")
 C_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
-
-
-@dataclass(frozen=True)
-class Knobs:
-    """What the user fixed; None = search it. fan_out is a uniform int or a list of K + 1 ints."""
-
-    num_speculative_tokens: int | None = None
-    fan_out: int | tuple[int, ...] | None = None
-    fan_out_miss: tuple[int, ...] | None = None
-    saguaro_c: float | None = None
-    backup: str | None = None  # jit | fast | adaptive
-    backup_threshold: float | None = None
-    downweight: str | None = None  # None = what the profile's engine does (Profile.engine_knobs)
-    jit_redraft: str | None = None
-
-    def for_profile(self, profile: Profile) -> Knobs:
-        """These knobs with the unset engine knobs (downweight, jit_redraft) taken from the profile's engine."""
-        eng = profile.engine_knobs
-        return replace(self, downweight=self.downweight or eng["downweight"],
-                       jit_redraft=self.jit_redraft or eng["jit_redraft"])
 
 
 @dataclass
@@ -177,7 +158,9 @@ def make_plan(
         if adaptive.backup_for(batch_size) == plans[0].backup:
             plans[0] = adaptive
     gain = None
-    if temperature > 0 and knobs.saguaro_c is None and plans[0].K >= 2:
+    if knobs.saguaro_c_list is not None:  # a fixed per-position C list (a plan file's) replaces the single C
+        plans[0] = plans[0].replace(saguaro_c_list=tuple(knobs.saguaro_c_list))
+    elif temperature > 0 and knobs.saguaro_c is None and plans[0].K >= 2:
         refined, gain = per_position_c(profile, plans[0])
         if gain >= MIN_C_GAIN_PCT:
             plans[0] = refined
@@ -382,6 +365,8 @@ def _k_range(knobs: Knobs, k_max: int) -> list[int]:
 
 
 def _c_range(knobs: Knobs, temperature: float) -> tuple[float, ...]:
+    if knobs.saguaro_c_list is not None and knobs.saguaro_c is None:  # a fixed per-position list: search on its mean
+        return (float(np.mean(knobs.saguaro_c_list)),)
     if knobs.saguaro_c is not None:
         return (knobs.saguaro_c,)
     return (1.0,) if temperature == 0 else C_GRID  # greedy drafting ignores C

@@ -21,8 +21,9 @@ import numpy as np
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import ForwardLatency
 from ssd_sim.model.profile import Profile
-from ssd_sim.plan.plan import Plan
-from ssd_sim.plan.planner import Knobs, PlanResult, budget_fit, critical_batch, make_plan
+from ssd_sim.plan.knobs import Knobs
+from ssd_sim.plan.plan import Plan, engine_defaults
+from ssd_sim.plan.planner import PlanResult, budget_fit, critical_batch, make_plan
 from ssd_sim.plan.predict import backup_outcomes, plan_point, predict_ar, predict_sd, predict_ssd
 from ssd_sim.theory.fanout import allocation_tables, backtrack, uniform_fanout
 
@@ -132,7 +133,7 @@ def build_plan(
     c = 1.0 if temperature == 0 else float(saguaro_c)  # greedy drafting ignores C (as the planner does)
     plan = Plan(num_speculative_tokens=K, fan_out=(1,) * (K + 1), saguaro_c=c, backup="jit",
                 temperature=float(temperature), batch_size=batch_size, draft_devices=draft_devices,
-                **profile.engine_knobs)
+                **engine_defaults(profile.engine))
     threshold = math.inf
     used = backup
     if backup == "adaptive":
@@ -143,17 +144,10 @@ def build_plan(
     return plan.replace(fan_out=hit, fan_out_miss=miss, backup=backup, backup_threshold=threshold)
 
 
-def knobs_of(plan: Plan) -> Knobs:
-    """Planner knobs that fix every field of the plan (so make_plan evaluates exactly this plan)."""
-    thr = None if math.isinf(plan.backup_threshold) else plan.backup_threshold
-    return Knobs(plan.K, plan.fan_out, plan.fan_out_miss, plan.saguaro_c, plan.backup, thr,
-                 plan.downweight, plan.jit_redraft)
-
-
 def evaluate(profile: Profile, plan: Plan, objective: str = "latency", k_max: int = 10) -> PlanResult:
     """Score one plan like `ssd-plan --plan`: its SSD prediction, AR, best SD (K <= k_max), b*, binding."""
     return make_plan(profile, plan.batch_size, plan.temperature, objective, plan.draft_devices,
-                     knobs_of(plan), k_max=k_max, scan_b_star=False)
+                     Knobs.of(plan), k_max=k_max, scan_b_star=False)
 
 
 # --- sweeps -------------------------------------------------------------------------------------------

@@ -82,7 +82,15 @@ COMMANDS: dict[str, str] = {
 }
 
 # id -> why its record differs from the one recorded before the knob schema (issue 24's merge fix)
-DOCUMENTED_CHANGES: dict[str, str] = {}
+DOCUMENTED_CHANGES: dict[str, str] = {
+    "plan-file-uniform-fanout": "a uniform --fan-out keeps the plan file's K (before, ssd-plan re-searched K while "
+                                "ssd-sim and ssd-run kept it)",
+    "plan-file-c-list": "the plan file's per-position C list is kept (before, ssd-plan dropped it silently while "
+                        "ssd-sim and ssd-run kept it)",
+    "plan-bad-fanout": "-k and a --fan-out list that disagree are one message in every CLI (before, each had its own)",
+    "sim-plan-file-new-k": "a new K drops the plan file's fan-out and ssd-sim searches one as ssd-plan does (before: "
+                           "exit 2, 'the plan's fan-out has 4 entries but K = 5 needs 6')",
+}
 
 
 def fixed_host():

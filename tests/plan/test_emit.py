@@ -7,7 +7,7 @@ import pytest
 from ssd_sim.model.presets import get_preset, list_presets
 from ssd_sim.plan.emit import engine_flags, reference_plan
 from ssd_sim.plan.engine_rules import check
-from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.plan import Plan, engine_defaults
 from ssd_sim.plan.planner import make_plan
 from ssd_sim.plan.predict import predict_ssd
 
@@ -45,7 +45,7 @@ def test_every_emitted_command_passes_its_engines_rules(name, b, T):
 def test_plans_the_engine_cannot_hold_are_padded_or_cut_to_f_times_k_plus_1(budget_fan_out, K, want_budget):
     prof = get_preset("llama70b-1b-h100")
     plan = Plan(num_speculative_tokens=K, fan_out=budget_fan_out, saguaro_c=0.7, temperature=1.0,
-                **prof.engine_knobs)
+                **engine_defaults(prof.engine))
     run, notes = reference_plan(prof, plan)
     assert run.budget % (K + 1) == 0 and run.budget // (K + 1) >= 1
     assert run.budget in (want_budget, want_budget - (K + 1))  # the multiple below or above, the faster one
@@ -56,7 +56,7 @@ def test_plans_the_engine_cannot_hold_are_padded_or_cut_to_f_times_k_plus_1(budg
 
 def test_above_batch_8_the_engine_gets_one_fan_out_everywhere():
     prof = get_preset("qwen32b-0.6b-h100")
-    plan = Plan(num_speculative_tokens=3, fan_out=(4, 3, 2, 3), batch_size=16, **prof.engine_knobs)
+    plan = Plan(num_speculative_tokens=3, fan_out=(4, 3, 2, 3), batch_size=16, **engine_defaults(prof.engine))
     run, notes = reference_plan(prof, plan)
     assert set(run.fan_out) == set(run.fan_out_miss) and len(set(run.fan_out)) == 1
     assert "one fan-out at every position above b = 8" in notes[0]

@@ -1,0 +1,103 @@
+"""Command-line values: text -> number, list or enum, with a one-line argparse error naming what was expected.
+
+The knob schema (ssd_sim.plan.plan) names these as the parsers of its flags; every CLI's other flags use them too.
+"""
+
+from __future__ import annotations
+
+import argparse
+import math
+
+from ssd_sim.io.limits import MAX_BUDGET
+
+
+def fan_out_arg(text: str) -> int | tuple[int, ...]:
+    """'3' -> 3 (uniform, per position); '4,3,3,2' -> (4, 3, 3, 2) (one per position 0..K)."""
+    parts = text.replace(" ", "").split(",")
+    if len(text) > 4096 or any(p == "" for p in parts):
+        raise argparse.ArgumentTypeError(
+            f"invalid fan-out {text[:40]!r}: give an integer (uniform) or a comma list like 4,3,3,2 (no empty entries)")
+    try:
+        vals = [int(v) for v in parts]
+    except ValueError:
+        raise argparse.ArgumentTypeError(
+            f"invalid fan-out {text[:40]!r}: give an integer (uniform) or a comma list like 4,3,3,2") from None
+    if any(v < 0 for v in vals):
+        raise argparse.ArgumentTypeError(f"invalid fan-out {text!r}: entries must be integers >= 0")
+    if any(v > MAX_BUDGET for v in vals):
+        raise argparse.ArgumentTypeError(f"invalid fan-out {text[:40]!r}: at most {MAX_BUDGET} guesses per sequence "
+                                         "and round in all")
+    return vals[0] if len(vals) == 1 and "," not in text else tuple(vals)
+
+
+def fan_out_list_arg(text: str) -> tuple[int, ...]:
+    v = fan_out_arg(text)
+    return (v,) if isinstance(v, int) else v
+
+
+def _number(text: str, cast, kind: str):
+    if len(text) > 64:
+        raise argparse.ArgumentTypeError(f"invalid {kind} {text[:20]}... ({len(text)} characters)")
+    try:
+        return cast(text)
+    except ValueError:
+        hint = " (write it out as an integer)" if cast is int and _is_float(text) else ""
+        raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}{hint}") from None
+
+
+def _is_float(text: str) -> bool:
+    try:
+        float(text)
+        return True
+    except ValueError:
+        return False
+
+
+def unit_float(text: str) -> float:
+    v = _number(text, float, "number")
+    if not 0.0 <= v <= 1.0:
+        raise argparse.ArgumentTypeError(f"{v} is outside [0, 1]")
+    return v
+
+
+def positive_int(text: str) -> int:
+    v = _number(text, int, "integer")
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 1")
+    return v
+
+
+def bounded_int(lo: int, hi: int, what: str):
+    """An argparse type: an integer in lo..hi; the error states the range and what the number counts."""
+
+    def parse(text: str) -> int:
+        v = _number(text, int, "integer")
+        if not lo <= v <= hi:
+            raise argparse.ArgumentTypeError(f"{v} is outside {lo}..{hi} ({what})")
+        return v
+
+    parse.__name__ = f"integer in {lo}..{hi}"
+    return parse
+
+
+def nonneg_int(text: str) -> int:
+    v = _number(text, int, "integer")
+    if v < 0:
+        raise argparse.ArgumentTypeError(f"{v} must be >= 0")
+    return v
+
+
+def nonneg_float(text: str) -> float:
+    v = _number(text, float, "number")
+    if not (v >= 0 and math.isfinite(v)):
+        raise argparse.ArgumentTypeError(f"{v} must be a finite number >= 0")
+    return v
+
+
+def threshold_arg(text: str) -> float:
+    if text.lower() in ("inf", "never", "none"):
+        return math.inf
+    v = nonneg_float(text)
+    if v < 1:
+        raise argparse.ArgumentTypeError(f"{v} must be a batch size >= 1 (or 'inf')")
+    return v

@@ -1,0 +1,116 @@
+"""The knob schema and its one merge rule: the same flags resolve a plan file identically in ssd-plan, ssd-sim and
+ssd-run; what a new K drops, ssd-plan and ssd-sim search alike and ssd-run refuses in one line; every knob, its flag
+and its engine default are declared once (in Plan's fields)."""
+
+from __future__ import annotations
+
+import ast
+import json
+import re
+import shlex
+from pathlib import Path
+
+import pytest
+
+from ssd_runtime.cli import build_parser as run_parser
+from ssd_sim.cli.args import knob_flags
+from ssd_sim.cli.plan import build_parser as plan_parser
+from ssd_sim.cli.plan import main as plan_main
+from ssd_sim.cli.sim import build_parser as sim_parser
+from ssd_sim.cli.sim import main as sim_main
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.profile import ENGINES
+from ssd_sim.plan.knobs import Knobs, resolve
+from ssd_sim.plan.plan import Backup, Mode, Plan, PlanFile, knob_fields
+
+ROOT = Path(__file__).resolve().parents[2]
+BASE = Plan(num_speculative_tokens=3, fan_out=(2, 2, 1, 3), fan_out_miss=(8, 0, 0, 0), saguaro_c_list=(0.4, 0.6, 0.8),
+            backup="adaptive", backup_threshold=4, temperature=1.0, batch_size=2, downweight="top_f_plus_1")
+FLAGS = ["", "-k 5", "-k 3", "--fan-out 2", "--fan-out 1,2,3", "-k 2 --fan-out 1,1,1", "--fan-out-miss 8,0,0,0",
+         "--saguaro-c 0.5", "--backup fast -b 8 -t 0", "--jit-redraft batch --downweight top_f",
+         "--backup-threshold inf --draft-devices 1", "-k 4 --fan-out 3 --fan-out-miss 15,0,0,0,0"]
+
+
+def flags(parser, line: str) -> dict:
+    return knob_flags(parser.parse_args(shlex.split(line)))
+
+
+@pytest.mark.parametrize("base", [BASE, None], ids=["plan-file", "no-plan-file"])
+@pytest.mark.parametrize("line", FLAGS)
+def test_the_same_flags_resolve_identically_in_all_three_clis(base, line):
+    results = [resolve(base, flags(p(), line)) for p in (plan_parser, sim_parser, run_parser)]
+    assert results[0] == results[1] == results[2], line
+
+
+def test_a_plan_file_fixes_every_knob_and_flags_replace_what_they_name():
+    res = resolve(BASE, flags(plan_parser(), "--backup fast -b 8"))
+    assert res.dropped == () and res.plan(mode="ssd") == BASE.replace(backup="fast", batch_size=8)
+    assert res.knobs == Knobs.of(BASE).replace(backup="fast")
+
+
+def test_a_new_k_drops_the_fan_outs_and_the_c_list_that_no_longer_fit():
+    res = resolve(BASE, flags(sim_parser(), "-k 5"))
+    assert res.dropped == ("fan_out", "fan_out_miss", "saguaro_c_list")
+    assert res.knobs.num_speculative_tokens == 5 and res.knobs.fan_out is None and res.knobs.saguaro_c_list is None
+    with pytest.raises(ConfigError, match=r"fan_out: K = 5 drops the plan file's fan-out .* give --fan-out with 6 "
+                                          r"entries, or let ssd-plan choose one: ssd-plan --plan FILE -k 5"):
+        res.plan()
+
+
+def test_a_uniform_fan_out_keeps_the_plan_files_k_and_a_single_c_replaces_its_list():
+    res = resolve(BASE, flags(run_parser(), "--fan-out 2 --saguaro-c 0.5"))
+    plan = res.plan()
+    assert plan.fan_out == (2, 2, 2, 2) == plan.fan_out_miss and plan.saguaro_c == 0.5 and plan.saguaro_c_list == ()
+
+
+def test_k_and_a_fan_out_list_that_disagree_are_one_message():
+    with pytest.raises(ConfigError, match=r"--fan-out has 2 entries but -k 3 needs K\+1 = 4"):
+        resolve(None, flags(plan_parser(), "-k 3 --fan-out 1,2"))
+
+
+def test_without_a_plan_file_the_open_knobs_take_the_plan_defaults():
+    assert resolve(None, flags(run_parser(), "-k 2 --fan-out 3")).plan() == Plan(num_speculative_tokens=2,
+                                                                                fan_out=(3, 3, 3))
+    assert resolve(None, {}).plan() == Plan()
+
+
+def test_ssd_plan_and_ssd_sim_search_a_dropped_fan_out_alike(tmp_path, capsys):
+    path = tmp_path / "plan.json"
+    path.write_text(PlanFile(BASE.replace(temperature=0.0, saguaro_c_list=()),
+                             {"profile": {"name": "qwen32b-0.6b-h100", "preset": "qwen32b-0.6b-h100"}}).to_json())
+    assert plan_main(["--plan", str(path), "-k", "5", "--json"]) == 0
+    planned = json.loads(capsys.readouterr().out)["plan"]
+    assert sim_main(["--plan", str(path), "--preset", "qwen32b-0.6b-h100", "-k", "5", "--tokens", "16", "--json"]) == 0
+    simulated = json.loads(capsys.readouterr().out)["plan"]
+    assert planned == simulated and planned["num_speculative_tokens"] == 5 and len(planned["fan_out"]) == 6
+
+
+def test_mode_and_backup_are_enums_that_read_and_write_as_strings():
+    p = Plan(backup="fast", mode="sd")
+    assert p.backup is Backup.FAST and p.mode is Mode.SD and p.backup == "fast" and f"{p.mode}" == "sd"
+    assert json.dumps(p.to_dict())  # plain JSON
+    assert Plan.from_dict(json.loads(json.dumps(p.to_dict()))) == p
+
+
+def test_every_engine_default_names_every_engine_a_profile_can_have():
+    for name, k in knob_fields().items():
+        assert k.engine is None or set(k.engine) == set(ENGINES), name
+
+
+def test_each_knob_is_declared_once_in_the_code():
+    """The knob set lives in Plan's fields only: no other class declares five or more of them (the old Knobs,
+    the CLI's positional Knobs(...) and its _override did), nothing builds Knobs positionally, and no CLI adds a
+    knob flag of its own (they all come from add_knob_args' loop over the schema)."""
+    names = set(knob_fields())
+    sources = {p: p.read_text() for d in ("ssd_sim", "ssd_runtime", "app") for p in (ROOT / d).rglob("*.py")}
+    for path, text in sources.items():
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, ast.ClassDef) and node.name != "Plan":
+                declared = [s.target.id for s in node.body if isinstance(s, ast.AnnAssign)
+                            and isinstance(s.target, ast.Name) and s.target.id in names]
+                assert len(declared) < 5, (path.name, node.name, declared)
+            if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "Knobs":
+                assert not node.args, (path.name, "Knobs(...) with positional arguments")
+        for k in knob_fields().values():
+            if k.flag and path.name != "engine_rules.py":  # engine_rules encodes other engines' own flags
+                assert not re.search(rf"add_argument\([^)]*['\"]{k.flag}['\"]", text), (path.name, k.flag)
