@@ -2,17 +2,17 @@
 
 from __future__ import annotations
 
-from ssd_sim.cli.plan import build_report
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan, PlanFile
 from ssd_sim.plan.planner import PlanResult
+from ssd_sim.plan.report import build_report
 
 ENGINES = {"ssd-engine": "reference SSD engine (bench/bench.py)", "vllm": "vLLM (plain SD fallback)",
            "sglang": "SGLang (plain SD fallback)"}
 
 
 def report(profile: Profile, result: PlanResult, profile_source: str, name: str, overrides: dict) -> dict:
-    """cli.build_report for an evaluated plan; profile_source is 'preset:NAME', 'file:PATH' or 'upload:...'.
+    """ssd_sim.plan.report.build_report for an evaluated plan; profile_source is 'preset:NAME', 'file:PATH' or 'upload:...'.
 
     What-if overrides (if any) are added under `whatif_overrides`, since the preset alone no longer
     reproduces the predictions.

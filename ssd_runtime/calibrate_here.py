@@ -34,12 +34,15 @@ from dataclasses import dataclass, replace
 from pathlib import Path
 
 from ssd_sim.cli.args import OneLineParser, fail
-from ssd_sim.cli.plan import main as ssd_plan
+from ssd_sim.cli.plan import print_report
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, isa_summary
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.model.calibrate import calibrate
+from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.report import build_report, plan_file
 
 from .cli import DEFAULT_LOG_TOPN, add_model_args, add_prompt_args, model_specs, prompt_ids, slice_label
 
@@ -117,10 +120,23 @@ def main(argv: list[str]) -> int:
     save_json_atomic(profile_path, json.dumps({**profile.to_dict(), "calibration": report.to_dict()}, indent=2))
     _write_manifest(out, runs, paths, argv, profile.host)
     print(f"profile written to {profile_path} (measured on {profile.host.label()})\n")
-    code = ssd_plan(["--profile", str(profile_path), "-t", f"{args.temperatures[0]:g}", "-o", str(plan_path)])
+    _plan(profile_path, args.temperatures[0], plan_path)
     print(f"\nnext: ssd-plan --profile {profile_path} [-b B -t T]   |   ssd-run --plan {plan_path} "
           "--prompt-offset N   (check it on prompts the calibration did not see)")
-    return code
+    return 0
+
+
+def _plan(profile_path: Path, temperature: float, plan_path: Path) -> None:
+    """What `ssd-plan --profile PROFILE -t T -o PLAN` prints and writes, through the library (b = 1, latency)."""
+    profile = load_profile_file(profile_path)
+    result = make_plan(profile, 1, temperature)
+    report = build_report(profile, result, source={"profile": {"name": profile.name, "preset": None,
+                                                               "path": str(profile_path)}})
+    if report["host"]["warning"]:
+        print(f"ssd-plan: warning: {report['host']['warning']}", file=sys.stderr)
+    save_json_atomic(plan_path, plan_file(result, report).to_json())
+    print_report(profile, result, report)
+    print(f"plan written to {plan_path}")
 
 
 def _temperatures(text: str) -> tuple[float, ...]:

@@ -12,7 +12,6 @@ import threading
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.host import current_host, host_warning
 from ssd_sim.io.values import (  # noqa: F401  (re-exported: the CLIs' other flags parse with them too)
     bounded_int,
     fan_out_arg,
@@ -23,7 +22,6 @@ from ssd_sim.io.values import (  # noqa: F401  (re-exported: the CLIs' other fla
     threshold_arg,
     unit_float,
 )
-from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import knob_fields
 
 
@@ -106,10 +104,3 @@ def add_knob_args(p: argparse.ArgumentParser, workload: bool = True) -> None:
 def knob_flags(args: argparse.Namespace) -> dict[str, Any]:
     """The knob and workload flags as given (None = not given), by Plan field, for ssd_sim.plan.knobs.resolve."""
     return {name: getattr(args, name, None) for name, k in knob_fields().items() if k.flag is not None}
-
-
-def host_report(profile: Profile) -> dict:
-    """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
-    here = current_host()
-    return {"measured_on": profile.host.to_dict() if profile.host is not None else None, "here": here.to_dict(),
-            "warning": host_warning(profile.name, profile.host, here)}

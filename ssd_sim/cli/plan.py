@@ -13,6 +13,7 @@ import argparse
 import json
 import math
 import sys
+from dataclasses import replace
 
 from ssd_sim.cli.args import (
     OneLineParser,
@@ -20,7 +21,6 @@ from ssd_sim.cli.args import (
     bounded_int,
     cli_entry,
     fail,
-    host_report,
     knob_flags,
 )
 from ssd_sim.io.errors import ConfigError
@@ -29,12 +29,12 @@ from ssd_sim.io.jsonfile import check_writable, save_json_atomic
 from ssd_sim.io.limits import MAX_BUDGET, MAX_K, MAX_TOKENS
 from ssd_sim.model.presets import list_presets, load_profile
 from ssd_sim.model.profile import Profile
-from ssd_sim.plan.emit import ENGINES, engine_flags
-from ssd_sim.plan.intervals import uncertainty_report
+from ssd_sim.plan.emit import ENGINES
 from ssd_sim.plan.knobs import WORKLOAD, Knobs, resolve
-from ssd_sim.plan.plan import PlanFile, load_plan
+from ssd_sim.plan.plan import load_plan
 from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, PlanResult, make_plan
 from ssd_sim.plan.predict import plan_point
+from ssd_sim.plan.report import build_report, plan_file
 
 PROG = "ssd-plan"
 
@@ -104,7 +104,7 @@ def main(argv: list[str] | None = None) -> int:
                            workload["draft_devices"], knobs, args.max_k, args.budget_cap, risk=args.risk)
     except ConfigError as e:
         fail(PROG, e)
-    simulated = _simulate(profile, result, args) if args.simulate else None
+    result, simulated = _simulate(profile, result, args) if args.simulate else (result, None)
     report = build_report(profile, result, simulated, source=base_extra)
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
         fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
@@ -113,7 +113,7 @@ def main(argv: list[str] | None = None) -> int:
         print(f"{PROG}: warning: {report['host']['warning']}", file=sys.stderr)
     if args.output:
         try:
-            save_json_atomic(args.output, PlanFile(result.plan, {k: v for k, v in report.items() if k != "plan"}).to_json())
+            save_json_atomic(args.output, plan_file(result, report).to_json())
         except ConfigError as e:
             fail(PROG, e)
     if args.json:
@@ -144,16 +144,17 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
     return profile, source, res.knobs, workload
 
 
-def _simulate(profile: Profile, result: PlanResult, args) -> dict:
-    """Re-rank the analytic candidates with the simulator; the simulated winner becomes the plan."""
+def _simulate(profile: Profile, result: PlanResult, args) -> tuple[PlanResult, dict]:
+    """Re-rank the analytic candidates with the simulator: the result with the simulated winner as its plan, and
+    the simulation's report."""
     from ssd_sim.sim.rerank import rerank
 
     rr = rerank(profile, result, tokens=args.simulate, seed=args.seed)
     if rr.changed:
-        result.plan, result.ssd = rr.plan, rr.ranked[0][1]
-        result.binding += " (for the analytic pick; the simulator preferred another candidate)"
+        result = replace(result, plan=rr.plan, ssd=rr.ranked[0][1], binding=result.binding
+                         + " (for the analytic pick; the simulator preferred another candidate)")
     m = rr.metrics
-    return {
+    return result, {
         "tokens_per_sequence": args.simulate, "seed": args.seed, "changed_plan": rr.changed,
         "ssd_tok_s": m.per_seq_tok_s, "ssd_total_tok_s": m.total_tok_s, "ssd_tok_s_per_device": m.tok_s_per_device,
         "p_hit": m.hit_rate, "mean_accept_len": m.mean_accept_len,
@@ -162,52 +163,6 @@ def _simulate(profile: Profile, result: PlanResult, args) -> dict:
                         "saguaro_c_list": list(p.saguaro_c_list), "backup": p.backup_for(p.batch_size), "analytic_tok_s": pred.per_seq_tok_s,
                         "simulated_tok_s": sm.per_seq_tok_s} for p, pred, sm in rr.ranked],
     }
-
-
-def build_report(profile: Profile, result: PlanResult, simulated: dict | None = None, source: dict | None = None) -> dict:
-    """The JSON report: plan, predictions, engine flags and the reasoning."""
-    ar, sd, ssd = result.ar, result.sd, result.ssd
-    predicted = {
-        "ar_tok_s": ar.per_seq_tok_s, "sd_tok_s": sd.per_seq_tok_s, "ssd_tok_s": ssd.per_seq_tok_s,
-        "ar_total_tok_s": ar.total_tok_s, "sd_total_tok_s": sd.total_tok_s, "ssd_total_tok_s": ssd.total_tok_s,
-        "ar_tok_s_per_device": ar.tok_s_per_device, "sd_tok_s_per_device": sd.tok_s_per_device,
-        "ssd_tok_s_per_device": ssd.tok_s_per_device,
-        "sd_num_speculative_tokens": sd.num_speculative_tokens,
-        "p_hit": ssd.p_hit, "p_all_hit": ssd.p_all_hit, "e_hit": ssd.e_hit, "e_miss": ssd.e_miss,
-        "ssd_verify_ms": ssd.verify_ms, "ssd_primary_ms": ssd.draft_ms, "ssd_backup_ms": ssd.backup_ms,
-        "ssd_round_ms": ssd.round_ms, "speedup_ssd_vs_ar": ssd.per_seq_tok_s / ar.per_seq_tok_s,
-        "speedup_ssd_vs_sd": ssd.per_seq_tok_s / sd.per_seq_tok_s,
-        "speedup_ssd_vs_sd_bound": result.gain_bound, "gain_captured": _finite(result.gain_captured),
-    }
-    report = {
-        "plan": result.plan.to_dict(),
-        "profile": (source or {}).get("profile", {"name": profile.name}),
-        "objective": result.objective,
-        "recommended_mode": result.recommended_mode,
-        "predicted": predicted,
-        "binding": result.binding,
-        "b_star": None if math.isinf(result.b_star) else result.b_star,
-        "b_star_closed_form": None if math.isinf(result.b_star_closed_form) else result.b_star_closed_form,
-        "b_star_curve": result.crossover.to_dict() if result.crossover is not None else None,
-        "budget_fit": result.budget_fit,
-        "baselines": {"ar": ar.to_dict(), "sd": sd.to_dict()},
-        "ssd": ssd.to_dict(),
-        "engine_flags": engine_flags(profile, result.plan, sd, result.budget_cap),
-        "configurations_scored": result.evaluated,
-        "c_per_position_gain_pct": result.c_per_position_gain_pct,
-    }
-    if simulated:
-        report["simulated"] = simulated
-    unc = uncertainty_report(profile, result.plan, sd.num_speculative_tokens, result.objective)
-    report["uncertainty"] = unc
-    if unc["recommended_mode"] is not None:
-        report["recommended_mode"] = unc["recommended_mode"]
-    report["host"] = host_report(profile)
-    return report
-
-
-def _finite(x: float) -> float | None:
-    return x if math.isfinite(x) else None
 
 
 def _quantile(text: str) -> float:

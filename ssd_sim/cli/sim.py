@@ -23,7 +23,6 @@ from ssd_sim.cli.args import (
     bounded_int,
     cli_entry,
     fail,
-    host_report,
     knob_flags,
     nonneg_float,
 )
@@ -38,6 +37,7 @@ from ssd_sim.plan.knobs import resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, make_plan
 from ssd_sim.plan.predict import Prediction, predict
+from ssd_sim.plan.report import host_report
 from ssd_sim.sim.des import MODES, SimResult, simulate
 from ssd_sim.sim.metrics import json_safe
 from ssd_sim.sim.workload import (

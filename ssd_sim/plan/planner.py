@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -38,9 +38,10 @@ OBJECTIVES = ("latency", "throughput-per-device")
 C_GRID = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)
 
 
-@dataclass
+@dataclass(frozen=True)
 class PlanResult:
-    """The chosen SSD plan, its prediction, the AR and best-SD baselines and why the search stopped."""
+    """The chosen SSD plan, its prediction, the AR and best-SD baselines and why the search stopped (immutable:
+    a caller that picks another candidate makes a new one with dataclasses.replace)."""
 
     plan: Plan
     ssd: Prediction
@@ -51,7 +52,7 @@ class PlanResult:
     b_star: float  # batch size from which the fast backup beats jit (batch-dependent latencies)
     b_star_closed_form: float  # Theorem 17 with latencies frozen at this batch size
     budget_fit: int  # largest budget the draft finishes inside one verification at this K
-    candidates: list[tuple[Plan, Prediction]] = field(default_factory=list)  # best first, [0] = plan
+    candidates: tuple[tuple[Plan, Prediction], ...] = ()  # best first, [0] = plan
     evaluated: int = 0  # configurations scored
     c_per_position_gain_pct: float | None = None  # T > 0: tok/s gain of the best C_k list over the best single C
     crossover: Crossover | None = None  # the jit / fast curves behind b* (None: b* of the fixed plan)
@@ -171,8 +172,10 @@ def make_plan(
     fit = fits[best.K]
     binding = _binding(best, ssd, fit, knobs, user_cap, timed_cap)
     bound = gain_bound(profile, ssd, sd)
-    return PlanResult(best, ssd, ar, sd, objective, binding, b_star, b_closed, fit, preds, len(scored.per_seq), gain,
-                      curve, bound, min(user_cap, timed_cap))
+    return PlanResult(plan=best, ssd=ssd, ar=ar, sd=sd, objective=objective, binding=binding, b_star=b_star,
+                      b_star_closed_form=b_closed, budget_fit=fit, candidates=tuple(preds),
+                      evaluated=len(scored.per_seq), c_per_position_gain_pct=gain, crossover=curve, gain_bound=bound,
+                      budget_cap=min(user_cap, timed_cap))
 
 
 def gain_bound(profile: Profile, ssd: Prediction, sd: Prediction) -> float:

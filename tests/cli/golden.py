@@ -103,14 +103,14 @@ def fixed_host():
 @contextlib.contextmanager
 def _deterministic():
     """This host replaced by fixed_host(), no terminal width from the environment."""
-    import ssd_sim.cli.args as args
+    import ssd_sim.plan.report as report
 
-    saved, env = args.current_host, os.environ.pop("COLUMNS", None)
-    args.current_host = fixed_host
+    saved, env = report.current_host, os.environ.pop("COLUMNS", None)
+    report.current_host = fixed_host
     try:
         yield
     finally:
-        args.current_host = saved
+        report.current_host = saved
         if env is not None:
             os.environ["COLUMNS"] = env
 

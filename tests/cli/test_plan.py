@@ -138,7 +138,7 @@ HERE = Host(cpu="AMD EPYC", cpu_id="AuthenticAMD family 26 model 2 stepping 1", 
 
 @pytest.fixture
 def here(monkeypatch):
-    monkeypatch.setattr("ssd_sim.cli.args.current_host", lambda: HERE)
+    monkeypatch.setattr("ssd_sim.plan.report.current_host", lambda: HERE)
     return HERE
 
 

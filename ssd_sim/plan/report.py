@@ -1,0 +1,71 @@
+"""The plan report: what ssd-plan prints as --json and writes into a plan file, as a library function (the
+dashboard and `ssd-run calibrate-here` build it here, not through a CLI)."""
+
+from __future__ import annotations
+
+import math
+
+from ssd_sim.io.host import current_host, host_warning
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.emit import engine_flags
+from ssd_sim.plan.intervals import uncertainty_report
+from ssd_sim.plan.plan import PlanFile
+from ssd_sim.plan.planner import PlanResult
+
+
+def build_report(profile: Profile, result: PlanResult, simulated: dict | None = None, source: dict | None = None) -> dict:
+    """The JSON report: plan, predictions, engine flags and the reasoning."""
+    ar, sd, ssd = result.ar, result.sd, result.ssd
+    predicted = {
+        "ar_tok_s": ar.per_seq_tok_s, "sd_tok_s": sd.per_seq_tok_s, "ssd_tok_s": ssd.per_seq_tok_s,
+        "ar_total_tok_s": ar.total_tok_s, "sd_total_tok_s": sd.total_tok_s, "ssd_total_tok_s": ssd.total_tok_s,
+        "ar_tok_s_per_device": ar.tok_s_per_device, "sd_tok_s_per_device": sd.tok_s_per_device,
+        "ssd_tok_s_per_device": ssd.tok_s_per_device,
+        "sd_num_speculative_tokens": sd.num_speculative_tokens,
+        "p_hit": ssd.p_hit, "p_all_hit": ssd.p_all_hit, "e_hit": ssd.e_hit, "e_miss": ssd.e_miss,
+        "ssd_verify_ms": ssd.verify_ms, "ssd_primary_ms": ssd.draft_ms, "ssd_backup_ms": ssd.backup_ms,
+        "ssd_round_ms": ssd.round_ms, "speedup_ssd_vs_ar": ssd.per_seq_tok_s / ar.per_seq_tok_s,
+        "speedup_ssd_vs_sd": ssd.per_seq_tok_s / sd.per_seq_tok_s,
+        "speedup_ssd_vs_sd_bound": result.gain_bound, "gain_captured": _finite(result.gain_captured),
+    }
+    report = {
+        "plan": result.plan.to_dict(),
+        "profile": (source or {}).get("profile", {"name": profile.name}),
+        "objective": result.objective,
+        "recommended_mode": result.recommended_mode,
+        "predicted": predicted,
+        "binding": result.binding,
+        "b_star": None if math.isinf(result.b_star) else result.b_star,
+        "b_star_closed_form": None if math.isinf(result.b_star_closed_form) else result.b_star_closed_form,
+        "b_star_curve": result.crossover.to_dict() if result.crossover is not None else None,
+        "budget_fit": result.budget_fit,
+        "baselines": {"ar": ar.to_dict(), "sd": sd.to_dict()},
+        "ssd": ssd.to_dict(),
+        "engine_flags": engine_flags(profile, result.plan, sd, result.budget_cap),
+        "configurations_scored": result.evaluated,
+        "c_per_position_gain_pct": result.c_per_position_gain_pct,
+    }
+    if simulated:
+        report["simulated"] = simulated
+    unc = uncertainty_report(profile, result.plan, sd.num_speculative_tokens, result.objective)
+    report["uncertainty"] = unc
+    if unc["recommended_mode"] is not None:
+        report["recommended_mode"] = unc["recommended_mode"]
+    report["host"] = host_report(profile)
+    return report
+
+
+def plan_file(result: PlanResult, report: dict) -> PlanFile:
+    """The plan file ssd-plan -o writes: the plan plus the rest of the report."""
+    return PlanFile(result.plan, {k: v for k, v in report.items() if k != "plan"})
+
+
+def host_report(profile: Profile) -> dict:
+    """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
+    here = current_host()
+    return {"measured_on": profile.host.to_dict() if profile.host is not None else None, "here": here.to_dict(),
+            "warning": host_warning(profile.name, profile.host, here)}
+
+
+def _finite(x: float) -> float | None:
+    return x if math.isfinite(x) else None
