@@ -9,6 +9,8 @@ from collections.abc import Sequence
 
 import plotly.graph_objects as go
 
+from ssd_sim.io.records import Phase
+
 MODE_COLORS = {"ar": "#7f7f7f", "sd": "#1f77b4", "ssd": "#d62728"}
 MODE_NAMES = {"ar": "autoregressive", "sd": "SD", "ssd": "SSD"}
 PHASE_COLORS = {
@@ -195,7 +197,7 @@ def _nan(v) -> bool:
     return v is None or (isinstance(v, float) and math.isnan(v))
 
 
-DRAFT_DEVICE_PHASES = ("draft_lookup", "draft_backup", "draft_glue", "draft_branch")
+DRAFT_DEVICE_PHASES = tuple(p.value for p in (Phase.DRAFT_LOOKUP, Phase.DRAFT_BACKUP, Phase.DRAFT_GLUE, Phase.DRAFT_BRANCH))
 
 
 def stacked_phases(x: Sequence[int], phases: dict[str, Sequence[float]]) -> go.Figure:

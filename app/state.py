@@ -21,7 +21,7 @@ from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.presets import get_preset, list_presets
 from ssd_sim.model.profile import PROFILE_SCHEMA, Profile, profile_from_dict
 from ssd_sim.plan.plan import Plan
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import BStar, PlanRequest, SearchLimits, make_plan
 from ssd_sim.plan.whatif import build_plan, profile_values, with_overrides
 
 REPO = Path(__file__).resolve().parent.parent
@@ -169,7 +169,9 @@ class Scenario:
 
 def defaults_for(profile: Profile, temperature: float, batch_size: int, draft_devices: int) -> dict:
     """Knob values of the optimised plan (make_plan) for this workload: K, budget, C, backup."""
-    res = make_plan(profile, batch_size, temperature, "latency", draft_devices, top_n=1, scan_b_star=False)
+    request = PlanRequest(batch_size=batch_size, temperature=temperature, draft_devices=draft_devices,
+                          limits=SearchLimits(top_n=1), b_star=BStar.CHOSEN)
+    res = make_plan(profile, request)
     return {"K": res.plan.K, "B": res.plan.budget, "C": res.plan.saguaro_c, "backup": str(res.plan.backup),
             "uniform": False}
 

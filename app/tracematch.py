@@ -67,9 +67,9 @@ def _device_kind(text: str) -> str | None:
 def trace_setup(trace: Trace) -> Setup:
     """The setup a trace header records: models, device kind (from devices.target) and quantisation."""
     h = trace.header
-    models = h.get("models") or {}
-    devices = h.get("devices") or {}
-    quant = h.get("quantize")
+    models = h.models or {}
+    devices = h.devices or {}
+    quant = h.quantize
     q = (quant.get("target"), quant.get("draft")) if isinstance(quant, dict) else None
     return Setup(models.get("target"), models.get("draft"), _device_kind(str(devices.get("target") or "")), q)
 

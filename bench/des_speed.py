@@ -18,7 +18,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ssd_sim.model.presets import get_preset
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.sim.des import simulate
 from ssd_sim.sim.workload import fixed_batch, poisson
 
@@ -60,12 +60,12 @@ def main() -> None:
     for col in ("case", "rounds per run", "rounds/s", "goal"):
         table.add_column(col, justify="left" if col == "case" else "right")
     for b in (1, 16):
-        plan = make_plan(profile, batch_size=b).plan
+        plan = make_plan(profile, PlanRequest(batch_size=b)).plan
         for mode in ("ar", "sd", "ssd"):
             rate, n = rounds_per_s(profile, plan, mode, b, args.rounds, args.repeats)
             goal = ">= 50,000" if (b == 1 and mode == "ssd") else ""
             table.add_row(f"{mode}, fixed batch b = {b}", f"{n:,}", f"{rate:,.0f}", goal)
-    plan16 = make_plan(profile, batch_size=16).plan
+    plan16 = make_plan(profile, PlanRequest(batch_size=16)).plan
     wall, n = poisson_wall_s(profile, plan16, args.repeats)
     table.add_row("ssd, Poisson 1,000 x 512 tokens, max batch 16", f"{n:,}", f"{n / wall:,.0f} ({wall:.2f} s)",
                   "< 5 s")

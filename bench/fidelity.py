@@ -60,13 +60,13 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
 
 def prompt_ids(trace: Trace) -> set[str]:
     """The prompts a trace ran, as 'set:index' labels (from its header's prompt_source, e.g. prompt-set:code[8:16])."""
-    src = str(trace.header.get("prompt_source", ""))
+    src = str(trace.header.prompt_source)
     m = re.fullmatch(r"(?:prompt-set|calibrate-here):(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
     if not m:
         return {src}
     name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
     lo = int(lo or 0)
-    hi = int(hi) if hi else lo + int(trace.header.get("num_prompts", 8))
+    hi = int(hi) if hi else lo + int(trace.header.num_prompts)
     return {f"{name}:{i}" for i in range(lo, hi, int(step or 1))}
 
 
@@ -78,7 +78,7 @@ def shared(cal: list[Trace], pred: list[Trace]) -> dict[str, list]:
     fields = {"prompts": prompt_ids,
               "temperature": lambda t: {float(t.plan.get("temperature", 0.0))},
               "saguaro_c": lambda t: {float(t.plan.get("saguaro_c", 1.0))} if t.mode != "ar" else set(),
-              "batch_size": lambda t: {int(t.header["batch_size"])},
+              "batch_size": lambda t: {int(t.header.batch_size)},
               "mode": lambda t: {t.mode}}
     return {k: sorted(keys(cal, f) & keys(pred, f)) for k, f in fields.items()}
 
@@ -87,9 +87,9 @@ def static_batches(trace: Trace) -> list[list[int]]:
     """Decode tokens of every sequence, grouped in the runtime's static batches of batch_size (seq order)."""
     tokens: dict[int, int] = {}
     for r in trace.rounds:
-        for s in r["seqs"]:
-            tokens[s["seq"]] = tokens.get(s["seq"], 0) + s["committed"]
-    b = int(trace.header["batch_size"])
+        for s in r.seqs:
+            tokens[s.seq] = tokens.get(s.seq, 0) + s.committed
+    b = int(trace.header.batch_size)
     ids = sorted(tokens)
     return [[tokens[i] for i in ids[j:j + b]] for j in range(0, len(ids), b)]
 
@@ -101,7 +101,7 @@ def predict(profile: Profile, trace: Trace, replicates: int = 10) -> dict:
     no first token comes from a prefill either). Simulated `replicates` times (seeds 0..n-1) and pooled: a
     48-token sequence has ~20 rounds, so one simulated run carries several % of sampling noise.
     """
-    plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header["batch_size"])})
+    plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header.batch_size)})
     total_ms = tokens = rounds = accept_len = hit = hit_rounds = 0.0
     for i, lengths in enumerate(static_batches(trace) * replicates):
         wl = Workload("fixed", len(lengths), len(lengths), output_tokens=max(lengths), prompt_tokens=0,
@@ -121,8 +121,8 @@ def predict(profile: Profile, trace: Trace, replicates: int = 10) -> dict:
 def run_interval(profile: Profile, trace: Trace, simulated: float) -> tuple[float, float]:
     """The 90% interval of the run's tok/s (plan.intervals.scaled_interval around the simulated value, for a run of
     this many sequences)."""
-    plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header["batch_size"])})
-    n_seq = len({s["seq"] for r in trace.rounds for s in r["seqs"]})
+    plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header.batch_size)})
+    n_seq = len({s.seq for r in trace.rounds for s in r.seqs})
     return scaled_interval(profile, plan, trace.mode, simulated, max(n_seq, 1))
 
 
@@ -144,7 +144,7 @@ def run_split(name: str, split: dict) -> dict:
         runs.append({
             "interval_90": [low, high], "inside": bool(low <= meas.tok_s <= high),
             "trace": path.name, "mode": trace.mode, "K": trace.plan.get("num_speculative_tokens", 0) if trace.mode != "ar" else 0,
-            "batch_size": trace.header["batch_size"], "temperature": trace.plan.get("temperature", 0.0),
+            "batch_size": trace.header.batch_size, "temperature": trace.plan.get("temperature", 0.0),
             "saguaro_c": trace.plan.get("saguaro_c", 1.0), "fan_out": trace.plan.get("fan_out") if trace.mode == "ssd" else None,
             "measured_tok_s": meas.tok_s, "predicted_tok_s": pred["tok_s"], "tok_s_err_pct": err_pct(pred["tok_s"], meas.tok_s),
             "measured_mean_accept_len": meas.mean_accept_len, "predicted_mean_accept_len": pred["mean_accept_len"],

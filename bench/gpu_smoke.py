@@ -161,19 +161,19 @@ def run_case(case: Case) -> CaseResult:
         for label, t, d, prompts in pairs:
             outputs = {}
             for mode in MODES:  # warm-up: CUDA context, kernels, allocator
-                session.run(Job(plans[mode], mode, prompts[:1], min(8, case.max_new_tokens), ignore_eos=True,
+                session.run(Job(plans[mode].replace(mode=mode), prompts[:1], min(8, case.max_new_tokens), ignore_eos=True,
                                 draft_timeout_s=60.0, target=t, draft=d))
             for mode in MODES:
                 t0 = time.perf_counter()
-                r = session.run(Job(plans[mode], mode, prompts, case.max_new_tokens, ignore_eos=True,
+                r = session.run(Job(plans[mode].replace(mode=mode), prompts, case.max_new_tokens, ignore_eos=True,
                                     draft_timeout_s=60.0, target=t, draft=d))
                 wall = time.perf_counter() - t0
                 outputs[mode] = r.outputs
                 s = r.summary
                 tokens = sum(len(o) for o in r.outputs)
-                res.modes.append(ModeResult(mode, label, s.get("tok_s", 0.0), tokens / wall if wall > 0 else 0.0,
-                                            tokens, s.get("mean_accept_len") if mode != "ar" else None,
-                                            list(r.faults), sum(1 for rd in r.rounds if rd.get("fallback"))))
+                res.modes.append(ModeResult(mode, label, s.tok_s, tokens / wall if wall > 0 else 0.0,
+                                            tokens, s.mean_accept_len if mode != "ar" else None,
+                                            list(r.faults), sum(1 for rd in r.rounds if rd.fallback)))
             status, detail = judge(outputs, res.modes[-len(MODES):], case.max_new_tokens, len(prompts))
             if status != "ok":
                 res.status, res.detail = status, f"{label}: {detail}"

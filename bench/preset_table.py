@@ -15,7 +15,7 @@ import re
 from pathlib import Path
 
 from ssd_sim.model.presets import get_preset, list_presets
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import BStar, PlanRequest, make_plan
 
 BATCHES = (1, 2, 4, 8, 16)
 TEMPERATURES = (0.0, 1.0)
@@ -31,7 +31,7 @@ def rows() -> list[tuple[str, float, list[tuple[float, float, float]]]]:
         for T in TEMPERATURES:
             cells = []
             for b in BATCHES:
-                r = make_plan(prof, b, T, scan_b_star=False)
+                r = make_plan(prof, PlanRequest(batch_size=b, temperature=T, b_star=BStar.CHOSEN))
                 cells.append((r.ar.per_seq_tok_s, r.sd.per_seq_tok_s, r.ssd.per_seq_tok_s))
             out.append((name, T, cells))
     return out

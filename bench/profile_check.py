@@ -28,7 +28,7 @@ from ssd_runtime.run import Job, Session
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan.plan import Plan, load_plan
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.predict import predict
 
 
@@ -48,7 +48,8 @@ def main() -> None:
 
     profile = load_profile_file(args.profile)
     ssd = load_plan(args.plan).plan.replace(mode="ssd")
-    sd_k = make_plan(profile, ssd.batch_size, ssd.temperature).sd.num_speculative_tokens
+    request = PlanRequest(batch_size=ssd.batch_size, temperature=ssd.temperature)
+    sd_k = make_plan(profile, request).sd.num_speculative_tokens
     plans = {"ar": Plan(mode="ar", batch_size=ssd.batch_size, temperature=ssd.temperature),
              "sd": Plan(mode="sd", num_speculative_tokens=sd_k, batch_size=ssd.batch_size,
                         temperature=ssd.temperature),
@@ -60,11 +61,11 @@ def main() -> None:
     out.mkdir(parents=True, exist_ok=True)
     measured: dict[str, list] = {m: [] for m in plans}
     with Session(ModelSpec(path=str(tpath)), ModelSpec(path=str(dpath))) as session:
-        session.run(Job(ssd, "ssd", ids[:1], 8))  # warm-up
+        session.run(Job(ssd.replace(mode="ssd"), ids[:1], 8))  # warm-up
         for rep in range(args.repeats):
             for mode, plan in plans.items():
                 path = out / f"{mode}-r{rep}.jsonl"
-                session.run(Job(plan, mode, ids, args.max_new_tokens, trace_path=str(path),
+                session.run(Job(plan.replace(mode=mode), ids, args.max_new_tokens, trace_path=str(path),
                                 header={"prompt_source": f"prompt-set:{_selection(args)}"}))
                 measured[mode].append(summarize(read_trace(path)))
     rows = _rows(profile, plans, measured)

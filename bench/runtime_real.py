@@ -31,7 +31,7 @@ def planner_plan(preset: str) -> tuple[Plan, dict]:
     from ssd_sim.model.presets import get_preset
     from ssd_sim.plan.planner import make_plan
 
-    res = make_plan(get_preset(preset), 1, 0.0)
+    res = make_plan(get_preset(preset))
     pred = {"ar_tok_s": res.ar.per_seq_tok_s, "sd_tok_s": res.sd.per_seq_tok_s, "ssd_tok_s": res.ssd.per_seq_tok_s,
             "sd_K": res.sd.num_speculative_tokens}
     return res.plan, pred
@@ -44,11 +44,11 @@ def default_folder(target_quantize: str, draft_quantize: str) -> str:
     return f"traces/cpu-{setup}-bench"
 
 
-def row(name: str, K: int, s: dict) -> dict:
-    ph = s["phase_ms"]
-    return {"run": name, "K": K, "tok_s": s["tok_s"], "tokens": s["tokens"], "rounds": s["rounds"],
-            "mean_accept_len": s["mean_accept_len"], "acceptance_rate": s["acceptance_rate"],
-            "hit_rate": s["hit_rate"], "round_ms": ph["round"], "verify_ms": ph["verify"],
+def row(name: str, K: int, s) -> dict:  # records.Summary
+    ph = s.phase_ms
+    return {"run": name, "K": K, "tok_s": s.tok_s, "tokens": s.tokens, "rounds": s.rounds,
+            "mean_accept_len": s.mean_accept_len, "acceptance_rate": s.acceptance_rate,
+            "hit_rate": s.hit_rate, "round_ms": ph["round"], "verify_ms": ph["verify"],
             "target_wait_ms": ph["target_wait"], "draft_sd_ms": ph["draft_sd"], "draft_backup_ms": ph["draft_backup"],
             "draft_glue_ms": ph["draft_glue"], "draft_branch_ms": ph["draft_branch"]}
 
@@ -117,19 +117,19 @@ def main(argv: list[str] | None = None) -> int:
             print(f"ssd-{name} plan: {json.dumps(plan.to_dict())}")
             runs.append((f"ssd-{name}", plan.K, plan, "ssd"))
         for _, _, plan, mode in runs:
-            session.run(Job(plan, mode, prompts[:1], 4))
+            session.run(Job(plan.replace(mode=mode), prompts[:1], 4))
         rows, outputs = [], {}
         for name, K, plan, mode in runs:
             t = time.time()
             path = out / f"{prefix}{name}-b1.jsonl"
-            res = session.run(Job(plan, mode, prompts, args.max_new_tokens, trace_path=str(path),
+            res = session.run(Job(plan.replace(mode=mode), prompts, args.max_new_tokens, trace_path=str(path),
                                   header={"prompt_source": "prompt-set:code", "bench": "bench/runtime_real.py"}))
-            if res.faults or any(r.get("fallback") for r in res.rounds):  # finished as AR: not a result of `mode`
+            if res.faults or any(r.fallback for r in res.rounds):  # finished as AR: not a result of `mode`
                 print(f"{name}: INVALID, the draft failed ({'; '.join(res.faults)})", flush=True)
                 continue
             outputs[name] = res.outputs
             rows.append(row(name, K, res.summary))
-            print(f"{name}: {res.summary['tok_s']:.3f} tok/s ({time.time() - t:.0f} s) -> {path}", flush=True)
+            print(f"{name}: {res.summary.tok_s:.3f} tok/s ({time.time() - t:.0f} s) -> {path}", flush=True)
     same = all(o == next(iter(outputs.values())) for o in outputs.values())
     sd_rows = [r for r in rows if r["run"].startswith("sd")]
     sd_best = max(r["tok_s"] for r in sd_rows) if sd_rows else float("nan")

@@ -77,13 +77,13 @@ def measure(real: bool, context: int, budget: int, new_tokens: int, queue) -> No
     drafters = []
 
     def factory(msg):
-        drafters.append(Drafter(draft, plan, "ssd", 0, vocab))
+        drafters.append(Drafter(draft, plan.replace(mode="ssd"), 0, vocab))
         return drafters[-1]
 
     link = LocalLink(factory)
     link.job({})
     prompt = torch.randint(0, vocab, (context,), generator=torch.Generator().manual_seed(context)).tolist()
-    runner = Target(target, TargetConfig(plan, "ssd", new_tokens, seed=1), link)
+    runner = Target(target, TargetConfig(plan.replace(mode="ssd"), new_tokens, seed=1), link)
     clock = ForwardClock(target, draft)
     overhead, model = [], []
     round_fn = runner.round

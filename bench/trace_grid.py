@@ -70,23 +70,23 @@ def main(argv: list[str] | None = None) -> int:
     if todo:
         with Session(ModelSpec(path=str(tpath)), ModelSpec(path=str(dpath))) as session:
             warm, _ = run_prompts(grid, todo[0], tokenizer)
-            session.run(Job(Plan(num_speculative_tokens=2), "ssd", warm[:1], 4))  # warm-up
+            session.run(Job(Plan(num_speculative_tokens=2), warm[:1], 4))  # warm-up
             for spec in todo:
                 plan, mode = run_plan(spec)
                 prompts, label = run_prompts(grid, spec, tokenizer)
                 path = out / f"{spec['name']}.jsonl"
                 t = time.time()
                 tokens = int(spec.get("max_new_tokens", grid.get("max_new_tokens", 64)))
-                res = session.run(Job(plan, mode, prompts, tokens, trace_path=str(path),
+                res = session.run(Job(plan.replace(mode=mode), prompts, tokens, trace_path=str(path),
                                       log_topn=int(spec.get("log_topn", grid.get("log_topn", 0))),
                                       header={"prompt_source": label, "bench": "bench/trace_grid.py",
                                               "grid_run": spec["name"]}))
                 s = res.summary
-                summaries[spec["name"]] = {"plan": plan.to_dict(), "mode": mode, "tok_s": s["tok_s"],
-                                           "mean_accept_len": s["mean_accept_len"], "hit_rate": s["hit_rate"],
+                summaries[spec["name"]] = {"plan": plan.to_dict(), "mode": mode, "tok_s": s.tok_s,
+                                           "mean_accept_len": s.mean_accept_len, "hit_rate": s.hit_rate,
                                            "wall_s": time.time() - t}
                 (out / "grid.json").write_text(json.dumps(summaries, indent=2) + "\n")
-                hit = "-" if s["hit_rate"] is None else f"{s['hit_rate']:.2f}"
+                hit = "-" if s.hit_rate is None else f"{s.hit_rate:.2f}"
                 print(f"{spec['name']:28s} {s['tok_s']:6.3f} tok/s  acc.len {s['mean_accept_len']:.2f}  hit {hit}  "
                       f"({time.time() - t:.0f} s)", flush=True)
     return 0

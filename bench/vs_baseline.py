@@ -35,7 +35,7 @@ Measurement (perf_counter wall clock in this process):
   end to end   tokens / wall time of the whole prompt set, prefill included (ours: around Session.run, so the
                job hand-off to the worker processes counts too)
   decode-only  (tokens - 1 per prompt) / (end-to-end time - prefill time), the same formula on both sides: the
-               first token of a prompt comes from its prefill. Prefill: ours = JobResult.summary["prefill_ms"] (the
+               first token of a prompt comes from its prefill. Prefill: ours = JobResult.summary.prefill_ms (the
                target's prefill forward and first token); transformers = generate(max_new_tokens=1) of the target
                alone on the same prompts, timed once per repetition right before the hf modes.
 Idle side: CPU seconds the worker processes used during the hf runs, and this process during ours, are recorded
@@ -62,6 +62,7 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:  # run as a script from anywhere
@@ -94,7 +95,7 @@ class RunRecord:
     faults: list[str] = field(default_factory=list)
     fallback_rounds: int = 0  # rounds the runtime ran autoregressively after a draft fault
     error: str | None = None  # the job failed (one line)
-    summary: dict | None = None  # ours: the trace summary line (JobResult.summary)
+    summary: Any = None  # ours (records.Summary): the trace summary line (JobResult.summary)
     invalid: str | None = None  # why this run does not count; None = valid
 
     @property
@@ -104,7 +105,7 @@ class RunRecord:
 
 def fallback_rounds(rounds: list[dict]) -> int:
     """How many round records say the runtime fell back to AR (a "fallback" key, after a draft fault)."""
-    return sum(1 for r in rounds if r.get("fallback"))
+    return sum(1 for r in rounds if r.fallback)
 
 
 def invalid_reason(rec: RunRecord, num_prompts: int, max_new_tokens: int) -> str | None:
@@ -320,7 +321,7 @@ def plans_for(args: argparse.Namespace) -> tuple[Plan, Plan, dict]:
 
     source = args.profile or args.preset or PRESETS[args.quantize]
     profile = load_profile(None, args.profile) if args.profile else load_profile(source)
-    res = make_plan(profile, 1, 0.0)
+    res = make_plan(profile)
     ssd = res.plan.replace(batch_size=1, temperature=0.0, mode="ssd")
     sd = Plan(num_speculative_tokens=res.sd.num_speculative_tokens, saguaro_c=1.0, saguaro_c_list=(),
               batch_size=1, temperature=0.0, mode="sd")
@@ -425,7 +426,7 @@ def our_run(session, plan: Plan, mode: str, prompts: list[list[int]], max_new_to
     """One mode over the prompt set through the Session, timed end to end around Session.run."""
     from ssd_runtime.run import Job
 
-    job = Job(plan.replace(mode=mode), mode, prompts, max_new_tokens, ignore_eos=True,
+    job = Job(plan.replace(mode=mode), prompts, max_new_tokens, ignore_eos=True,
               draft_timeout_s=draft_timeout_s)
     t0 = time.perf_counter()
     try:
@@ -433,7 +434,7 @@ def our_run(session, plan: Plan, mode: str, prompts: list[list[int]], max_new_to
     except ConfigError as e:  # e.g. a speculative job refused after the draft failed
         return RunRecord(mode, rep, [], time.perf_counter() - t0, 0.0, error=_one_line(e))
     e2e = time.perf_counter() - t0
-    return RunRecord(mode, rep, res.outputs, e2e, res.summary.get("prefill_ms", 0.0) / 1e3, list(res.faults),
+    return RunRecord(mode, rep, res.outputs, e2e, res.summary.prefill_ms / 1e3, list(res.faults),
                      fallback_rounds(res.rounds), summary=res.summary)
 
 
@@ -518,7 +519,7 @@ def record_dict(r: RunRecord) -> dict:
          "faults": r.faults, "fallback_rounds": r.fallback_rounds, "error": r.error}
     if r.summary:
         s = r.summary
-        d["runtime"] = {k: s.get(k) for k in ("tok_s", "wall_s", "tokens", "rounds", "prefill_ms",
+        d["runtime"] = {k: getattr(s, k) for k in ("tok_s", "wall_s", "tokens", "rounds", "prefill_ms",
                                               "mean_accept_len", "acceptance_rate", "hit_rate", "phase_ms")}
     return d
 

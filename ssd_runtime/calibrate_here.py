@@ -41,7 +41,7 @@ from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan.plan import Plan
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.report import build_report, plan_file
 
 from .cli import DEFAULT_LOG_TOPN, add_model_args, add_prompt_args, model_specs, prompt_ids, slice_label
@@ -129,7 +129,7 @@ def main(argv: list[str]) -> int:
 def _plan(profile_path: Path, temperature: float, plan_path: Path) -> None:
     """What `ssd-plan --profile PROFILE -t T -o PLAN` prints and writes, through the library (b = 1, latency)."""
     profile = load_profile_file(profile_path)
-    result = make_plan(profile, 1, temperature)
+    result = make_plan(profile, PlanRequest(temperature=temperature))
     report = build_report(profile, result, source={"profile": {"name": profile.name, "preset": None,
                                                                "path": str(profile_path)}})
     if report["host"]["warning"]:
@@ -164,7 +164,7 @@ def _measure(runs: list[Run], specs: dict, job_kw: dict, args, out: Path) -> lis
     with Session(specs["target"], specs["draft"], pin=not args.no_pin) as session, \
             _Progress(len(runs), args.no_progress) as progress:
         for mode in ("ar", "ssd"):  # warm-up: first forwards, allocator, kernels; not traced
-            session.run(Job(Plan(mode=mode, num_speculative_tokens=2, fan_out=(1, 1, 1)), mode,
+            session.run(Job(Plan(mode=mode, num_speculative_tokens=2, fan_out=(1, 1, 1)),
                             job_kw["prompts"][:1], 4, draft_timeout_s=600.0))
         for i, run in enumerate(runs, start=1):
             path = out / f"{run.name}.jsonl"
@@ -173,13 +173,13 @@ def _measure(runs: list[Run], specs: dict, job_kw: dict, args, out: Path) -> lis
             header = {"prompt_source": f"calibrate-here:{job_kw['base']}{slice_label(job_kw['index'][:n])}"}
             progress.start(i, run.name, len(prompts) * args.max_new_tokens)
             t0 = time.monotonic()
-            res = session.run(Job(run.plan, run.plan.mode, prompts, args.max_new_tokens, draft_timeout_s=600.0,
+            res = session.run(Job(run.plan, prompts, args.max_new_tokens, draft_timeout_s=600.0,
                                   trace_path=str(path), header=header, log_topn=DEFAULT_LOG_TOPN), progress.advance)
             if res.faults:
                 raise SystemExit(f"{PROG}: error: the draft failed during {run.name} ({res.faults[0]}); its trace "
                                  f"{path} fell back to AR, so nothing was calibrated; rerun")
-            progress.done(f"{run.name}: {res.summary['tok_s']:.2f} tok/s, mean acceptance length "
-                          f"{res.summary['mean_accept_len']:.2f} ({time.monotonic() - t0:.0f} s)")
+            progress.done(f"{run.name}: {res.summary.tok_s:.2f} tok/s, mean acceptance length "
+                          f"{res.summary.mean_accept_len:.2f} ({time.monotonic() - t0:.0f} s)")
             paths.append(path)
     return paths
 
@@ -202,9 +202,9 @@ def _write_manifest(out: Path, runs: list[Run], paths: list[Path], argv: list[st
     files["profile.json"] = {"kind": "profile", "made_by": made_by, "role": "fitted to every trace here"}
     files["plan.json"] = {"kind": "plan", "made_by": made_by, "role": "ssd-plan --profile profile.json"}
     manifest = {"schema": "ssd-traces-manifest/1",
-                "setup": {"machine": head["machine"], "target": head["models"]["target"],
-                          "draft": head["models"]["draft"], "quantize": head["quantize"],
-                          "versions": head["versions"], "host": host.label()},
+                "setup": {"machine": head.machine, "target": head.models["target"],
+                          "draft": head.models["draft"], "quantize": head.quantize,
+                          "versions": head.versions, "host": host.label()},
                 "files": files}
     save_json_atomic(out / "manifest.json", json.dumps(manifest, indent=2))
 

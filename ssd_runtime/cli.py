@@ -319,6 +319,7 @@ def _prepare(args, files: _Files | None = None):
     """Plan, prompts (token ids) and model specs from the flags, and the output files checked; ConfigError on any
     bad input."""
     from .models import check_context, context_length, model_config
+    from .modes import decoding
     from .run import default_trace_path
 
     base = load_plan(args.plan).plan if args.plan else None
@@ -330,7 +331,7 @@ def _prepare(args, files: _Files | None = None):
     if plan.draft_devices != 1:
         raise ConfigError("draft_devices", "ssd-run runs the draft on one device; use --draft-devices 1 "
                                            "(more draft devices exist only in ssd-plan / ssd-sim)")
-    specs = model_specs(args, with_draft=mode != "ar")
+    specs = model_specs(args, with_draft=decoding(mode).uses_draft)
     job_kw = prompt_ids(args, Path(specs["target"].path), need_tokenizer=bool(args.output))
     limits = {role: context_length(model_config(Path(spec.path), role)) for role, spec in specs.items() if spec}
     check_context(job_kw["prompts"], args.max_new_tokens, mode, plan.num_speculative_tokens, limits)
@@ -437,7 +438,7 @@ def _execute(args, plan, job_kw, specs, files: _Files) -> int:
     from .run import Job, Session
 
     timeout = args.draft_timeout or None  # 0: wait forever
-    job = Job(plan, plan.mode, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
+    job = Job(plan, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
               forced_acceptance=args.forced_acceptance, draft_timeout_s=timeout,
               ignore_eos=args.ignore_eos, trace_path=args.trace, header={"prompt_source": job_kw["source"]},
               log_topn=args.log_topn, arrivals_ms=poisson_arrivals(len(job_kw["prompts"]), args.rate, args.seed))
@@ -532,7 +533,7 @@ class _progress:
             self.bar.stop()
 
 
-def print_summary(s: dict, mode: str, trace_path: str | None) -> None:
+def print_summary(s, mode: str, trace_path: str | None) -> None:  # records.Summary
     """The summary table: tok/s, acceptance, hit rate and mean per-round phase times (ms)."""
     from rich.console import Console
     from rich.table import Table
@@ -540,22 +541,23 @@ def print_summary(s: dict, mode: str, trace_path: str | None) -> None:
     t = Table(title=f"ssd-run {mode}", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
-    hit = s.get("hit_rate")
-    rows = [("tokens (decode)", f"{s['tokens']}"), ("wall (s, decode)", f"{s['wall_s']:.2f}"),
-            ("tok/s", f"{s['tok_s']:.2f}"), ("rounds", f"{s['rounds']}"),
-            ("mean acceptance length", f"{s['mean_accept_len']:.2f}"),
-            ("acceptance rate", f"{s['acceptance_rate']:.3f}"),
-            ("hit rate", "-" if hit is None else f"{hit:.3f}"), ("prefill (ms)", f"{s['prefill_ms']:.0f}"),
-            ("tok/s end to end (prefill, waits)", f"{s['e2e_tok_s']:.2f}")]
-    if s.get("ttft_ms_p50") is not None:
-        rows += [("TTFT p50 / p90 / p99 (ms)", " / ".join(f"{s[f'ttft_ms_{q}']:.0f}" for q in ("p50", "p90", "p99"))),
-                 ("TPOT p50 / p90 / p99 (ms)", " / ".join(f"{s[f'tpot_ms_{q}']:.1f}" for q in ("p50", "p90", "p99")))]
-    rows += [(f"{ph} (ms/round)", f"{v:.1f}") for ph, v in s["phase_ms"].items() if v]
+    hit = s.hit_rate
+    rows = [("tokens (decode)", f"{s.tokens}"), ("wall (s, decode)", f"{s.wall_s:.2f}"),
+            ("tok/s", f"{s.tok_s:.2f}"), ("rounds", f"{s.rounds}"),
+            ("mean acceptance length", f"{s.mean_accept_len:.2f}"),
+            ("acceptance rate", f"{s.acceptance_rate:.3f}"),
+            ("hit rate", "-" if hit is None else f"{hit:.3f}"), ("prefill (ms)", f"{s.prefill_ms:.0f}"),
+            ("tok/s end to end (prefill, waits)", f"{s.e2e_tok_s:.2f}")]
+    if s.ttft_ms_p50 is not None:
+        rows += [("TTFT p50 / p90 / p99 (ms)", f"{s.ttft_ms_p50:.0f} / {s.ttft_ms_p90:.0f} / {s.ttft_ms_p99:.0f}")]
+    if s.tpot_ms_p50 is not None:  # None when every request produced one token (e.g. EOS first)
+        rows += [("TPOT p50 / p90 / p99 (ms)", f"{s.tpot_ms_p50:.1f} / {s.tpot_ms_p90:.1f} / {s.tpot_ms_p99:.1f}")]
+    rows += [(f"{ph} (ms/round)", f"{v:.1f}") for ph, v in s.phase_ms.items() if v]
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)
-    if s.get("faults"):
-        print("faults: " + "; ".join(s["faults"]))
+    if s.faults:
+        print("faults: " + "; ".join(s.faults))
     if trace_path:
         print(f"trace: {trace_path}")
 

@@ -31,6 +31,8 @@ from ssd_sim.plan.plan import Plan
 
 from .device import model_device
 from .kv import SCRATCH, StaticKV
+from .modes import decoding
+from .protocol import Key, Reply, SpecMsg
 from .sampling import draft_token, top_candidates
 
 
@@ -60,7 +62,7 @@ class SeqState:
 class Lookup:
     """The result of looking up one SPEC's keys: what propose() needs. Lists are in KV-row order."""
 
-    keys: list[tuple[int, int, int]]  # (seq, k, t*) in the SPEC's order
+    keys: list[Key]  # in the SPEC's order
     key_rows: list[int]  # the KV row of each key
     cached: list[Entry | None]  # per row: the speculation cached for its key, None on a miss
     pending: list[list[int]]  # per row: the committed tokens the draft KV has not seen yet
@@ -69,8 +71,9 @@ class Lookup:
 class Drafter:
     """Draft-side state machine of one job. Methods are called in order: start_batch, (add | reply, speculate)*."""
 
-    def __init__(self, model: torch.nn.Module, plan: Plan, mode: str, seed: int, vocab: int):
-        self.model, self.plan, self.mode, self.vocab = model, plan, mode, vocab
+    def __init__(self, model: torch.nn.Module, plan: Plan, seed: int, vocab: int):
+        self.model, self.plan, self.vocab = model, plan, vocab
+        self.decoding = decoding(plan.mode)  # SD or SSD
         self.K = plan.num_speculative_tokens
         self.T = plan.temperature
         self.gen = torch.Generator(device=model_device(model)).manual_seed(int(seed) + 1)
@@ -90,7 +93,7 @@ class Drafter:
         self.seqs, self.order, self.kv = {}, [], None
         self.add(seqs)
 
-    def add(self, seqs: list[tuple[int, list[int]]], done: list = ()) -> None:
+    def add(self, seqs: list[tuple[int, list[int]]], done: list[Key] = ()) -> None:
         """Free the rows of finished sequences (`done` keys), then prefill new sequences into fresh rows
         (overlapping the target's prefill). A new sequence's first round misses."""
         for sid, _, _ in done:
@@ -118,19 +121,18 @@ class Drafter:
         self.order.pop()
 
     # ---- critical path -------------------------------------------------------------------------
-    def reply(self, spec: dict) -> dict:
+    def reply(self, spec: SpecMsg) -> Reply:
         """Answer a SPEC: per key (seq, k, t*) the next K tokens and their q. Nothing speculative here.
 
-        spec = {"keys": [(seq, k or -1 on a sequence's first round, t*)], "done": [(seq, k, t*)]}; the keys
-        name every sequence in flight. Reply: see propose().
+        The spec's keys name every sequence in flight. Reply: see propose() and protocol.Reply.
         """
         return self.propose(self.lookup(spec))
 
-    def lookup(self, spec: dict) -> Lookup:
+    def lookup(self, spec: SpecMsg) -> Lookup:
         """Forget finished sequences, mirror each key's committed tokens, find each key in the cache."""
-        for sid, _, _ in spec.get("done", []):
+        for sid, _, _ in spec.done:
             self._drop(sid)
-        keys = [tuple(key) for key in spec["keys"]]
+        keys = [tuple(key) for key in spec.keys]
         if not keys:
             return Lookup([], [], [], [])
         if sorted(s for s, _, _ in keys) != sorted(self.order):
@@ -140,22 +142,16 @@ class Drafter:
         for sid, k, t in keys:
             st = self.seqs[sid]
             self._commit(st, k, t)
-            cached[row_of[sid]] = st.cache.get((k, t)) if self.mode == "ssd" and k >= 0 else None
+            cached[row_of[sid]] = st.cache.get((k, t)) if self.decoding.caches and k >= 0 else None
         pending = self.kv.resume([self.seqs[sid].committed for sid in self.order])
         return Lookup(keys, [row_of[sid] for sid, _, _ in keys], cached, pending)
 
-    def propose(self, found: Lookup) -> dict:
-        """The K tokens per key: the cached speculation on a hit, the backup's on a miss.
-
-        Reply (in key order): tokens [n, K] long (None when there are no keys); q [m, K, V] for the rows listed
-        in q_rows (T > 0, rows not from the fast backup; those are point masses); per row hit (served from the
-        cache), lookup_hit (found in the cache, even if jit_redraft = "batch" threw it away) and backup (its
-        kind, or None). hit and backup are None outside SSD mode.
-        """
+    def propose(self, found: Lookup) -> Reply:
+        """The K tokens per key: the cached speculation on a hit, the backup's on a miss (see protocol.Reply)."""
         n = len(found.keys)
         if not n:
-            return {"tokens": None}
-        backup = self.plan.backup_for(n) if self.mode == "ssd" else "sd"
+            return Reply(tokens=None)
+        backup = self.decoding.backup(self.plan, n)
         redraft = [r for r, e in enumerate(found.cached) if e is None]
         if redraft and backup == "jit" and self.plan.jit_redraft == "batch":
             redraft = list(range(n))
@@ -174,16 +170,16 @@ class Drafter:
             st.proposal, st.from_cache = tokens[r].tolist(), r not in missed
             st.cache = {}
         rows = found.key_rows
-        ssd = self.mode == "ssd"
+        ssd = self.decoding.caches
         q_rows = [i for i, r in enumerate(rows) if q[r] is not None]
-        return {
-            "tokens": tokens[rows],
-            "q": torch.stack([q[rows[i]] for i in q_rows]) if q_rows else None,
-            "q_rows": q_rows,
-            "hit": [r not in missed if ssd else None for r in rows],
-            "lookup_hit": [found.cached[r] is not None for r in rows],
-            "backup": [backup if ssd and r in missed else None for r in rows],
-        }
+        return Reply(
+            tokens=tokens[rows],
+            q=torch.stack([q[rows[i]] for i in q_rows]) if q_rows else None,
+            q_rows=q_rows,
+            hit=[r not in missed if ssd else None for r in rows],
+            lookup_hit=[found.cached[r] is not None for r in rows],
+            backup=[backup if ssd and r in missed else None for r in rows],
+        )
 
     def _commit(self, st: SeqState, k: int, bonus: int) -> None:
         """Mirror the target's commit of round (k accepted, bonus t*): s_1..s_k of the last proposal, then t*."""
@@ -220,14 +216,14 @@ class Drafter:
         Returns (tokens [R, K] on the CPU, q [R, K, V] or None at T = 0, logits [R, K, V]) on the draft device.
         """
         inputs, toks, qs, lgs = first, [], [], []
-        stop = self.keep_stop_logits and self.mode == "sd" and max(map(len, first), default=0) >= 2
+        stop = self.keep_stop_logits and not self.decoding.caches and max(map(len, first), default=0) >= 2
         for i in range(self.K):
             out = self.kv.append(inputs, keep=2 if stop and i == 0 else 1, rows=span)
             if stop and i == 0:
                 self.stop_logits = {self.order[r]: out[j, 0] for j, r in enumerate(span) if len(first[j]) >= 2}
             logits = out[:, -1]
             # SD never down-weights: Saguaro only pays when a cache of guesses exists (SSD).
-            tok, qi = self.sample(logits, fan[i], self.plan.c_at(i) if self.mode == "ssd" else 1.0)
+            tok, qi = self.sample(logits, fan[i], self.decoding.saguaro_c(self.plan, i))
             toks.append(tok)
             qs.append(qi)
             lgs.append(logits)
@@ -243,7 +239,7 @@ class Drafter:
     @property
     def speculating(self) -> bool:
         """speculate() has work to do: SSD mode with sequences in flight."""
-        return self.mode == "ssd" and bool(self.order)
+        return self.decoding.caches and bool(self.order)
 
     def speculate(self) -> None:
         """Glue, fork and branch decode for every sequence of the last reply; replaces the cache."""
@@ -290,7 +286,7 @@ class Drafter:
         steps = []
         for i in range(self.K):
             logits = self.kv.tree_step(tokens, real, prefix, i)
-            tok, qi = self.sample(logits.reshape(n * P, -1), self.plan.fan_out[i], self.plan.c_at(i))
+            tok, qi = self.sample(logits.reshape(n * P, -1), self.plan.fan_out[i], self.decoding.saguaro_c(self.plan, i))
             tokens = tok.view(n, P)
             steps.append(tokens)
             if qbuf is not None:

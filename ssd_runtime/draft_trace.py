@@ -14,13 +14,18 @@ reply what the target writes into the trace:
 
 from __future__ import annotations
 
+from dataclasses import replace
+
+from ssd_sim.io.records import Phase
+
 from .device import model_device, now_ms
 from .draft import Drafter
+from .protocol import Key, Reply, SpecMsg
 from .sampling import rank_of, top_logprobs
 
 
 def _no_speculation() -> dict[str, float]:
-    return {"draft_glue": 0.0, "draft_branch": 0.0}
+    return {Phase.DRAFT_GLUE: 0.0, Phase.DRAFT_BRANCH: 0.0}
 
 
 class DraftRecorder:
@@ -40,17 +45,17 @@ class DraftRecorder:
         self.drafter.start_batch(seqs)
         self.spec_timings = _no_speculation()
 
-    def add(self, seqs: list[tuple[int, list[int]]], done: list = ()) -> None:
+    def add(self, seqs: list[tuple[int, list[int]]], done: list[Key] = ()) -> None:
         """Drafter.add; the bonus ranks and dists of the sequences it frees are kept for the next reply."""
         self.early_ranks.update({sid: self.bonus_rank(sid, k, t) for sid, k, t in done if sid in self.drafter.seqs})
-        self.early_dists.update(self.draft_dists({"keys": [], "done": list(done)}))
+        self.early_dists.update(self.draft_dists(SpecMsg(-1, [], list(done))))
         self.drafter.add(seqs, done)
 
-    def reply(self, spec: dict) -> dict:
+    def reply(self, spec: SpecMsg) -> Reply:
         """Drafter.reply(spec) plus ranks, timings and prev_timings (see the module docstring)."""
         d = self.drafter
         t0 = now_ms(self.device)
-        ranks = {sid: self.bonus_rank(sid, k, t) for sid, k, t in [*spec.get("done", []), *spec["keys"]]}
+        ranks = {sid: self.bonus_rank(sid, k, t) for sid, k, t in [*spec.done, *spec.keys]}
         ranks.update(self.early_ranks)
         dists = {**self.draft_dists(spec), **self.early_dists}
         self.early_ranks, self.early_dists = {}, {}
@@ -61,11 +66,11 @@ class DraftRecorder:
         self._add_stop_dists(spec, dists)
         prev, self.spec_timings = self.spec_timings, _no_speculation()
         timings = {}
-        if reply["tokens"] is not None:
-            timings = {"draft_lookup": t1 - t0, ("draft_sd" if d.mode == "sd" else "draft_backup"): t2 - t1}
-        return {**reply, "ranks": ranks, "timings": timings, "prev_timings": prev, "dists": dists}
+        if reply.tokens is not None:
+            timings = {Phase.DRAFT_LOOKUP: t1 - t0, d.decoding.draft_phase: t2 - t1}
+        return replace(reply, ranks=ranks, timings=timings, prev_timings=prev, dists=dists)
 
-    def draft_dists(self, spec: dict) -> dict[int, list]:
+    def draft_dists(self, spec: SpecMsg) -> dict[int, list]:
         """{seq: the draft's [ids, log-probs, rest] at stopping positions 0..k of its last round} (T = 1).
 
         Sliced from the top-N lists `_keep_tops` made while the target verified (off the critical path).
@@ -73,7 +78,7 @@ class DraftRecorder:
         """
         if not self.log_topn:
             return {}
-        return {sid: self.tops[sid][:k + 1] for sid, k, _ in [*spec.get("done", []), *spec["keys"]]
+        return {sid: self.tops[sid][:k + 1] for sid, k, _ in [*spec.done, *spec.keys]
                 if k >= 0 and sid in self.tops}
 
     def _keep_tops(self) -> None:
@@ -87,12 +92,12 @@ class DraftRecorder:
             if rows is not None:
                 self.tops[sid] = top_logprobs(rows, self.log_topn)
 
-    def _add_stop_dists(self, spec: dict, dists: dict[int, list]) -> None:
+    def _add_stop_dists(self, spec: SpecMsg, dists: dict[int, list]) -> None:
         """SD: the draft's distribution at position K of rounds that accepted all K (see Drafter.stop_logits).
 
         Computed on the critical path (one log-softmax and top-N per such row, ~1 ms on a CPU at V = 152k)."""
         d = self.drafter
-        for sid, k, _ in spec["keys"]:
+        for sid, k, _ in spec.keys:
             if k == d.K and sid in d.stop_logits and len(dists.get(sid, [])) == k:
                 dists[sid].append(top_logprobs(d.stop_logits[sid][None], self.log_topn)[0])
         d.stop_logits = {}
@@ -105,8 +110,8 @@ class DraftRecorder:
             d.glue()
             t1 = now_ms(self.device)
             d.branch()
-            self.spec_timings = {"draft_glue": t1 - t0, "draft_branch": now_ms(self.device) - t1}
-        if self.log_topn and d.mode in ("sd", "ssd"):
+            self.spec_timings = {Phase.DRAFT_GLUE: t1 - t0, Phase.DRAFT_BRANCH: now_ms(self.device) - t1}
+        if self.log_topn:
             self._keep_tops()
 
     def bonus_rank(self, sid: int, k: int, bonus: int) -> int | None:

@@ -68,11 +68,11 @@ def _greedy_fast_rows(target, accept):
     Those rows are accepted while s_i == argmax p_i and the bonus is argmax p at the first mismatch. The exact
     rule runs first on every row, so the target's generator is consumed exactly as without the hook.
     """
-    def greedy_fast(logits: torch.Tensor, drafts: torch.Tensor, reply: dict | None):
+    def greedy_fast(logits: torch.Tensor, drafts: torch.Tensor, reply):  # protocol.Reply | None
         accepted, bonus = accept(logits, drafts, reply)
         if not drafts.shape[1] or target.T == 0 or target.cfg.forced_acceptance is not None:
             return accepted, bonus
-        fast = torch.tensor([b == "fast" for b in reply["backup"]], device=drafts.device)
+        fast = torch.tensor([b == "fast" for b in reply.backup], device=drafts.device)
         if fast.any():
             g_acc, g_bonus = verify_greedy(logits, drafts)
             accepted, bonus = torch.where(fast, g_acc, accepted), torch.where(fast, g_bonus, bonus)

@@ -200,7 +200,9 @@ def check_context(prompts: list[list[int]], max_new_tokens: int, mode: str, k: i
     if not prompts:
         return
     n, longest = max(enumerate(prompts, start=1), key=lambda x: len(x[1]))
-    extra = {"target": k if mode != "ar" else 0, "draft": {"ssd": 2 * k + 1, "sd": k}.get(mode)}
+    from .modes import decoding
+
+    extra = decoding(mode).reach(k)
     for role, ctx in limits.items():
         if ctx is None or extra.get(role) is None:
             continue

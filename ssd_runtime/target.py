@@ -21,11 +21,13 @@ from dataclasses import dataclass, field
 
 import torch
 
-from ssd_sim.io.trace import PHASES
+from ssd_sim.io.records import Phase, RequestRecord, RoundRecord, SeqRecord, no_timings
 from ssd_sim.plan.plan import Plan
 
 from .device import model_device, now_ms
 from .kv import SCRATCH, StaticKV
+from .modes import decoding
+from .protocol import Key, Reply, SpecMsg
 from .sampling import (
     greedy,
     point_mass,
@@ -53,18 +55,17 @@ class Seq:
     first_token_ms: float | None = None
     finish_ms: float | None = None
 
-    def record(self) -> dict:
+    def record(self) -> RequestRecord:
         """The request's line in the summary: arrival, first token and finish times (ms), output tokens."""
-        return {"seq": self.sid, "arrival_ms": round(self.arrival_ms, 3), "first_token_ms": round(self.first_token_ms, 3),
-                "finish_ms": round(self.finish_ms, 3), "output_tokens": len(self.out)}
+        return RequestRecord(self.sid, round(self.arrival_ms, 3), round(self.first_token_ms, 3),
+                             round(self.finish_ms, 3), len(self.out))
 
 
 @dataclass
 class TargetConfig:
     """Everything the target needs to run a job (besides the model and the prompts)."""
 
-    plan: Plan
-    mode: str  # ar | sd | ssd
+    plan: Plan  # plan.mode is the job's mode
     max_new_tokens: int
     seed: int = 0
     eos_token_ids: tuple[int, ...] = ()
@@ -80,10 +81,11 @@ class Target:
     next round. Without arrival times every request is there at the start."""
 
     def __init__(self, model: torch.nn.Module, cfg: TargetConfig, link=None,
-                 on_round: Callable[[dict], None] | None = None,
+                 on_round: Callable[[RoundRecord], None] | None = None,
                  on_progress: Callable[[int], None] | None = None):
         self.model, self.cfg, self.link = model, cfg, link
         self.plan, self.T = cfg.plan, cfg.plan.temperature
+        self.decoding = decoding(cfg.plan.mode)
         self.max_batch = int(cfg.plan.batch_size)  # rows decoded together (ssd-run --max-batch sets it)
         self.device = model_device(model)
         self.gen = torch.Generator(device=self.device).manual_seed(int(cfg.seed))
@@ -92,16 +94,16 @@ class Target:
         self.faults: list[str] = []
         self.rounds = 0
         self.prefill_ms = 0.0
-        self.requests: list[dict] = []  # per finished request: Seq.record()
+        self.requests: list[RequestRecord] = []  # per finished request: Seq.record()
         self.kv: StaticKV | None = None
         self._t0 = 0.0  # job start (now_ms)
-        self._pending: dict | None = None  # round record waiting for the draft's timings / ranks
+        self._pending: RoundRecord | None = None  # waiting for the draft's timings / ranks
         self._verify_logits: torch.Tensor | None = None
         self._top: list | None = None  # last verify's target top-N per row and position (log_topn)
 
     @property
     def speculative(self) -> bool:
-        return self.cfg.mode in ("sd", "ssd") and self.link is not None and not self.faults
+        return self.decoding.uses_draft and self.link is not None and not self.faults
 
     def clock_ms(self) -> float:
         """ms since the job started (device work synchronised first)."""
@@ -130,12 +132,12 @@ class Target:
             if active:
                 just_done = self.round(active, just_done)
         if self.speculative and just_done:
-            reply = self._call(lambda: self.link.request({"round": self.rounds, "keys": [], "done": just_done}))
+            reply = self._call(lambda: self.link.request(SpecMsg(self.rounds, [], just_done)))
             self._finish_pending(reply)
         self._finish_pending(None)
         return [s.out for s in seqs]
 
-    def admit(self, active: list[Seq], new: list[Seq], just_done: list) -> list:
+    def admit(self, active: list[Seq], new: list[Seq], just_done: list[Key]) -> list[Key]:
         """Prefill new requests into free rows and sample their first token; returns keys of any that finished.
 
         The draft is told first (it prefills at the same time), together with the sequences that finished
@@ -155,17 +157,17 @@ class Target:
         active += new
         return self._drop_finished(active)
 
-    def round(self, active: list[Seq], just_done: list) -> list:
+    def round(self, active: list[Seq], just_done: list[Key]) -> list[Key]:
         """One verification round for the active sequences (finished ones leave `active`); returns their keys."""
         t0 = now_ms(self.device)
         reply = None
         if self.speculative:
             keys = [(s.sid, s.last_k, s.last_bonus) for s in active]
-            reply = self._call(lambda: self.link.request({"round": self.rounds, "keys": keys, "done": just_done}))
+            reply = self._call(lambda: self.link.request(SpecMsg(self.rounds, keys, just_done)))
         t1 = now_ms(self.device)
         self._finish_pending(reply)
         K = self.plan.num_speculative_tokens if reply is not None else 0
-        drafts = reply["tokens"] if reply is not None else torch.zeros(len(active), 0, dtype=torch.long)
+        drafts = reply.tokens if reply is not None else torch.zeros(len(active), 0, dtype=torch.long)
         cached = list(self.kv.lengths)
         accepted, bonus = self.verify(active, drafts, reply)
         t2 = now_ms(self.device)
@@ -180,17 +182,17 @@ class Target:
         finished = self._drop_finished(active)
         t3 = now_ms(self.device)
         self.on_progress(sum(committed))
-        timings = {ph: 0.0 for ph in PHASES}
-        timings.update(target_wait=t1 - t0, verify=t2 - t1, commit=t3 - t2, round=t3 - t0)
+        timings = no_timings()
+        timings.update({Phase.TARGET_WAIT: t1 - t0, Phase.VERIFY: t2 - t1, Phase.COMMIT: t3 - t2, Phase.ROUND: t3 - t0})
         if reply is not None:
-            timings.update(reply.get("timings", {}))
+            timings.update(reply.timings)
         self._log_top()
         self._pending = self._record(record_seqs, K, accepted, bonus, committed, first, reply, timings)
         self.rounds += 1
         return finished
 
     # ---- verify --------------------------------------------------------------------------------
-    def verify(self, active: list[Seq], drafts: torch.Tensor, reply: dict | None):
+    def verify(self, active: list[Seq], drafts: torch.Tensor, reply: Reply | None):
         """Target forward over [t*, s_1..s_K] per row, then the acceptance rule -> (accepted [b], bonus [b]).
 
         The KV holds every committed token but the last (t*), so the forward is exactly these K + 1 tokens."""
@@ -208,7 +210,7 @@ class Target:
             flat = top_logprobs(logits.reshape(-1, V), self.cfg.log_topn)
             self._top = [flat[r * w:(r + 1) * w] for r in range(b)]
 
-    def accept(self, logits: torch.Tensor, drafts: torch.Tensor, reply: dict | None):
+    def accept(self, logits: torch.Tensor, drafts: torch.Tensor, reply: Reply | None):
         """The acceptance rule: target logits [b, K+1, V], drafts [b, K] -> (accepted [b] in 0..K, bonus [b])."""
         K = drafts.shape[1]
         if self.cfg.forced_acceptance is not None and K:
@@ -220,11 +222,11 @@ class Target:
         return verify_sample(p, drafts, q, self.gen)
 
     @staticmethod
-    def _proposal_q(reply: dict, drafts: torch.Tensor, vocab: int) -> torch.Tensor:
+    def _proposal_q(reply: Reply, drafts: torch.Tensor, vocab: int) -> torch.Tensor:
         """q [b, K, V]: the draft's distributions, or delta(s_i) for rows proposed without the model (fast)."""
         q = point_mass(drafts, vocab)
-        if reply.get("q") is not None:
-            q[reply["q_rows"]] = reply["q"].to(q.device, q.dtype)
+        if reply.q is not None:
+            q[reply.q_rows] = reply.q.to(q.device, q.dtype)
         return q
 
     # ---- commit --------------------------------------------------------------------------------
@@ -267,41 +269,36 @@ class Target:
             self.link = None
             return None
 
-    def _record(self, active, K, accepted, bonus, committed, first, reply, timings) -> dict:
+    def _record(self, active, K, accepted, bonus, committed, first, reply, timings) -> RoundRecord:
         seqs = []
         for i, s in enumerate(active):
             k = int(accepted[i])
-            entry = {"seq": s.sid, "accepted": k, "bonus": int(bonus[i]), "committed": committed[i],
-                     "first": first[i], "hit": None, "backup": None, "fan_out": None, "bonus_rank": None}
-            if reply is not None and self.cfg.mode == "ssd":
-                hit = bool(reply["hit"][i])
-                fan = self.plan.fan_out if hit else self.plan.fan_out_miss
-                entry.update(hit=hit, backup=reply["backup"][i], fan_out=fan[k])
-                if reply["lookup_hit"][i] and not hit:
-                    entry["lookup_hit"] = True  # jit_redraft = batch threw this hit away
+            entry = SeqRecord(s.sid, k, int(bonus[i]), committed[i], first=first[i])
+            if reply is not None and self.decoding.caches:
+                entry.hit = bool(reply.hit[i])
+                entry.backup = reply.backup[i]
+                entry.fan_out = (self.plan.fan_out if entry.hit else self.plan.fan_out_miss)[k]
+                entry.lookup_hit = bool(reply.lookup_hit[i]) and not entry.hit  # jit_redraft = batch threw it away
             if self._top is not None and reply is not None:
-                entry["dists"] = self._top[i][:k + 1]  # target side; the draft's is added by _finish_pending
+                entry.dists = self._top[i][:k + 1]  # target side; the draft's is added by _finish_pending
             seqs.append(entry)
         self._top = None
-        rec = {"round": self.rounds, "K": K, "batch": len(active), "seqs": seqs, "timings_ms": timings}
-        if K == 0 and self.cfg.mode != "ar":
-            rec["fallback"] = "ar"  # after a draft fault
-        return rec
+        fallback = "ar" if K == 0 and self.decoding.uses_draft else None  # after a draft fault
+        return RoundRecord(self.rounds, K, len(active), seqs, timings, fallback)
 
-    def _finish_pending(self, reply: dict | None) -> None:
+    def _finish_pending(self, reply: Reply | None) -> None:
         """Complete the waiting record with the draft's speculation timings and bonus ranks; emit it."""
         rec, self._pending = self._pending, None
         if rec is None:
             return
         if reply is not None:
-            rec["timings_ms"].update(reply.get("prev_timings", {}))
-            ranks = reply.get("ranks", {})
-            for e in rec["seqs"]:
-                if self.cfg.mode == "ssd":
-                    e["bonus_rank"] = ranks.get(e["seq"])
-        for e in rec["seqs"]:
-            if "dists" in e:
-                draft = ((reply or {}).get("dists") or {}).get(e["seq"]) or []
-                e["dists"] = [t + (draft[i] if i < len(draft) and draft[i] else [None, None, None])
-                              for i, t in enumerate(e["dists"])]
+            rec.timings_ms.update(reply.prev_timings)
+            if self.decoding.caches:
+                for e in rec.seqs:
+                    e.bonus_rank = reply.ranks.get(e.seq)
+        for e in rec.seqs:
+            if e.dists is not None:
+                draft = (reply.dists.get(e.seq) if reply is not None else None) or []
+                e.dists = [t + (draft[i] if i < len(draft) and draft[i] else [None, None, None])
+                           for i, t in enumerate(e.dists)]
         self.on_round(rec)

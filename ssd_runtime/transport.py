@@ -9,13 +9,7 @@ target stops using the draft.
 On CPU each process is pinned to its own core with one thread (`pin_cpu`), so the two models really
 run in parallel, like two devices.
 
-Protocol (target -> draft; the draft answers only "job" and "spec"):
-    {"op": "job", "plan": Plan dict, "mode", "seed", "model": ModelSpec, "hooks": TestHooks | None,
-     "log_topn"} -> {"ok", info}
-    {"op": "add", "seqs": [(seq, prompt ids)], "done": [(seq, k, t*)]}  (draft frees finished rows and prefills
-                                                                       the new ones, no answer)
-    {"op": "spec", "round", "keys": [(seq, k | -1, t*)], "done": [...]} -> DraftRecorder.reply(...)
-    {"op": "stop"}
+The messages themselves are declared in protocol.py.
 """
 
 from __future__ import annotations
@@ -26,9 +20,12 @@ import pickle
 import socket
 import time
 from collections.abc import Callable
+from dataclasses import fields
 
 import torch
 import torch.distributed as dist
+
+from .protocol import AddMsg, JobAnswer, JobMsg, Key, Message, Reply, SpecMsg, StopMsg
 
 
 class DraftFault(RuntimeError):
@@ -152,6 +149,8 @@ def _strip(obj, out: list[torch.Tensor]):
     if isinstance(obj, torch.Tensor):
         out.append(obj.detach())
         return _TensorSlot(obj.dtype, tuple(obj.shape))
+    if isinstance(obj, Message):
+        return type(obj)(**{f.name: _strip(getattr(obj, f.name), out) for f in fields(obj)})
     if isinstance(obj, dict):
         return {k: _strip(v, out) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -162,6 +161,8 @@ def _strip(obj, out: list[torch.Tensor]):
 def _fill(obj, make: Callable):
     if isinstance(obj, _TensorSlot):
         return make(obj.dtype, obj.shape)
+    if isinstance(obj, Message):
+        return type(obj)(**{f.name: _fill(getattr(obj, f.name), make) for f in fields(obj)})
     if isinstance(obj, dict):
         return {k: _fill(v, make) for k, v in obj.items()}
     if isinstance(obj, (list, tuple)):
@@ -176,19 +177,19 @@ class ProcessLink:
     def __init__(self, channel: Channel, timeout_s: float):
         self.channel, self.timeout_s = channel, timeout_s
 
-    def job(self, msg: dict) -> dict:
+    def job(self, msg: JobMsg) -> JobAnswer:
         self.channel.send(msg, self.timeout_s)
         return self.channel.recv(self.timeout_s)
 
-    def add(self, seqs: list[tuple[int, list[int]]], done: list) -> None:
-        self.channel.send({"op": "add", "seqs": seqs, "done": done}, self.timeout_s)
+    def add(self, seqs: list[tuple[int, list[int]]], done: list[Key]) -> None:
+        self.channel.send(AddMsg(seqs, done), self.timeout_s)
 
-    def request(self, spec: dict) -> dict:
-        self.channel.send({"op": "spec", **spec}, self.timeout_s)
+    def request(self, spec: SpecMsg) -> Reply:
+        self.channel.send(spec, self.timeout_s)
         return self.channel.recv(self.timeout_s)
 
     def stop(self) -> None:
-        self.channel.send({"op": "stop"}, self.timeout_s)
+        self.channel.send(StopMsg(), self.timeout_s)
 
 
 class LocalLink:
@@ -197,17 +198,17 @@ class LocalLink:
     The factory builds the draft for a job message: a Drafter, or a DraftRecorder when the trace needs the
     draft's bonus ranks and timings."""
 
-    def __init__(self, drafter_factory: Callable[[dict], object]):
+    def __init__(self, drafter_factory: Callable[[JobMsg], object]):
         self.factory, self.drafter = drafter_factory, None
 
-    def job(self, msg: dict) -> dict:
+    def job(self, msg: JobMsg) -> JobAnswer:
         self.drafter = self.factory(msg)
-        return {"ok": True}
+        return JobAnswer(info={})
 
     def add(self, seqs, done) -> None:
         self.drafter.add(seqs, done)
 
-    def request(self, spec: dict) -> dict:
+    def request(self, spec: SpecMsg) -> Reply:
         reply = self.drafter.reply(spec)
         self.drafter.speculate()
         return reply

@@ -33,7 +33,7 @@ _EXPORTS = {
     "ssd_sim.plan.plan": ("Plan", "PlanFile", "load_plan"),
     "ssd_sim.plan.predict": ("Prediction", "predict", "predict_ar", "predict_sd", "predict_ssd"),
     "ssd_sim.plan.knobs": ("Knobs", "resolve"),
-    "ssd_sim.plan.planner": ("PlanResult", "make_plan"),
+    "ssd_sim.plan.planner": ("BStar", "PlanRequest", "PlanResult", "SearchLimits", "make_plan"),
     "ssd_sim.sim.des": ("SimResult", "simulate"),
     "ssd_sim.sim.workload": ("Workload", "fixed_batch", "poisson"),
 }

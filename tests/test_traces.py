@@ -73,11 +73,11 @@ def test_every_trace_parses_and_matches_the_manifest(folder):
         entry = m["files"][path.relative_to(folder).as_posix()]
         assert entry["kind"] == "trace", path.name
         h = read_trace(path).header
-        assert h["mode"] == entry["mode"], path.name
-        assert h["versions"] == m["setup"]["versions"], path.name
-        assert h["quantize"]["target"] == m["setup"]["quantize"]["target"], path.name
-        if h["models"]["draft"] is not None:  # AR runs load no draft
-            assert h["quantize"]["draft"] == m["setup"]["quantize"]["draft"], path.name
+        assert h.mode == entry["mode"], path.name
+        assert h.versions == m["setup"]["versions"], path.name
+        assert h.quantize["target"] == m["setup"]["quantize"]["target"], path.name
+        if h.models["draft"] is not None:  # AR runs load no draft
+            assert h.quantize["draft"] == m["setup"]["quantize"]["draft"], path.name
 
 
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
@@ -89,6 +89,6 @@ def test_json_files_parse(folder):
 @pytest.mark.parametrize("folder", FOLDERS, ids=lambda p: p.name)
 def test_a_folder_holds_one_host(folder):
     """Traces that record their host (ssd-run since 2026-12) all name the same one: one folder per machine."""
-    hosts = [Host.from_dict(h) for p in sorted(folder.rglob("*.jsonl")) if (h := read_trace(p).header.get("host"))]
+    hosts = [Host.from_dict(h) for p in sorted(folder.rglob("*.jsonl")) if (h := read_trace(p).header.host)]
     for h in hosts[1:]:  # kernels may differ between runs of one host (e.g. an AR run loads no draft)
         assert host_differences(replace(hosts[0], kernels={}), replace(h, kernels={})) == []

@@ -11,6 +11,7 @@ import streamlit as st
 
 from app import charts, sim, state, tracematch
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.records import Header
 from ssd_sim.io.trace import PHASES, Trace, parse_trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.compare import position_curves, predicted_vs_measured, trace_plan, trace_series
@@ -81,12 +82,12 @@ def _plan_text(trace: Trace) -> str:
     return text
 
 
-def _role_text(h: dict, role: str) -> str:
+def _role_text(h: Header, role: str) -> str:
     """'`model` (dtype, quantisation) on device' for one role of a trace header."""
-    model = (h.get("models") or {}).get(role)
-    dtype = (h.get("dtype") or {}).get(role)
-    quant = (h.get("quantize") or {}).get(role)
-    device = (h.get("devices") or {}).get(role)
+    model = (h.models or {}).get(role)
+    dtype = (h.dtype or {}).get(role)
+    quant = (h.quantize or {}).get(role)
+    device = (h.devices or {}).get(role)
     extras = ", ".join(str(x) for x in (dtype, quant) if x)
     return f"`{tracematch.short_model(model)}`" + (f" ({extras})" if extras else "") + (f" on {device}" if device else "")
 
@@ -95,13 +96,13 @@ def header_box(trace: Trace) -> None:
     """The trace's setup in two lines (models, dtype, devices; mode, batch, plan) and the whole header."""
     h = trace.header
     roles = "target " + _role_text(h, "target")
-    if (h.get("models") or {}).get("draft"):
+    if (h.models or {}).get("draft"):
         roles += " · draft " + _role_text(h, "draft")
     st.markdown(f"**{Path(str(trace.path)).name}** · {roles}  \n"
-                f"mode **{trace.mode.upper()}** · batch {h.get('batch_size')} · plan {_plan_text(trace)} · "
-                f"{len(trace.rounds)} rounds" + (f" · {h['machine']}" if h.get("machine") else ""))
+                f"mode **{trace.mode.upper()}** · batch {h.batch_size} · plan {_plan_text(trace)} · "
+                f"{len(trace.rounds)} rounds" + (f" · {h.machine}" if h.machine else ""))
     with st.expander("header"):
-        st.json(h, expanded=1)
+        st.json(h.to_json(), expanded=1)
 
 
 def charts_of(trace: Trace) -> None:
@@ -239,7 +240,7 @@ def simulate_trace(trace: Trace, profile: Profile, plan) -> dict | None:
     if not st.checkbox("also simulate this run (discrete-event, seed 0)", key="tr_sim",
                        help="simulate the trace's plan, mode and batch on the profile, same tokens per sequence"):
         return None
-    tokens = max(sum(s["committed"] for r in trace.rounds for s in r["seqs"]) // max(plan.batch_size, 1), 16)
+    tokens = max(sum(s.committed for r in trace.rounds for s in r.seqs) // max(plan.batch_size, 1), 16)
     with st.spinner("simulating..."):
         return sim.trace_run(profile, plan, tokens)
 

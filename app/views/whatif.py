@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import charts, compute, sim, state
 from ssd_sim.plan.plan import BACKUPS
-from ssd_sim.plan.planner import OBJECTIVES, make_plan
+from ssd_sim.plan.planner import OBJECTIVES, BStar, PlanRequest, SearchLimits, make_plan
 from ssd_sim.plan.whatif import fanout_comparison, profile_values
 
 P = state.PREFIX
@@ -23,8 +23,9 @@ def _optimise() -> None:
     ss = st.session_state
     # Only the best plan's K, budget, C and backup are loaded (the page computes its own b*): top_n=1 skips
     # building the runner-up plans, which never change the best one.
-    res = make_plan(sc.profile, int(ss[P + "b"]), float(ss[P + "T"]), ss[P + "objective"], int(ss[P + "dd"]),
-                    top_n=1, scan_b_star=False)
+    request = PlanRequest(batch_size=int(ss[P + "b"]), temperature=float(ss[P + "T"]), draft_devices=int(ss[P + "dd"]),
+                          objective=ss[P + "objective"], limits=SearchLimits(top_n=1), b_star=BStar.CHOSEN)
+    res = make_plan(sc.profile, request)
     ss[P + "K"], ss[P + "B"], ss[P + "C"] = res.plan.K, res.plan.budget, res.plan.saguaro_c
     ss[P + "backup"], ss[P + "uniform"] = str(res.plan.backup), False  # the widget holds plain strings
 

@@ -32,7 +32,7 @@ from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES
 from ssd_sim.plan.knobs import WORKLOAD, Knobs, resolve
 from ssd_sim.plan.plan import load_plan
-from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, PlanResult, make_plan
+from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, PlanRequest, PlanResult, SearchLimits, make_plan
 from ssd_sim.plan.predict import plan_point
 from ssd_sim.plan.report import build_report, plan_file
 
@@ -100,8 +100,10 @@ def main(argv: list[str] | None = None) -> int:
         if args.output:
             check_writable(args.output, "output")  # before the search and any simulation
         profile, base_extra, knobs, workload = _resolve(args)
-        result = make_plan(profile, workload["batch_size"], workload["temperature"], args.objective,
-                           workload["draft_devices"], knobs, args.max_k, args.budget_cap, risk=args.risk)
+        request = PlanRequest(batch_size=workload["batch_size"], temperature=workload["temperature"],
+                              draft_devices=workload["draft_devices"], knobs=knobs, objective=args.objective,
+                              limits=SearchLimits(k_max=args.max_k, budget_cap=args.budget_cap), risk=args.risk)
+        result = make_plan(profile, request)
     except ConfigError as e:
         fail(PROG, e)
     result, simulated = _simulate(profile, result, args) if args.simulate else (result, None)

@@ -35,7 +35,7 @@ from ssd_sim.model.profile import Profile
 from ssd_sim.plan.intervals import scaled_interval
 from ssd_sim.plan.knobs import resolve
 from ssd_sim.plan.plan import Plan, load_plan
-from ssd_sim.plan.planner import OBJECTIVES, make_plan
+from ssd_sim.plan.planner import OBJECTIVES, PlanRequest, make_plan
 from ssd_sim.plan.predict import Prediction, predict
 from ssd_sim.plan.report import host_report
 from ssd_sim.sim.des import MODES, SimResult, simulate
@@ -186,8 +186,9 @@ def resolve_plan(args, profile: Profile, base: Plan | None) -> Plan:
     res = resolve(base, knob_flags(args))
     if base is not None and "fan_out" not in res.dropped:
         return res.plan()
-    result = make_plan(profile, batch_size=args.batch_size, temperature=res.workload("temperature"),
-                       objective=args.objective, draft_devices=res.workload("draft_devices"), knobs=res.knobs)
+    request = PlanRequest(batch_size=args.batch_size, temperature=res.workload("temperature"),
+                          draft_devices=res.workload("draft_devices"), knobs=res.knobs, objective=args.objective)
+    result = make_plan(profile, request)
     plan = result.plan
     if args.mode == "sd" and args.num_speculative_tokens is None and args.fan_out is None:
         K = result.sd.num_speculative_tokens  # the best SD K, not the SSD plan's

@@ -9,14 +9,13 @@ Fits, with scipy:
   rounds, and the primary / backup hit curves miss(F) = min(1, c F^-r) from the bonus-token ranks
   (every rank tells whether the round would have hit at every fan-out F, so one fan-out calibrates all).
 All traces must come from one setup (models, dtypes, quantisation, devices); forced-acceptance runs only
-inform latencies. Every trace is checked first (check_trace): a count or timing no run can produce (accepted > K,
-a negative or non-numeric timing, ...) is refused in one line naming the file, line, field and value, never
-clipped or fitted.
+inform latencies. Every trace is checked as it is read (ssd_sim.io.records): a count or timing no run can produce
+(accepted > K, a negative or non-numeric timing, ...) is refused in one line naming the file, line, field and
+value, never clipped or fitted.
 """
 
 from __future__ import annotations
 
-import json
 import math
 import warnings
 from collections import defaultdict
@@ -29,8 +28,7 @@ import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
-from ssd_sim.io.jsonfile import read_text_file
-from ssd_sim.io.limits import MAX_BATCH, MAX_K
+from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import (
@@ -72,124 +70,7 @@ class CalibrationReport:
                 "acceptance": self.acceptance, "logged": self.logged, "warnings": self.warnings}
 
 
-TRACE_MODES = ("ar", "sd", "ssd")
-MAX_PHASE_MS = 3.6e6  # one phase of one round longer than an hour is no decode step (and would overflow the fits)
-MIN_PHASE_MS = 1e-6  # a phase that ran took at least a nanosecond (0 = it did not run)
 MAX_FIT_ERROR = 1.0  # a median |relative error| of the SSD verifies above 100% means the traces do not fit together
-BACKUP_NAMES = ("jit", "fast")
-
-
-def check_trace(trace: Trace) -> Trace:
-    """The trace itself when its header, counts and timings are ones a run can produce; else a one-line
-    ConfigError naming the file, line, field and value (e.g. accepted = 7 with K = 4, a timing of -1 ms)."""
-    _check_header(trace)
-    for i, r in enumerate(trace.rounds):
-        problem = _round_problem(r)
-        if problem is not None:
-            field, what = problem
-            raise ConfigError(field, f"{trace_line(trace, i)}: {what}; the trace is corrupt or not from ssd-run")
-    return trace
-
-
-def _is_int(v) -> bool:
-    return isinstance(v, int) and not isinstance(v, bool)
-
-
-def _is_number(v) -> bool:
-    return isinstance(v, (int, float)) and not isinstance(v, bool)
-
-
-def _check_header(trace: Trace) -> None:
-    h, where = trace.header, f"{trace.path} header"
-    if h.get("mode") not in TRACE_MODES:
-        raise ConfigError("mode", f"{where}: mode = {h.get('mode')!r}, expected one of {', '.join(TRACE_MODES)}")
-    if not isinstance(h.get("plan"), dict):
-        raise ConfigError("plan", f"{where}: plan = {_short(h.get('plan'))} must be an object (Plan.to_dict())")
-    if not (_is_int(h.get("batch_size")) and 1 <= h["batch_size"] <= MAX_BATCH):
-        raise ConfigError("batch_size", f"{where}: batch_size = {_short(h.get('batch_size'))} must be an integer in "
-                                        f"1..{MAX_BATCH}")
-    plan = h["plan"]
-    for key in ("fan_out", "fan_out_miss"):
-        v = plan.get(key)
-        if v is not None and not (isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v)):
-            raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {_short(v)} must be a list of integers >= 0")
-    for key in ("temperature", "saguaro_c"):
-        v = plan.get(key)
-        if v is not None and not (_is_number(v) and math.isfinite(v) and v >= 0):
-            raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {_short(v)} must be a finite number >= 0")
-
-
-def _round_problem(r: dict) -> tuple[str, str] | None:
-    """(field, what is wrong) for the first impossible entry of a round record, or None."""
-    K = r["K"]
-    if not (_is_int(K) and 0 <= K <= MAX_K):
-        return "K", f"K = {_short(K)} must be an integer in 0..{MAX_K} (draft tokens per round)"
-    if "batch" in r and not (_is_int(r["batch"]) and 0 <= r["batch"] <= MAX_BATCH):
-        return "batch", f"batch = {_short(r['batch'])} must be an integer in 0..{MAX_BATCH} (sequences)"
-    if not isinstance(r["seqs"], list):
-        return "seqs", f"seqs = {_short(r['seqs'])} must be a list of per-sequence entries"
-    for j, s in enumerate(r["seqs"]):
-        if not isinstance(s, dict):
-            return "seqs", f"seqs[{j}] = {_short(s)} must be an object"
-        problem = _seq_problem(s, K)
-        if problem is not None:
-            return problem[0], f"seqs[{j}].{problem[1]}"
-    ms = r["timings_ms"]
-    if not isinstance(ms, dict):
-        return "timings_ms", f"timings_ms = {_short(ms)} must be an object of phase -> ms"
-    for key, v in ms.items():
-        if not (_is_number(v) and math.isfinite(v) and (v == 0 or MIN_PHASE_MS <= v <= MAX_PHASE_MS)):
-            return f"timings_ms.{key}", (f"timings_ms.{key} = {_short(v)} must be 0 (did not run) or a number of ms in "
-                                         f"{MIN_PHASE_MS:g}..{MAX_PHASE_MS:g}")
-    return None
-
-
-def _seq_problem(s: dict, K: int) -> tuple[str, str] | None:
-    """(field, what is wrong) of one per-sequence entry of a round with K draft tokens, or None."""
-    acc = s["accepted"]
-    checks = (
-        ("seq", _is_int(s["seq"]) and s["seq"] >= 0, "must be an integer >= 0"),
-        ("accepted", _is_int(acc) and 0 <= acc <= K, f"must be an integer in 0..K = 0..{K} (draft tokens accepted)"),
-        ("committed", _is_int(s["committed"]) and 0 <= s["committed"] <= (acc if _is_int(acc) else K) + 1,
-         "must be an integer in 0..accepted + 1 (tokens appended)"),
-        ("hit", s.get("hit") is None or isinstance(s.get("hit"), bool), "must be true, false or null"),
-        ("backup", s.get("backup") is None or s.get("backup") in BACKUP_NAMES, "must be jit, fast or null"),
-        ("fan_out", s.get("fan_out") is None or (_is_int(s["fan_out"]) and s["fan_out"] >= 0),
-         "must be an integer >= 0 or null"),
-        ("bonus_rank", s.get("bonus_rank") is None or (_is_int(s["bonus_rank"]) and s["bonus_rank"] >= 0),
-         "must be an integer >= 0 or null"),
-    )
-    for key, ok, rule in checks:
-        if not ok:
-            return key, f"{key} = {_short(s.get(key))} {rule}"
-    return None
-
-
-def _short(v) -> str:
-    """repr of a value, cut to 40 characters (a bad entry can be huge)."""
-    text = repr(v)
-    return text if len(text) <= 40 else text[:37] + "..."
-
-
-def trace_line(trace: Trace, index: int) -> str:
-    """'FILE line N' of the trace's index-th round (re-reads the file; 'FILE round I' when it cannot)."""
-    try:
-        lines = read_text_file(trace.path, "trace", "").splitlines()
-    except (ConfigError, TypeError):
-        return f"{trace.path} round {index}"
-    seen = -1
-    for no, line in enumerate(lines, start=1):
-        if '"round"' not in line:  # cheap: every round line holds "type": "round"
-            continue
-        try:
-            rec = json.loads(line)
-        except ValueError:
-            continue
-        if isinstance(rec, dict) and rec.get("type") == "round":
-            seen += 1
-            if seen == index:
-                return f"{trace.path} line {no}"
-    return f"{trace.path} round {index}"
 
 
 def check_setup(traces: Sequence[Trace]) -> dict:
@@ -202,7 +83,7 @@ def check_setup(traces: Sequence[Trace]) -> dict:
     origin: dict = {}
     for t in traces:
         for key in SETUP_KEYS:
-            value = t.header.get(key) or {}
+            value = getattr(t.header, key) or {}
             for role in ("target", "draft"):
                 v = value.get(role) if isinstance(value, dict) else value
                 if v is None and role == "draft":
@@ -221,7 +102,7 @@ def common_host(traces: Sequence[Trace]) -> tuple[Host | None, str]:
     ConfigError if two traces name different hosts (latencies are per host: calibrate one host at a time).
     Traces made before ssd-run recorded hosts have none; they mix with recorded ones, and the line says so.
     """
-    recorded = [(t, Host.from_dict(t.header["host"], f"{t.path} host")) for t in traces if t.header.get("host")]
+    recorded = [(t, Host.from_dict(t.header.host, f"{t.path} host")) for t in traces if t.header.host]
     if not recorded:
         return None, "not recorded in the traces (made before ssd-run recorded hosts)"
     (first, host), kernels = recorded[0], {}
@@ -236,12 +117,12 @@ def common_host(traces: Sequence[Trace]) -> tuple[Host | None, str]:
     return replace(host, kernels=kernels), note
 
 
-def _k(r: dict) -> int:
-    return int(r["K"])
+def _k(r: RoundRecord) -> int:
+    return r.K
 
 
-def _rows(r: dict) -> int:
-    return int(r.get("batch", len(r["seqs"])))
+def _rows(r: RoundRecord) -> int:
+    return r.batch
 
 
 @dataclass
@@ -271,23 +152,23 @@ def latency_samples(traces: Sequence[Trace]) -> LatencySamples:
         plan = t.plan
         budget = sum(plan.get("fan_out") or [1])
         for r in t.rounds:
-            ms, b = r["timings_ms"], _rows(r)
+            ms, b = r.timings_ms, _rows(r)
             K = 0 if t.mode == "ar" else _k(r)
-            if ms.get("verify", 0) > 0:
+            if ms[Phase.VERIFY] > 0:
                 out.target_work.append([(b, K + 1, 1)])
-                out.target_ms.append(ms["verify"])
-            if t.mode == "sd" and ms.get("draft_sd", 0) > 0:
-                out.add_draft([(b, 1, K)], ms["draft_sd"], False)
+                out.target_ms.append(ms[Phase.VERIFY])
+            if t.mode == "sd" and ms[Phase.DRAFT_SD] > 0:
+                out.add_draft([(b, 1, K)], ms[Phase.DRAFT_SD], False)
             if t.mode != "ssd":
                 continue
-            if ms.get("draft_glue", 0) > 0:
-                out.add_draft([(b, K + 1, 1)], ms["draft_glue"], True)
-            if ms.get("draft_branch", 0) > 0:
-                out.add_draft([(b * budget, 1, K)], ms["draft_branch"], True)
-            missed = [s for s in r["seqs"] if s.get("hit") is False and s.get("backup") == "jit"]
-            if missed and ms.get("draft_backup", 0) > 0:
+            if ms[Phase.DRAFT_GLUE] > 0:
+                out.add_draft([(b, K + 1, 1)], ms[Phase.DRAFT_GLUE], True)
+            if ms[Phase.DRAFT_BRANCH] > 0:
+                out.add_draft([(b * budget, 1, K)], ms[Phase.DRAFT_BRANCH], True)
+            missed = [s for s in r.seqs if s.hit is False and s.backup == "jit"]
+            if missed and ms[Phase.DRAFT_BACKUP] > 0:
                 rows = b if plan.get("jit_redraft") == "batch" else len(missed)
-                out.add_draft([(rows, 1, K)], ms["draft_backup"], False)
+                out.add_draft([(rows, 1, K)], ms[Phase.DRAFT_BACKUP], False)
     return out
 
 
@@ -347,10 +228,10 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
                         draft_slowdown=d_slow)
 
 
-def _branch_rows(t: Trace, r: dict) -> int:
+def _branch_rows(t: Trace, r: RoundRecord) -> int:
     """Branch rows the draft decoded during this round's verify: each sequence's budget (hit: fan_out)."""
     hit, miss = sum(t.plan.get("fan_out") or [0]), sum(t.plan.get("fan_out_miss") or t.plan.get("fan_out") or [0])
-    return sum(hit if s.get("hit") else miss for s in r["seqs"])
+    return sum(hit if s.hit else miss for s in r.seqs)
 
 
 def interference_samples(traces: Sequence[Trace], target: ForwardLatency) -> dict[str, np.ndarray]:
@@ -360,13 +241,13 @@ def interference_samples(traces: Sequence[Trace], target: ForwardLatency) -> dic
         if t.mode != "ssd":
             continue
         for r in t.rounds:
-            ms = r["timings_ms"]
-            if ms.get("verify", 0) <= 0 or _k(r) == 0:
+            ms = r.timings_ms
+            if ms[Phase.VERIFY] <= 0 or _k(r) == 0:
                 continue
-            cols["verify"].append(ms["verify"])
+            cols["verify"].append(ms[Phase.VERIFY])
             cols["alone"].append(float(target(_rows(r), _k(r) + 1)))
-            cols["glue"].append(ms.get("draft_glue", 0.0))
-            cols["branch"].append(ms.get("draft_branch", 0.0))
+            cols["glue"].append(ms[Phase.DRAFT_GLUE])
+            cols["branch"].append(ms[Phase.DRAFT_BRANCH])
             cols["rows"].append(_branch_rows(t, r))
     return {k: np.asarray(v, dtype=float) for k, v in cols.items()}
 
@@ -425,23 +306,23 @@ def _overheads(traces: Sequence[Trace]) -> dict[str, float]:
     commit, lookup, fast, wait = [], [], [], []
     for t in traces:
         for r in t.rounds:
-            ms = r["timings_ms"]
-            commit.append(ms.get("commit", 0.0))
+            ms = r.timings_ms
+            commit.append(ms[Phase.COMMIT])
             if t.mode != "ssd":
                 continue
-            lookup.append(ms.get("draft_lookup", 0.0))
-            if any(s.get("backup") == "fast" and s.get("hit") is False for s in r["seqs"]):
-                fast.append(ms.get("draft_backup", 0.0))
+            lookup.append(ms[Phase.DRAFT_LOOKUP])
+            if any(s.backup == "fast" and s.hit is False for s in r.seqs):
+                fast.append(ms[Phase.DRAFT_BACKUP])
             # target_wait = transfer + lookup + backup (+ draft still busy): a low quantile isolates transfer
-            wait.append(ms.get("target_wait", 0.0) - ms.get("draft_lookup", 0.0) - ms.get("draft_backup", 0.0))
+            wait.append(ms[Phase.TARGET_WAIT] - ms[Phase.DRAFT_LOOKUP] - ms[Phase.DRAFT_BACKUP])
     transfer = max(float(np.percentile(wait, 25)), 0.0) if wait else 0.0
     return {"round_overhead_ms": _median(commit), "transfer_ms": transfer, "lookup_ms": _median(lookup),
             "fast_backup_ms": _median(fast)}
 
 
-def _neural(t: Trace, s: dict) -> bool:
+def _neural(t: Trace, s: SeqRecord) -> bool:
     """Was this round's proposal drafted by the neural draft (not random fast-backup tokens)?"""
-    return t.mode == "sd" or (t.mode == "ssd" and (s.get("hit") or s.get("backup") == "jit"))
+    return t.mode == "sd" or (t.mode == "ssd" and (s.hit or s.backup == "jit"))
 
 
 def acceptance_groups(traces: Sequence[Trace]) -> dict[tuple[float, float], dict]:
@@ -449,19 +330,19 @@ def acceptance_groups(traces: Sequence[Trace]) -> dict[tuple[float, float], dict
     groups: dict = defaultdict(lambda: {"tried": defaultdict(int), "passed": defaultdict(int),
                                         "primary_ranks": [], "backup_ranks": [], "traces": set()})
     for t in traces:
-        if t.mode == "ar" or t.header.get("forced_acceptance") is not None:
+        if t.mode == "ar" or t.header.forced_acceptance is not None:
             continue
         key = (float(t.plan.get("temperature", 0.0)), float(t.plan.get("saguaro_c", 1.0)))
         g = groups[key]
         g["traces"].add(str(t.path))
         for r in t.rounds:
             K = _k(r)
-            for s in r["seqs"]:
+            for s in r.seqs:
                 if _neural(t, s):
-                    for i in range(min(s["accepted"] + 1, K)):
+                    for i in range(min(s.accepted + 1, K)):
                         g["tried"][i] += 1
-                        g["passed"][i] += i < s["accepted"]
-                rank = s.get("bonus_rank")
+                        g["passed"][i] += i < s.accepted
+                rank = s.bonus_rank
                 if t.mode == "ssd" and rank is not None:
                     g["primary_ranks" if _neural(t, s) else "backup_ranks"].append(int(rank))
     return dict(groups)
@@ -510,7 +391,7 @@ def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> Accept
     if not groups:
         raise ConfigError("traces", "need sd or ssd traces (not only ar or forced-acceptance) to fit acceptance")
     measured = _measured_points(groups, report)
-    drafted = [t for t in traces if t.mode != "ar" and t.header.get("forced_acceptance") is None]
+    drafted = [t for t in traces if t.mode != "ar" and t.header.forced_acceptance is None]
     logged = logged_positions(drafted)
     if logged is None:
         _warn_measured_only(measured, report)
@@ -632,7 +513,7 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
 
 
 def _device_kind(traces: Sequence[Trace]) -> str:
-    cpu = all(str((t.header.get("devices") or {}).get("target", "cpu")).startswith("cpu") for t in traces)
+    cpu = all(str((t.header.devices or {}).get("target", "cpu")).startswith("cpu") for t in traces)
     return "CPU" if cpu else "GPU"
 
 
@@ -656,11 +537,11 @@ def _between_sequence_sd(drafted: Sequence[Trace]) -> tuple[float | None, int, i
     for t in drafted:
         counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
         for r in t.rounds:
-            for s in r["seqs"]:
+            for s in r.seqs:
                 if _neural(t, s):
-                    c = counts[s["seq"]]
-                    c[0] += min(s["accepted"] + 1, _k(r))
-                    c[1] += s["accepted"]
+                    c = counts[s.seq]
+                    c[0] += min(s.accepted + 1, _k(r))
+                    c[1] += s.accepted
         seqs = [(tried, passed) for tried, passed in counts.values() if tried >= 5]
         sizes.append(len(counts))
         if len(seqs) < 2:
@@ -680,8 +561,8 @@ def _latency_run_sd(traces: Sequence[Trace], target: ForwardLatency) -> float | 
     """SD across runs of each run's median relative verify residual around the target fit (None with < 3 runs)."""
     med = []
     for t in traces:
-        rel = [r["timings_ms"]["verify"] / float(target(_rows(r), (0 if t.mode == "ar" else _k(r)) + 1)) - 1.0
-               for r in t.rounds if r["timings_ms"].get("verify", 0) > 0]
+        rel = [r.timings_ms[Phase.VERIFY] / float(target(_rows(r), (0 if t.mode == "ar" else _k(r)) + 1)) - 1.0
+               for r in t.rounds if r.timings_ms[Phase.VERIFY] > 0]
         if len(rel) >= 10:
             med.append(float(np.median(rel)))
     return float(np.std(med, ddof=1)) if len(med) >= 3 else None
@@ -720,7 +601,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     profile's sources, the default name's folder and what acceptance_from refers to)."""
     if not parsed:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
-    traces = [check_trace(t) for t in parsed]
+    traces = list(parsed)
     setup = check_setup(traces)
     host, host_note = common_host(traces)
     report = CalibrationReport([str(p) for p in paths])
@@ -733,10 +614,10 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     acc_traces = [t for p, t in zip(paths, traces, strict=True) if chosen is None or str(p) in chosen]
     with _fitting("acceptance"):
         acceptance = fit_acceptance(acc_traces, report)
-    drafted = [t for t in acc_traces if t.mode != "ar" and t.header.get("forced_acceptance") is None]
+    drafted = [t for t in acc_traces if t.mode != "ar" and t.header.forced_acceptance is None]
     uncertainty = estimate_uncertainty(traces, drafted, latency.target, report)
     models = setup.get("models") or {}
-    max_b = max(int(t.header.get("batch_size", 1)) for t in traces)
+    max_b = max(int(t.header.batch_size) for t in traces)
     prov = {"latency": "measured: least-squares fits to the target and the draft over "
                        f"{sum(report.latency[m]['samples'] for m in ('target', 'draft'))} timed phases",
             **_acceptance_provenance(acceptance, report),
@@ -749,6 +630,6 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
         latency=latency, acceptance=acceptance,
         description=f"calibrated from {len(traces)} traces",
         target_model=str(models.get("target", "")), draft_model=str(models.get("draft", "")),
-        hardware=str(traces[0].header.get("machine", "")), max_batch_size=max(2 * max_b, 8),
+        hardware=str(traces[0].header.machine), max_batch_size=max(2 * max_b, 8),
         sources=tuple(str(p) for p in paths), provenance=prov, host=host, uncertainty=uncertainty)
     return profile, report

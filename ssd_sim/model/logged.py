@@ -83,14 +83,14 @@ def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
     rows, groups, temps, n_top = [], {}, [], None
     for ti, t in enumerate(traces):
         for r in t.rounds:
-            for s in r["seqs"]:
-                for i, d in enumerate(s.get("dists") or []):
+            for s in r.seqs:
+                for i, d in enumerate(s.dists or []):
                     if d[3] is None:
                         continue
                     n = min(len(d[0]), len(d[3]))
                     n_top = n if n_top is None else min(n_top, n)
-                    groups.setdefault((ti, s["seq"]), len(groups))
-                    rows.append((i, d, groups[(ti, s["seq"])]))
+                    groups.setdefault((ti, s.seq), len(groups))
+                    rows.append((i, d, groups[(ti, s.seq)]))
                     temps.append(float(t.plan.get("temperature", 0.0)))
     if not rows:
         return None

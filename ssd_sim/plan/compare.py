@@ -23,14 +23,14 @@ def trace_series(trace: Trace, window: int = 20) -> dict:
     idx, acc_len, hits, looks = [], [], [], []
     phases: dict[str, list[float]] = {ph: [] for ph in PHASES}
     for r in rounds:
-        seqs = r["seqs"]
-        idx.append(int(r["round"]))
-        acc_len.append(float(np.mean([s["accepted"] + 1 for s in seqs])) if seqs else math.nan)
-        looked = [s for s in seqs if s.get("hit") is not None and not s.get("first", False)]
-        hits.append(sum(bool(s["hit"]) for s in looked))
+        seqs = r.seqs
+        idx.append(int(r.round))
+        acc_len.append(float(np.mean([s.accepted + 1 for s in seqs])) if seqs else math.nan)
+        looked = [s for s in seqs if s.hit is not None and not s.first]
+        hits.append(sum(bool(s.hit) for s in looked))
         looks.append(len(looked))
         for ph in PHASES:
-            phases[ph].append(float(r["timings_ms"].get(ph, 0.0)))
+            phases[ph].append(float(r.timings_ms.get(ph, 0.0)))
     h, n = np.asarray(hits, dtype=float), np.asarray(looks, dtype=float)
     with np.errstate(invalid="ignore", divide="ignore"):
         per_round = np.where(n > 0, h / np.where(n > 0, n, 1), np.nan)
@@ -46,7 +46,7 @@ def trace_series(trace: Trace, window: int = 20) -> dict:
 def trace_plan(trace: Trace) -> Plan:
     """The plan a trace ran: the header's plan with the trace's batch size and mode."""
     plan = Plan.from_dict(trace.plan)
-    return plan.replace(batch_size=int(trace.header.get("batch_size", plan.batch_size)), mode=trace.mode)
+    return plan.replace(batch_size=int(trace.header.batch_size), mode=trace.mode)
 
 
 def predicted_vs_measured(profile: Profile, trace: Trace, simulated: dict | None = None) -> dict:
@@ -102,9 +102,9 @@ def _measured_hit_by_position(trace: Trace, K: int) -> list[float | None]:
     """SSD: share of rounds stopping at k whose bonus was cached (bonus_rank < fan_out); None where none did."""
     hit, n = [0] * (K + 1), [0] * (K + 1)
     for r in trace.rounds:
-        for s in r["seqs"]:
-            if s.get("bonus_rank") is None or s.get("fan_out") is None or s["accepted"] > K:
+        for s in r.seqs:
+            if s.bonus_rank is None or s.fan_out is None or s.accepted > K:
                 continue
-            n[s["accepted"]] += 1
-            hit[s["accepted"]] += s["bonus_rank"] < s["fan_out"]
+            n[s.accepted] += 1
+            hit[s.accepted] += s.bonus_rank < s.fan_out
     return [h / c if c else None for h, c in zip(hit, n, strict=True)]

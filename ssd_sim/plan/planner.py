@@ -5,6 +5,12 @@ For every K and C the exact integer fan-outs of all budgets come from one dynami
 at once, so a full search is a few thousand vectorised evaluations (well under a second).
 The budget is bounded by what the draft finishes inside one verification at this batch size.
 Anything the user fixes is not searched.
+
+    make_plan(profile, PlanRequest(batch_size=4, temperature=1.0, knobs=Knobs(backup="jit"))) -> PlanResult
+
+A `PlanRequest` is the question (workload, fixed knobs, objective, `SearchLimits`, risk and how to find b*, a
+`BStar`); the `PlanResult` is the immutable answer. Units: batch sizes in sequences, K and budgets in draft
+tokens (guesses) per sequence, latencies in ms, speeds in tok/s.
 """
 
 from __future__ import annotations
@@ -12,7 +18,8 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
+from enum import StrEnum
 
 import numpy as np
 
@@ -94,43 +101,86 @@ def best_sd(profile: Profile, b: int, temperature: float, k_range) -> Prediction
     return max((predict_sd(profile, b, K, temperature) for K in k_range), key=lambda p: p.per_seq_tok_s)
 
 
-def make_plan(
-    profile: Profile,
-    batch_size: int = 1,
-    temperature: float = 0.0,
-    objective: str = "latency",
-    draft_devices: int = 1,
-    knobs: Knobs | None = None,
-    k_max: int = 10,
-    budget_cap: int = 128,
-    top_n: int = 8,
-    risk: float | None = None,
-    scan_b_star: bool = True,
-    memo: dict | None = None,
-    with_b_star: bool = True,
-) -> PlanResult:
-    """Search the SSD configuration space for one batch size and temperature; see module docstring.
+class BStar(StrEnum):
+    """How make_plan finds b*, the batch size (sequences) from which the fast backup beats jit, where the plan's
+    'adaptive' backup switches. The chosen plan's predictions are the same in every mode; they differ in cost.
 
-    scan_b_star: find b* by re-optimising the plan for each backup at every batch size (`crossover`, the
-    slow part at T > 0); False, or a fan-out fixed by the knobs, takes b* of the chosen plan held fixed
-    (`critical_batch`), e.g. for sweeps.
+    SCAN    re-optimise the plan (K, budget, fan-outs, C) for each backup at every scanned batch size
+            (`crossover`): a full search per batch size, the slow part of make_plan at T > 0, where C is
+            searched too. With a fan-out fixed by the knobs there is nothing to re-optimise: it does CHOSEN.
+    CHOSEN  the chosen plan held fixed, each backup with its own miss-case fan-out (`critical_batch`): one DP
+            per backup and a loop of round models over batch sizes, cheap; for sweeps and evaluations.
+    SKIP    no b*: b_star and b_star_closed_form are nan and the plan keeps its single backup (no 'adaptive');
+            for sweeps that read only the predictions.
+    """
 
-    risk: None ranks plans by the predicted tok/s; a quantile q in (0, 0.5] re-ranks the top_n candidates by the
-    q-quantile of their tok/s over the profile's uncertainty (plan.intervals), e.g. 0.1 = the 10% worst case.
+    SCAN = "scan"
+    CHOSEN = "chosen"
+    SKIP = "skip"
 
-    with_b_star: False skips b* altogether (b_star and b_star_closed_form are nan, and the plan keeps its single
-    backup instead of 'adaptive'); the predictions are the same. For sweeps that read only the predictions.
+
+@dataclass(frozen=True)
+class SearchLimits:
+    """How far the search goes (bounds on what is searched; the knobs say what is fixed).
+
+    k_max: the largest K searched (draft tokens per round), for SSD, for the best SD and in the b* scan.
+    budget_cap: the largest cache budget searched (guesses per sequence); a calibrated profile's timed range may
+    lower it (PlanResult.budget_cap is the one used).
+    top_n: distinct plans kept as candidates, best first (risk re-ranks these).
+    """
+
+    k_max: int = 10
+    budget_cap: int = 128
+    top_n: int = 8
+
+
+@dataclass(frozen=True)
+class PlanRequest:
+    """What make_plan is asked: the workload, the fixed knobs, the objective, the search limits, the risk and how
+    to find b*. Frozen and validated on construction (a ConfigError naming the field); `replace` varies one part,
+    e.g. `request.replace(batch_size=b)` in a sweep over batch sizes."""
+
+    batch_size: int = 1  # sequences decoded together, 1..4096
+    temperature: float = 0.0  # sampling temperature of target and draft (0 = greedy)
+    draft_devices: int = 1  # accelerators the draft runs on
+    knobs: Knobs = Knobs()  # what is fixed (not searched); unset engine knobs come from the profile's engine
+    objective: str = "latency"  # one of OBJECTIVES: tok/s per sequence, or total tok/s per device used
+    limits: SearchLimits = SearchLimits()
+    risk: float | None = None  # None: rank by predicted tok/s; q in (0, 0.5]: by its q-quantile (plan.intervals)
+    b_star: BStar = BStar.SCAN
+
+    def __post_init__(self) -> None:
+        risk, objective, batch_size = self.risk, self.objective, self.batch_size
+        if risk is not None and not 0.0 < risk <= 0.5:
+            raise ConfigError("risk", f"must be a quantile in (0, 0.5] (0.1 = plan for the 10% worst case), got {risk}")
+        if objective not in OBJECTIVES:
+            raise ConfigError("objective", f"must be one of {OBJECTIVES}, got {objective!r}")
+        if not 1 <= batch_size <= 4096:
+            raise ConfigError("batch_size", f"must be in 1..4096, got {batch_size}")
+        if self.b_star not in tuple(BStar):
+            raise ConfigError("b_star", f"must be one of {tuple(str(m) for m in BStar)}, got {self.b_star!r}")
+        object.__setattr__(self, "b_star", BStar(self.b_star))  # "chosen" -> BStar.CHOSEN
+
+    def replace(self, **changes) -> PlanRequest:
+        """A copy with these fields changed (validated again)."""
+        return replace(self, **changes)
+
+
+def make_plan(profile: Profile, request: PlanRequest = PlanRequest(), *,
+              memo: dict | None = None) -> PlanResult:
+    """Search the SSD configuration space for the request's batch size and temperature; see module docstring.
+
+    request.b_star says how b* is found and what that costs (BStar). request.risk None ranks plans by the
+    predicted tok/s; a quantile q in (0, 0.5] re-ranks the top_n candidates by the q-quantile of their tok/s over
+    the profile's uncertainty (plan.intervals), e.g. 0.1 = the 10% worst case.
 
     memo: where the fan-out DP tables are kept (a dict), None = dp_tables' shared LRU cache; the tables
     depend only on K, the outcome distribution and the hit curve, so sweeps over batch sizes reuse them.
+    An execution detail, not part of the question: it never changes the result.
     """
-    if risk is not None and not 0.0 < risk <= 0.5:
-        raise ConfigError("risk", f"must be a quantile in (0, 0.5] (0.1 = plan for the 10% worst case), got {risk}")
-    knobs = (knobs or Knobs()).for_profile(profile)
-    if objective not in OBJECTIVES:
-        raise ConfigError("objective", f"must be one of {OBJECTIVES}, got {objective!r}")
-    if not 1 <= batch_size <= 4096:
-        raise ConfigError("batch_size", f"must be in 1..4096, got {batch_size}")
+    batch_size, temperature, draft_devices = request.batch_size, request.temperature, request.draft_devices
+    k_max, budget_cap, top_n = request.limits.k_max, request.limits.budget_cap, request.limits.top_n
+    knobs = request.knobs.for_profile(profile)
     user_cap, timed_cap = budget_cap, timed_budget_cap(profile, batch_size)
     scored, fits = _search(profile, batch_size, temperature, knobs, _k_range(knobs, k_max),
                            _backups(knobs, batch_size), draft_devices, min(user_cap, timed_cap), memo=memo)
@@ -143,17 +193,18 @@ def make_plan(
             plans.append(plan)
         if len(plans) >= top_n:
             break
-    if risk is not None and len(plans) > 1:
-        q = quantile_tok_s(profile, plans, risk)
+    if request.risk is not None and len(plans) > 1:
+        q = quantile_tok_s(profile, plans, request.risk)
         plans = [p for _, p in sorted(zip(q, plans, strict=True), key=lambda x: -x[0])]
-    scan = with_b_star and scan_b_star and knobs.fan_out is None  # a fixed fan-out: b* of that plan, each backup its own miss fan-out
+    mode = request.b_star
+    scan = mode is BStar.SCAN and knobs.fan_out is None  # a fixed fan-out: b* of that plan, each backup its own miss fan-out
     curve = crossover(profile, temperature, knobs, draft_devices, k_max, budget_cap, memo=memo) if scan else None
-    if not with_b_star:
+    if mode is BStar.SKIP:
         b_star = b_closed = math.nan
     else:
         b_star = curve.b_star if curve is not None else critical_batch(profile, plans[0])[0]
         b_closed = closed_form_b_star(profile, plans[0])
-    if with_b_star and knobs.backup in (None, "adaptive"):
+    if mode is not BStar.SKIP and knobs.backup in (None, "adaptive"):
         thr = knobs.backup_threshold if knobs.backup_threshold is not None else b_star
         adaptive = plans[0].replace(backup="adaptive", backup_threshold=thr)
         if adaptive.backup_for(batch_size) == plans[0].backup:
@@ -172,7 +223,7 @@ def make_plan(
     fit = fits[best.K]
     binding = _binding(best, ssd, fit, knobs, user_cap, timed_cap)
     bound = gain_bound(profile, ssd, sd)
-    return PlanResult(plan=best, ssd=ssd, ar=ar, sd=sd, objective=objective, binding=binding, b_star=b_star,
+    return PlanResult(plan=best, ssd=ssd, ar=ar, sd=sd, objective=request.objective, binding=binding, b_star=b_star,
                       b_star_closed_form=b_closed, budget_fit=fit, candidates=tuple(preds),
                       evaluated=len(scored.per_seq), c_per_position_gain_pct=gain, crossover=curve, gain_bound=bound,
                       budget_cap=min(user_cap, timed_cap))

@@ -23,7 +23,15 @@ from ssd_sim.model.latency import ForwardLatency
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.knobs import Knobs
 from ssd_sim.plan.plan import Plan, engine_defaults
-from ssd_sim.plan.planner import PlanResult, budget_fit, critical_batch, make_plan
+from ssd_sim.plan.planner import (
+    BStar,
+    PlanRequest,
+    PlanResult,
+    SearchLimits,
+    budget_fit,
+    critical_batch,
+    make_plan,
+)
 from ssd_sim.plan.predict import backup_outcomes, plan_point, predict_ar, predict_sd, predict_ssd
 from ssd_sim.theory.fanout import allocation_tables, backtrack, uniform_fanout
 
@@ -146,8 +154,9 @@ def build_plan(
 
 def evaluate(profile: Profile, plan: Plan, objective: str = "latency", k_max: int = 10) -> PlanResult:
     """Score one plan like `ssd-plan --plan`: its SSD prediction, AR, best SD (K <= k_max), b*, binding."""
-    return make_plan(profile, plan.batch_size, plan.temperature, objective, plan.draft_devices,
-                     Knobs.of(plan), k_max=k_max, scan_b_star=False)
+    return make_plan(profile, PlanRequest(batch_size=plan.batch_size, temperature=plan.temperature,
+                                          draft_devices=plan.draft_devices, knobs=Knobs.of(plan), objective=objective,
+                                          limits=SearchLimits(k_max=k_max), b_star=BStar.CHOSEN))
 
 
 # --- sweeps -------------------------------------------------------------------------------------------
@@ -226,8 +235,9 @@ def pareto_point(profile: Profile, batch_size: int, temperature: float = 0.0, dr
                  k_max: int = 10) -> dict[str, dict[str, float]]:
     """Best AR / SD / SSD at one batch size (make_plan, latency objective): {mode: {per_seq_tok_s, tok_s_per_device,
     total_tok_s, K}}. Only the best plan's prediction is read, so neither b* nor the runner-up plans are computed."""
-    res = make_plan(profile, int(batch_size), temperature, "latency", draft_devices, k_max=k_max, top_n=1,
-                    scan_b_star=False, with_b_star=False)
+    request = PlanRequest(batch_size=int(batch_size), temperature=temperature, draft_devices=draft_devices,
+                          limits=SearchLimits(k_max=k_max, top_n=1), b_star=BStar.SKIP)
+    res = make_plan(profile, request)
     return {pred.mode: {"per_seq_tok_s": pred.per_seq_tok_s, "tok_s_per_device": pred.tok_s_per_device,
                         "total_tok_s": pred.total_tok_s, "K": pred.num_speculative_tokens}
             for pred in (res.ar, res.sd, res.ssd)}

@@ -37,6 +37,7 @@ import numpy as np
 import simpy
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
@@ -48,6 +49,9 @@ from ssd_sim.sim.timeline import Span, chrome_trace, event_log
 from ssd_sim.sim.workload import Workload, draft_prefill_ms, fixed_batch, prefill_ms
 
 MODES = ("ar", "sd", "ssd", "ssd-fast", "ssd-adaptive")
+# The round phases the simulator models (the runtime's names; it also times commit and the draft's lookup).
+SIM_PHASES = tuple(p.value for p in (Phase.VERIFY, Phase.TARGET_WAIT, Phase.DRAFT_SD, Phase.DRAFT_BACKUP,
+                                     Phase.DRAFT_GLUE, Phase.DRAFT_BRANCH))
 MAX_SPANS = 200_000  # timeline spans recorded at most (~25,000 SSD rounds; a Chrome trace of ~30 MB)
 
 
@@ -150,6 +154,8 @@ class RoundLatency:
         self.sd_draft = np.asarray(lat.sd_draft_ms(b, K), dtype=float).tolist()  # SD drafting
         self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
         self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()
+        # The glue's share of the primary speculation, as it runs beside the verify (the rest is the branch phase).
+        self.primary_glue = (np.asarray(lat.glue_ms(b, K), dtype=float) * (1.0 + lat.draft_slowdown)).tolist()
         self.jit = np.asarray(lat.jit_backup_ms(b, K), dtype=float).tolist()  # by rows redrafted
         self.fast = float(lat.fast_backup_ms)
         self.transfer = float(lat.transfer_ms)  # request + reply
@@ -186,8 +192,8 @@ class Simulation:
         self.per_row = plan.jit_redraft == "rows"
         # Counters (ms unless noted).
         self.busy = {"target": 0.0, "draft": 0.0}
-        self.phase = {"verify": 0.0, "target_wait": 0.0, "draft_sd": 0.0, "draft_backup": 0.0,
-                      "draft_primary": 0.0, "prefill": 0.0}
+        self.phase = dict.fromkeys(SIM_PHASES, 0.0)  # the runtime's phase names (ssd_sim.io.records.Phase)
+        self.prefill_ms = 0.0
         self.rows = 0  # sequences summed over rounds
         self.all_hit_rounds = 0
         self.backup_rounds = {"jit": 0, "fast": 0}
@@ -233,7 +239,7 @@ class Simulation:
             if self.spans is not None:
                 self.span(env.now, step[b], "target", "step", b)
             yield env.timeout(step[b])
-            self.phase["verify"] += step[b]
+            self.phase[Phase.VERIFY] += step[b]
             self.rows += b
             batch.commit(env.now)
 
@@ -247,8 +253,8 @@ class Simulation:
                 self.span(env.now, draft, "target", "draft", b)
                 self.span(env.now + draft, verify, "target", "verify", b)
             yield env.timeout(draft + verify)
-            self.phase["draft_sd"] += draft
-            self.phase["verify"] += verify
+            self.phase[Phase.DRAFT_SD] += draft
+            self.phase[Phase.VERIFY] += verify
             self.rows += b
             batch.commit(env.now)
 
@@ -266,9 +272,9 @@ class Simulation:
             if self.spans is not None:
                 self.span(sent, env.now - sent, "target", "wait", b)
                 self.span(env.now, verify, "target", "verify", b)
-            self.phase["target_wait"] += env.now - sent
+            self.phase[Phase.TARGET_WAIT] += env.now - sent
             yield env.timeout(verify)
-            self.phase["verify"] += verify
+            self.phase[Phase.VERIFY] += verify
             self.rows += b
             batch.commit(env.now)
 
@@ -283,7 +289,7 @@ class Simulation:
             if self.spans is not None:
                 self.span(start, t, "target", "prefill", len(new), round=-1)
             yield env.timeout(t)
-            self.phase["prefill"] += t
+            self.prefill_ms += t
         if not self._new_prompt_tokens:  # the draft may prefill from the first admission since the last round
             self._prefill_start = start
         self._new_prompt_tokens += prompt
@@ -315,8 +321,10 @@ class Simulation:
             if self.spans is not None:
                 self.record_primary(env.now, b)
             self.busy["draft"] += prefill + lat.lookup + backup_ms + primary
-            self.phase["draft_backup"] += backup_ms
-            self.phase["draft_primary"] += primary
+            self.phase[Phase.DRAFT_BACKUP] += backup_ms
+            glue = min(lat.primary_glue[b], primary)
+            self.phase[Phase.DRAFT_GLUE] += glue
+            self.phase[Phase.DRAFT_BRANCH] += primary - glue
             yield env.timeout(primary)
             free_at = env.now
 
@@ -369,11 +377,11 @@ class Simulation:
         devices = self.profile.latency.target_devices + (plan.draft_devices if self.kind == "ssd" else 0)
         tp, tt = percentiles(tpots(records)), percentiles(records.ttft_ms)
         rounds = max(batch.round, 1)
-        self.busy["target"] = self.phase["verify"] + self.phase["draft_sd"] + self.phase["prefill"]
+        self.busy["target"] = self.phase[Phase.VERIFY] + self.phase[Phase.DRAFT_SD] + self.prefill_ms
         ssd = self.kind == "ssd"
         K = plan.K if self.kind != "ar" else 0
         drafted = counts.seq_rounds * K
-        round_ms = (self.phase["verify"] + self.phase["draft_sd"] + self.phase["target_wait"]) / rounds
+        round_ms = (self.phase[Phase.VERIFY] + self.phase[Phase.DRAFT_SD] + self.phase[Phase.TARGET_WAIT]) / rounds
         return SimMetrics(
             mode=self.mode, batch_size=self.workload.max_batch, num_speculative_tokens=K,
             sequences=len(records), output_tokens=records.total_output_tokens,
@@ -393,8 +401,8 @@ class Simulation:
             backup_rounds=dict(self.backup_rounds) if ssd else {},
             target_busy=self.busy["target"] / wall if wall else 0.0,
             draft_busy=self.busy["draft"] / wall if wall else 0.0,
-            target_wait_ms=self.phase["target_wait"], target_wait_share=self.phase["target_wait"] / wall if wall else 0.0,
-            phase_ms={k: v / rounds for k, v in self.phase.items() if k != "prefill"} | {"round": round_ms},
+            target_wait_ms=self.phase[Phase.TARGET_WAIT], target_wait_share=self.phase[Phase.TARGET_WAIT] / wall if wall else 0.0,
+            phase_ms={k: v / rounds for k, v in self.phase.items()} | {"round": round_ms},
         )
 
 

@@ -26,7 +26,6 @@ import numpy as np
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import Trace
 from ssd_sim.model.acceptance import AcceptancePoint
-from ssd_sim.model.calibrate import check_trace
 from ssd_sim.plan.plan import Plan
 
 
@@ -126,31 +125,30 @@ class ReplayOutcomes:
     def from_trace(cls, trace: Trace, tables: OutcomeTables, plan: Plan) -> ReplayOutcomes:
         """Per-sequence (accepted, bonus_rank) arrays of a trace; bonus_rank -1 = unknown.
 
-        Refused in one line (ConfigError): a trace with impossible counts (check_trace: accepted > K, ...), an AR
+        Refused in one line (ConfigError): a trace with impossible counts (read_trace checks them), an AR
         trace (it accepted nothing: there is nothing to replay), and one that drafted fewer than the plan's K
         tokens. Rounds with K = 0 in an sd / ssd trace (the runtime's autoregressive fallback) are skipped.
         """
-        check_trace(trace)
         where = f"trace {trace.path}" if trace.path else "the trace"
         if trace.mode == "ar":
             raise ConfigError("replay", f"{where} is an ar run: it has no accepted counts to replay into an "
                                         f"{plan.mode} plan; replay an sd or ssd trace")
-        drafted = [r for r in trace.rounds if r["K"] > 0]
+        drafted = [r for r in trace.rounds if r.K > 0]
         if not drafted:
             raise ConfigError("replay", f"{where} has no drafted rounds (K > 0) to replay; was the run cut short?")
-        k_trace = min((r["K"] for r in drafted), default=0)
+        k_trace = min((r.K for r in drafted), default=0)
         if k_trace < plan.K:
             raise ConfigError("replay", f"{where} ran K = {k_trace} but the plan has K = {plan.K}: replay needs a "
                                         f"trace with K >= the plan's K (pass -k {max(k_trace, 1)} or less)")
         per_seq: dict[int, list[tuple[int, int]]] = {}
         for r in drafted:
-            for s in r["seqs"]:
-                if s.get("backup") == "fast" and not s.get("hit"):
+            for s in r.seqs:
+                if s.backup == "fast" and not s.hit:
                     continue
-                rank = s.get("bonus_rank")
-                k = int(s["accepted"])
+                rank = s.bonus_rank
+                k = int(s.accepted)
                 known = rank is not None and k < plan.K  # at k >= K the bonus is another token
-                per_seq.setdefault(int(s["seq"]), []).append((min(k, plan.K), int(rank) if known else -1))
+                per_seq.setdefault(int(s.seq), []).append((min(k, plan.K), int(rank) if known else -1))
         seqs = [(np.array([k for k, _ in v]), np.array([q for _, q in v])) for _, v in sorted(per_seq.items())]
         return cls([s for s in seqs if s[0].size], tables, plan)
 

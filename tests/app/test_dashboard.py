@@ -14,7 +14,7 @@ from streamlit.testing.v1 import AppTest  # noqa: E402
 from ssd_sim.io.trace import read_trace  # noqa: E402
 from ssd_sim.model.presets import get_preset, list_presets  # noqa: E402
 from ssd_sim.plan import compare, whatif  # noqa: E402
-from ssd_sim.plan.planner import make_plan  # noqa: E402
+from ssd_sim.plan.planner import PlanRequest, make_plan  # noqa: E402
 from tests.helpers.trace_samples import write_trace  # noqa: E402
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "app" / "dashboard.py"
@@ -73,7 +73,7 @@ def test_every_preset_renders_every_page_at_t1(at, preset):
 
 
 def test_whatif_defaults_are_the_optimised_plan(at):
-    res = make_plan(get_preset(LLAMA), 1, 0.0)
+    res = make_plan(get_preset(LLAMA))
     m = metrics(at)
     for label, value in shown(res).items():
         assert m[label] == value
@@ -118,7 +118,7 @@ def test_reset_overrides_and_optimise(at):
     at.slider(key="wi_b").set_value(8).run()
     at.button(key="btn_optimise").click().run()
     ok(at)
-    res = make_plan(base, 8, 0.0)
+    res = make_plan(base, PlanRequest(batch_size=8))
     assert at.slider(key="wi_K").value == res.plan.K
     assert metrics(at)["SSD (this plan)"] == f"{res.ssd.per_seq_tok_s:.1f} tok/s"
 
@@ -126,7 +126,7 @@ def test_reset_overrides_and_optimise(at):
 def test_other_preset_and_calibrated_file(at):
     at.selectbox(key="profile_choice").set_value("qwen32b-0.6b-h100").run()
     ok(at)
-    res = make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0)
+    res = make_plan(get_preset("qwen32b-0.6b-h100"))
     assert metrics(at)["SSD (this plan)"] == f"{res.ssd.per_seq_tok_s:.1f} tok/s"
     options = at.selectbox(key="profile_choice").options
     assert "mine.json (calibrated)" in options and not any("not-a-profile" in o for o in options)
@@ -149,7 +149,7 @@ def test_good_profile_upload(at):
     data = get_preset("qwen32b-0.6b-h100").to_json().encode()
     at.sidebar.file_uploader[0].set_value(("qwen.json", data, "application/json")).run()
     ok(at)
-    res = make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0)
+    res = make_plan(get_preset("qwen32b-0.6b-h100"))
     assert metrics(at)["autoregressive"] == f"{res.ar.per_seq_tok_s:.1f} tok/s"
 
 
@@ -161,7 +161,7 @@ def test_simulate_button(at):
     ok(at)
     table = at.dataframe[0].value
     prof = get_preset(LLAMA)
-    res = make_plan(prof, 1, 0.0)
+    res = make_plan(prof)
     want = sim.run(prof, res.plan, "ssd").metrics.per_seq_tok_s
     assert table["simulated tok/s per seq"].iloc[2] == pytest.approx(want, abs=0.006)
 
@@ -172,7 +172,7 @@ def test_timeline_page(at):
 
     at.switch_page("views/timeline.py").run()
     ok(at)
-    plan = make_plan(get_preset(LLAMA), 1, 0.0).plan
+    plan = make_plan(get_preset(LLAMA)).plan
     res = sim.run(get_preset(LLAMA), plan, "ssd", tokens=(plan.K + 1) * 30 + 1, timeline=True)
     assert metrics(at)["simulated tok/s per seq"] == f"{res.metrics.per_seq_tok_s:.1f}"
     chart = json.loads(at.get("plotly_chart")[0].proto.spec)
@@ -225,7 +225,7 @@ def test_traces_page_simulates_the_run(at, traces):
     ok(at)
     trace = read_trace(traces / "ssd-run.jsonl")
     plan = compare.trace_plan(trace)
-    tokens = sum(s["committed"] for r in trace.rounds for s in r["seqs"]) // plan.batch_size
+    tokens = sum(s.committed for r in trace.rounds for s in r.seqs) // plan.batch_size
     m = sim.run(get_preset(LLAMA), plan, "ssd", tokens).metrics
     table = at.dataframe[0].value
     assert list(table["simulated"]) == pytest.approx([m.total_tok_s, m.mean_accept_len, m.hit_rate])
@@ -258,7 +258,7 @@ def test_plan_page_matches_ssd_plan(at, tmp_path):
     at.switch_page("views/plan.py").run()
     ok(at)
     prof = get_preset(LLAMA)
-    plan = make_plan(prof, 1, 0.0).plan
+    plan = make_plan(prof).plan
     rep = report(prof, whatif.evaluate(prof, plan), f"preset:{LLAMA}", LLAMA, {})
     assert [c.value for c in at.code] == [rep["engine_flags"][e]["command"] for e in ("ssd-engine", "vllm", "sglang")]
     assert json.loads(at.json[0].value) == json.loads(json.dumps(rep))

@@ -9,7 +9,7 @@ import pytest
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import load_profile_file
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from tests.helpers.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
@@ -81,9 +81,9 @@ def test_shipped_profile_is_the_calibration_of_the_manifest():
 
 def test_calibrated_plan_is_the_best_measured_configuration():
     prof = load_profile_file(CPU / "profile.json")
-    plan = make_plan(prof, 1, 0.0).plan
+    plan = make_plan(prof).plan
     assert (plan.K, plan.fan_out) == (3, (0, 0, 0, 1))  # = ssd-k3-f0001-b1-t0, the fastest run at T = 0
-    hot = make_plan(prof, 1, 1.0).plan
+    hot = make_plan(prof, PlanRequest(temperature=1.0)).plan
     assert (hot.K, hot.fan_out, hot.saguaro_c) == (2, (0, 0, 1), 1.0)  # = ssd-k2-f001-b1-t1
 
 

@@ -8,6 +8,7 @@ import math
 import pytest
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.records import RoundRecord
 from tests.helpers.bench import load_bench
 
 VB = load_bench("vs_baseline")
@@ -35,7 +36,8 @@ def test_faults_fallbacks_errors_and_short_outputs_make_a_run_invalid(kw, why):
 
 
 def test_fallback_rounds_counts_rounds_marked_fallback():
-    assert VB.fallback_rounds([{"round": 0}, {"round": 1, "fallback": "ar"}, {"round": 2, "fallback": "ar"}]) == 2
+    rounds = [RoundRecord(i, 0, 1, [], fallback=f) for i, f in enumerate((None, "ar", "ar"))]
+    assert VB.fallback_rounds(rounds) == 2
     assert VB.fallback_rounds([]) == 0
 
 

@@ -90,6 +90,9 @@ DOCUMENTED_CHANGES: dict[str, str] = {
     "plan-bad-fanout": "-k and a --fan-out list that disagree are one message in every CLI (before, each had its own)",
     "sim-plan-file-new-k": "a new K drops the plan file's fan-out and ssd-sim searches one as ssd-plan does (before: "
                            "exit 2, 'the plan's fan-out has 4 entries but K = 5 needs 6')",
+    **{cid: "the simulator's phases carry the runtime's names (ssd_sim.io.records.Phase): its draft_primary is "
+            "split into draft_glue and draft_branch as the trace times them" for cid in
+       ("sim-cpu-json", "sim-llama-sd-json", "sim-poisson-json", "sim-plan-file-b2-json")},
 }
 
 

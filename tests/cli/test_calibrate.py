@@ -98,7 +98,7 @@ def rewrite(src, dst, edit) -> str:
                                                              "timings_ms.draft_glue = 'fast'"),
     (lambda L: L[0].update(mode="turbo"), "mode: {f} header: mode = 'turbo', expected one of ar, sd, ssd"),
     (lambda L: L[0].update(models={"target": "other", "draft": "x"}), "models: {f} has target 'other' but"),
-    (lambda L: L[2]["seqs"][0].pop("committed"), "committed: missing in {f} line 3 seqs[]"),
+    (lambda L: L[2]["seqs"][0].pop("committed"), "committed: missing in {f} line 3 seqs[0]"),
     (lambda L: L.__delitem__(slice(0, None)), "trace: {f} has no header line"),
 ])
 def test_an_impossible_trace_is_refused_naming_file_line_field_and_value(traces, tmp_path, capsys, edit, message):

@@ -11,9 +11,11 @@ import pytest
 
 from ssd_sim.cli.sim import main
 from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.records import Header
 from ssd_sim.io.trace import TraceWriter
 from ssd_sim.model.presets import list_presets
 from ssd_sim.plan.plan import Plan, PlanFile
+from tests.helpers.trace_samples import EMPTY_SUMMARY
 
 
 def run_json(capsys, *argv: str) -> dict:
@@ -79,12 +81,12 @@ def test_poisson_workload_flags(capsys):
 
 def test_replay_of_a_trace(tmp_path, capsys):
     path = tmp_path / "run.jsonl"
-    w = TraceWriter(path, {"mode": "ssd", "plan": Plan(num_speculative_tokens=4).to_dict(), "batch_size": 1})
+    w = TraceWriter(path, Header.build(**{"mode": "ssd", "plan": Plan(num_speculative_tokens=4).to_dict(), "batch_size": 1}))
     for i in range(50):
         seq = {"seq": 0, "accepted": 3, "bonus": 7, "committed": 4, "hit": i > 0, "backup": None,
                "fan_out": 1, "bonus_rank": 0}
-        w.round({"round": i, "K": 4, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
-    w.close({"tokens": 200})
+        w.write({"type": "round", "round": i, "K": 4, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
+    w.close(EMPTY_SUMMARY)
     out = run_json(capsys, "--preset", "llama70b-1b-h100", "-k", "4", "--fan-out", "1", "--fan-out-miss", "1,1,1,1,1",
                    "--replay", str(path), "--tokens", "401", "--json")
     m = out["metrics"]
@@ -169,11 +171,11 @@ def test_arrivals_workload_reads_the_file(tmp_path, capsys):
 
 
 def ar_trace(path: Path) -> Path:
-    w = TraceWriter(path, {"mode": "ar", "plan": Plan(mode="ar").to_dict(), "batch_size": 1})
+    w = TraceWriter(path, Header.build(**{"mode": "ar", "plan": Plan(mode="ar").to_dict(), "batch_size": 1}))
     for i in range(20):
         seq = {"seq": 0, "accepted": 0, "bonus": 7, "committed": 1}
-        w.round({"round": i, "K": 0, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
-    w.close({"tokens": 20})
+        w.write({"type": "round", "round": i, "K": 0, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
+    w.close(EMPTY_SUMMARY)
     return path
 
 
@@ -194,11 +196,11 @@ def test_replay_of_an_ar_trace_into_an_ssd_plan_is_refused(tmp_path, capsys):
 
 def test_replay_of_accepted_above_k_is_refused_with_file_line_and_field(tmp_path, capsys):
     path = tmp_path / "run.jsonl"
-    w = TraceWriter(path, {"mode": "ssd", "plan": Plan(num_speculative_tokens=2).to_dict(), "batch_size": 1})
+    w = TraceWriter(path, Header.build(**{"mode": "ssd", "plan": Plan(num_speculative_tokens=2).to_dict(), "batch_size": 1}))
     for i in range(3):
         seq = {"seq": 0, "accepted": 7 if i == 2 else 1, "bonus": 7, "committed": 2, "hit": i > 0, "bonus_rank": 0}
-        w.round({"round": i, "K": 2, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
-    w.close({"tokens": 6})
+        w.write({"type": "round", "round": i, "K": 2, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
+    w.close(EMPTY_SUMMARY)
     err = bad_exit(capsys, "--preset", "llama70b-1b-h100", "-k", "2", "--fan-out", "1", "--replay", str(path))
     assert err.startswith(f"ssd-sim: error: accepted: {path} line 4: seqs[0].accepted = 7 must be an integer in "
                           "0..K = 0..2")

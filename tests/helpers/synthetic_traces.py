@@ -6,9 +6,11 @@ from pathlib import Path
 
 import numpy as np
 
+from ssd_sim.io.records import Header, RoundRecord
 from ssd_sim.io.trace import TraceWriter
 from ssd_sim.model.latency import ForwardLatency, overlapped_ms
 from ssd_sim.plan.plan import Plan
+from tests.helpers.trace_samples import summary_of
 
 TARGET = ForwardLatency(fixed_ms=300.0, token_ms=150.0, token_exponent=0.9)
 DRAFT = ForwardLatency(fixed_ms=100.0, token_ms=40.0, token_exponent=0.85)
@@ -31,8 +33,9 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
     multi-row) while the draft's glue and branch run (latency.overlapped_ms)."""
     rng = np.random.default_rng(seed)
     b, K = plan.batch_size, plan.K
-    w = TraceWriter(path, {**SETUP, "mode": plan.mode, "plan": plan.to_dict(), "batch_size": b,
+    head = Header.build(**{**SETUP, "mode": plan.mode, "plan": plan.to_dict(), "batch_size": b,
                            "max_new_tokens": 10_000, "prompt_source": "synthetic", "num_prompts": b, **(header or {})})
+    w, records = TraceWriter(path, head), []
     prev_rank_hit = [False] * b
 
     def jitter(x):
@@ -58,9 +61,10 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
                 prev_rank_hit[s] = rank < fan
                 missed += hit is False
             seqs.append(entry)
-        w.round({"round": i, "K": K if plan.mode != "ar" else 0, "batch": b, "seqs": seqs,
-                 "timings_ms": timings(plan, b, K, missed, jitter, interference)})
-    return w.close({"tokens": 0, "wall_s": 0.0, "tok_s": 0.0, "rounds": rounds, "faults": []})
+        records.append(RoundRecord.from_json({"round": i, "K": K if plan.mode != "ar" else 0, "batch": b, "seqs": seqs,
+                 "timings_ms": timings(plan, b, K, missed, jitter, interference)}, "test"))
+        w.round(records[-1])
+    return w.close(summary_of(head, records))
 
 
 def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 0.0)) -> dict:

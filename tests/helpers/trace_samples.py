@@ -6,7 +6,8 @@ from pathlib import Path
 
 import numpy as np
 
-from ssd_sim.io.trace import TraceWriter
+from ssd_sim.io.records import Header, RoundRecord, Summary
+from ssd_sim.io.trace import Trace, TraceWriter, summarize
 from ssd_sim.plan.plan import Plan
 
 
@@ -17,7 +18,9 @@ def write_trace(path: Path, mode: str = "ssd", rounds: int = 40, batch: int = 2,
     plan = Plan(num_speculative_tokens=K, fan_out=(2,) * (K + 1), batch_size=batch, mode=mode)
     header = {"mode": mode, "plan": plan.to_dict(), "batch_size": batch, "models": {"target": "t", "draft": "d"},
               "devices": {"target": "cpu:0", "draft": "cpu:1"}, "max_new_tokens": 64}
+    header = Header.build(**header)
     w = TraceWriter(path, header)
+    records = []
     for r in range(rounds):
         seqs = []
         for s in range(batch):
@@ -31,5 +34,23 @@ def write_trace(path: Path, mode: str = "ssd", rounds: int = 40, batch: int = 2,
         timings = {"verify": 10.0, "target_wait": 1.0 if mode == "ssd" else 0.0, "commit": 0.5,
                    "draft_glue": 2.0 if mode == "ssd" else 0.0, "draft_branch": 5.0 if mode == "ssd" else 0.0,
                    "draft_sd": 6.0 if mode == "sd" else 0.0, "round": 12.0}
-        w.round({"round": r, "K": K, "batch": batch, "seqs": seqs, "timings_ms": timings})
-    return w.close({"tokens": 0, "wall_s": rounds * 0.012, "tok_s": 0.0, "rounds": rounds, "faults": []})
+        records.append(RoundRecord.from_json({"round": r, "K": K, "batch": batch, "seqs": seqs, "timings_ms": timings},
+                                             "test"))
+        w.round(records[-1])
+    return w.close(summary_of(header, records))
+
+
+def summary_of(header: Header, rounds: list[RoundRecord]) -> Summary:
+    """The summary line of these rounds (metrics only, no requests)."""
+    return Summary.of(summarize(Trace(header, rounds)))
+
+
+# A summary for traces whose rounds a test writes raw (possibly impossible ones, to see them refused).
+EMPTY_SUMMARY = Summary(rounds=0, tokens=0, wall_ms=0.0, tok_s=0.0, mean_accept_len=0.0, acceptance_rate=0.0,
+                        hit_rate=None, primary_hit_rate=None, backup_hit_rate=None, tokens_per_round_hit=None,
+                        tokens_per_round_miss=None, per_position_acceptance=())
+
+
+def trace_from(header: dict, rounds: list[dict]) -> Trace:
+    """An in-memory Trace from plain header and round dicts (checked as read_trace checks them)."""
+    return Trace(Header.build(**header), [RoundRecord.from_json(r, "test") for r in rounds])

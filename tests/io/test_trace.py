@@ -20,7 +20,7 @@ def trace_with(dists) -> list[str]:
 
 def test_well_formed_distributions_parse():
     t = parse_trace(trace_with([GOOD, GOOD[:3] + [None, None, None]]))
-    assert t.rounds[0]["seqs"][0]["dists"][1][3] is None
+    assert t.rounds[0].seqs[0].dists[1][3] is None
 
 
 @pytest.mark.parametrize("dists", [

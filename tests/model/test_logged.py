@@ -10,6 +10,7 @@ from ssd_sim.io.trace import Trace
 from ssd_sim.model.logged import logged_positions, response
 from ssd_sim.theory.saguaro import outcome_stats
 from tests.helpers.synthetic_traces import dist_pairs, dist_record
+from tests.helpers.trace_samples import trace_from
 
 V = 200
 
@@ -27,7 +28,7 @@ def trace_of(p: np.ndarray, q: np.ndarray, n: int) -> Trace:
     rounds = [{"round": j, "K": 1, "seqs": [{"seq": j, "accepted": 0, "bonus": 0, "committed": 1,
                                              "dists": [record(p[j], n) + record(q[j], n)]}], "timings_ms": {}}
               for j in range(len(p))]
-    return Trace({"mode": "sd", "plan": {}, "batch_size": 1, "log_topn": n}, rounds)
+    return trace_from({"mode": "sd", "plan": {}, "batch_size": 1, "log_topn": n}, rounds)
 
 
 def temper(d: np.ndarray, T: float) -> np.ndarray:
@@ -103,7 +104,7 @@ def test_positions_with_few_contexts_share_the_last_row():
     p, q = pairs(40, seed=4)
     t = trace_of(p, q, 8)
     for j, rnd in enumerate(t.rounds[:10]):  # ten contexts also logged at position 1
-        s = rnd["seqs"][0]
-        s["accepted"], s["dists"] = 1, s["dists"] + [record(p[-1 - j], 8) + record(q[-1 - j], 8)]
+        s = rnd.seqs[0]
+        s.accepted, s.dists = 1, s.dists + [record(p[-1 - j], 8) + record(q[-1 - j], 8)]
     assert response(logged_positions([t]), 1.0, min_contexts=30).acceptance.shape == (1,)
     assert response(logged_positions([t]), 1.0, min_contexts=10).acceptance.shape == (2,)

@@ -87,6 +87,6 @@ def test_cpu_presets_fit_measured_forwards_within_10_percent(name):
 def test_measured_cpu_preset_plans_what_the_real_grid_found_best():
     from ssd_sim.plan.planner import make_plan
 
-    r = make_plan(get_preset("qwen-coder-1.5b-0.5b-cpu"), 1, 0.0)
+    r = make_plan(get_preset("qwen-coder-1.5b-0.5b-cpu"))
     assert (r.plan.K, r.plan.fan_out) == (3, (0, 0, 0, 1))  # traces/cpu-fp32-grid: 5.19 tok/s, the fastest run
     assert r.ar.per_seq_tok_s == pytest.approx(1e3 / (367.3 + 0.21), rel=0.03)  # measured AR step

@@ -24,18 +24,18 @@ def test_trace_series_and_predicted_vs_measured(tmp_path, prof):
     trace = read_trace(write_trace(tmp_path / "t.jsonl", rounds=30, batch=2))
     s = compare.trace_series(trace, window=5)
     assert s["round"] == list(range(30))
-    r3 = trace.rounds[3]["seqs"]
-    assert s["accept_len"][3] == pytest.approx(np.mean([q["accepted"] + 1 for q in r3]))
+    r3 = trace.rounds[3].seqs
+    assert s["accept_len"][3] == pytest.approx(np.mean([q.accepted + 1 for q in r3]))
     assert math.isnan(s["hit_rate"][0])  # first round: no lookups that can hit
-    looked = [q for r in trace.rounds[1:6] for q in r["seqs"]]
-    assert s["rolling_hit_rate"][5] == pytest.approx(sum(q["hit"] for q in looked) / len(looked))
+    looked = [q for r in trace.rounds[1:6] for q in r.seqs]
+    assert s["rolling_hit_rate"][5] == pytest.approx(sum(q.hit for q in looked) / len(looked))
     assert s["phase_ms"]["verify"] == [10.0] * 30
     pvm = compare.predicted_vs_measured(prof, trace)
     m = summarize(trace)
     names = [row[0] for row in pvm["rows"]]
     assert names[-1] == "cache hit rate"
     assert pvm["rows"][0][2] == m.tok_s and pvm["rows"][2][2] == m.hit_rate
-    plan = Plan.from_dict(trace.header["plan"])
+    plan = Plan.from_dict(trace.header.plan)
     assert compare.trace_plan(trace) == plan.replace(batch_size=2, mode="ssd")
     assert pvm["prediction"]["per_seq_tok_s"] == predict_ssd(prof, plan).per_seq_tok_s
     assert [row[3] for row in pvm["rows"]] == [None] * 3

@@ -8,7 +8,7 @@ from ssd_sim.model.presets import get_preset, list_presets
 from ssd_sim.plan.emit import engine_flags, reference_plan
 from ssd_sim.plan.engine_rules import check
 from ssd_sim.plan.plan import Plan, engine_defaults
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import BStar, PlanRequest, make_plan
 from ssd_sim.plan.predict import predict_ssd
 
 GPU_PRESETS = ("llama70b-1b-h100", "qwen32b-0.6b-h100", "llama70b-1b-h200")
@@ -19,7 +19,7 @@ GPU_PRESETS = ("llama70b-1b-h100", "qwen32b-0.6b-h100", "llama70b-1b-h200")
 @pytest.mark.parametrize("name", list_presets())
 def test_every_emitted_command_passes_its_engines_rules(name, b, T):
     prof = get_preset(name)
-    r = make_plan(prof, b, T, scan_b_star=False)
+    r = make_plan(prof, PlanRequest(batch_size=b, temperature=T, b_star=BStar.CHOSEN))
     flags = engine_flags(prof, r.plan, r.sd, r.budget_cap)
     for engine, f in flags.items():
         if f.get("supported", True):
@@ -50,7 +50,8 @@ def test_plans_the_engine_cannot_hold_are_padded_or_cut_to_f_times_k_plus_1(budg
     assert run.budget % (K + 1) == 0 and run.budget // (K + 1) >= 1
     assert run.budget in (want_budget, want_budget - (K + 1))  # the multiple below or above, the faster one
     assert notes and f"budget {plan.budget} -> {run.budget}" in notes[0]
-    args = engine_flags(prof, plan, make_plan(prof, 1, 1.0, scan_b_star=False).sd)["ssd-engine"]["args"]
+    sd = make_plan(prof, PlanRequest(temperature=1.0, b_star=BStar.CHOSEN)).sd
+    args = engine_flags(prof, plan, sd)["ssd-engine"]["args"]
     assert check("ssd-engine", args) == []
 
 
@@ -64,7 +65,7 @@ def test_above_batch_8_the_engine_gets_one_fan_out_everywhere():
 
 def test_cpu_profiles_are_not_emitted_for_the_reference_engine():
     prof = get_preset("qwen-coder-1.5b-0.5b-cpu")
-    r = make_plan(prof, 1, 0.0, scan_b_star=False)
+    r = make_plan(prof, PlanRequest(b_star=BStar.CHOSEN))
     ref = engine_flags(prof, r.plan, r.sd)["ssd-engine"]
     assert not ref["supported"] and ref["command"] == "" and "has no target Qwen2.5-Coder-1.5B" in ref["notes"][0]
 

@@ -21,7 +21,7 @@ from ssd_sim.plan.intervals import (
     scaled_interval,
     uncertainty_report,
 )
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.predict import predict_sd, predict_ssd
 
 SPLITS = Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-splits"
@@ -30,7 +30,7 @@ NONE = Uncertainty(acceptance_logit_sd=0.0, latency_run_sd=0.0, interference=(),
 
 def test_without_uncertainty_every_draw_is_the_point_prediction():
     prof = replace(get_preset("qwen-coder-1.5b-0.5b-cpu"), uncertainty=NONE)
-    res = make_plan(prof, 1, 0.0)
+    res = make_plan(prof)
     s = sample(prof, res.plan, res.sd.num_speculative_tokens, n=20)
     assert np.allclose(s["ssd"], res.ssd.per_seq_tok_s) and np.allclose(s["sd"], res.sd.per_seq_tok_s)
     iv = interval(s["ssd"])
@@ -39,7 +39,7 @@ def test_without_uncertainty_every_draw_is_the_point_prediction():
 
 def test_intervals_widen_with_fewer_sequences_and_contain_the_median():
     prof = get_preset("qwen-coder-1.5b-0.5b-cpu")
-    plan = make_plan(prof, 1, 0.0).plan
+    plan = make_plan(prof).plan
     narrow = interval(sample(prof, plan, 4, run_sequences=64)["ssd"])
     wide = interval(sample(prof, plan, 4, run_sequences=1)["ssd"])
     assert wide["high"] - wide["low"] > narrow["high"] - narrow["low"]
@@ -50,7 +50,7 @@ def test_intervals_widen_with_fewer_sequences_and_contain_the_median():
 
 def test_a_clear_win_recommends_ssd():
     prof = replace(get_preset("llama70b-1b-h100"), uncertainty=Uncertainty(interference=(0.0, 0.1)))
-    res = make_plan(prof, 1, 0.0)
+    res = make_plan(prof)
     s = sample(prof, res.plan, res.sd.num_speculative_tokens)
     d = decide(prof, res.plan, res.sd.num_speculative_tokens, s)
     assert d.p_ssd_beats_sd >= 0.8 and d.recommended_mode == "ssd"
@@ -82,7 +82,7 @@ def test_ar_and_one_sd_trace_on_two_prompts_give_an_honest_interval(tmp_path):
     u = prof.uncertainty
     assert u.sequences == 2 and u.interference == (0.0, 0.5)  # two prompts; interference never measured
     assert u.timed_rows_tokens == (4, 1)  # the draft was only timed one row at a time ...
-    res = make_plan(prof, 1, 0.0)
+    res = make_plan(prof)
     assert res.plan.budget <= 2  # ... so the planner does not plan caches far beyond it
     rep = uncertainty_report(prof, res.plan, res.sd.num_speculative_tokens)
     assert 0.5 < rep["p_ssd_beats_sd"] < 0.95
@@ -98,12 +98,12 @@ def test_ar_and_one_sd_trace_on_two_prompts_give_an_honest_interval(tmp_path):
 
 def test_risk_ranks_the_candidates_by_a_low_quantile():
     prof = get_preset("qwen-coder-1.5b-0.5b-cpu")
-    res = make_plan(prof, 1, 1.0, risk=0.1)
+    res = make_plan(prof, PlanRequest(temperature=1.0, risk=0.1))
     plans = [p for p, _ in res.candidates]
     q = quantile_tok_s(prof, plans, 0.1)
     assert q[0] == pytest.approx(max(q), rel=1e-9) or res.plan.saguaro_c_list  # refined C list may follow
     with pytest.raises(Exception) as e:
-        make_plan(prof, 1, 0.0, risk=0.7)
+        make_plan(prof, PlanRequest(risk=0.7))
     assert "risk" in str(e.value)
 
 
@@ -115,5 +115,5 @@ def test_calibration_measures_what_it_can_and_states_the_rest():
     assert u.sources["acceptance_logit_sd"].startswith("measured") and u.sequences == 8
     assert u.timed_rows_tokens == (8, 6)  # b = 2 x (K + 1) = 8 verified; the draft: b = 2 x budget 3 branch rows
     assert 0.0 < u.acceptance_logit_sd < 3.0 and 0.03 <= u.latency_run_sd < 0.2
-    assert predict_ssd(prof, make_plan(prof, 1, 0.0).plan).per_seq_tok_s > predict_sd(prof, 1, 3).per_seq_tok_s
+    assert predict_ssd(prof, make_plan(prof).plan).per_seq_tok_s > predict_sd(prof, 1, 3).per_seq_tok_s
     shutil.rmtree(SPLITS / "__pycache__", ignore_errors=True)

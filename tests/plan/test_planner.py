@@ -8,10 +8,19 @@ import pytest
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.presets import get_preset
 from ssd_sim.plan.plan import Plan
-from ssd_sim.plan.planner import Knobs, budget_fit, critical_batch, make_plan
+from ssd_sim.plan.planner import (
+    BStar,
+    Knobs,
+    PlanRequest,
+    SearchLimits,
+    budget_fit,
+    critical_batch,
+    make_plan,
+)
 from ssd_sim.plan.predict import predict_ssd
 from tests.helpers.combinatorics import compositions
 from tests.helpers.profiles import flat_profile
+from tests.helpers.trace_samples import trace_from
 
 
 def rowed_profile():
@@ -25,7 +34,7 @@ def rowed_profile():
 
 def test_planner_matches_brute_force_over_all_fan_outs():
     prof = rowed_profile()
-    result = make_plan(prof, 1, 0.0, knobs=Knobs(backup="jit"), k_max=3)
+    result = make_plan(prof, PlanRequest(knobs=Knobs(backup="jit"), limits=SearchLimits(k_max=3)))
     best = 0.0
     for K in (1, 2, 3):
         fit = budget_fit(prof, 1, K)
@@ -47,7 +56,7 @@ def test_planner_with_a_per_position_table_matches_brute_force():
                      ((0.0, 0.95, 0.97, 0.98), (0.0, 0.9, 0.95, 0.97), (0.0, 0.85, 0.92, 0.96)))
     pt = AcceptancePoint(0.0, (0.9, 0.6, 0.4), table, table)
     prof = replace(rowed_profile(), acceptance=AcceptanceModel((pt,)))
-    result = make_plan(prof, 1, 0.0, knobs=Knobs(backup="jit"), k_max=3)
+    result = make_plan(prof, PlanRequest(knobs=Knobs(backup="jit"), limits=SearchLimits(k_max=3)))
     best, arg = 0.0, None
     for K in (1, 2, 3):
         for budget in range(1, budget_fit(prof, 1, K) + 1):
@@ -62,7 +71,7 @@ def test_planner_with_a_per_position_table_matches_brute_force():
 def test_budget_never_exceeds_what_the_draft_finishes_inside_a_verify():
     prof = rowed_profile()
     for b in (1, 2, 4):
-        r = make_plan(prof, b, 0.0)
+        r = make_plan(prof, PlanRequest(batch_size=b))
         assert r.plan.budget <= r.budget_fit
         assert r.ssd.draft_ms <= r.ssd.verify_ms + 1e-9
         assert "draft time" in r.binding
@@ -70,7 +79,8 @@ def test_budget_never_exceeds_what_the_draft_finishes_inside_a_verify():
 
 def test_fixed_knobs_are_kept_and_the_rest_searched():
     prof = get_preset("llama70b-1b-h100")
-    r = make_plan(prof, 1, 1.0, knobs=Knobs(num_speculative_tokens=7, fan_out=3, saguaro_c=0.5, backup="fast"))
+    knobs = Knobs(num_speculative_tokens=7, fan_out=3, saguaro_c=0.5, backup="fast")
+    r = make_plan(prof, PlanRequest(temperature=1.0, knobs=knobs))
     assert r.plan.K == 7 and r.plan.fan_out == (3,) * 8 and r.plan.saguaro_c == 0.5
     assert r.plan.backup == "fast"
     assert r.plan.fan_out_miss[0] == 24  # searched: after a fast backup everything goes to k = 0
@@ -78,22 +88,24 @@ def test_fixed_knobs_are_kept_and_the_rest_searched():
 
 
 def test_fan_out_list_fixes_k():
-    r = make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0, knobs=Knobs(fan_out=(4, 3, 3, 3, 3, 2, 2, 4)))
+    prof = get_preset("qwen32b-0.6b-h100")
+    r = make_plan(prof, PlanRequest(knobs=Knobs(fan_out=(4, 3, 3, 3, 3, 2, 2, 4))))
     assert r.plan.K == 7 and r.plan.fan_out == (4, 3, 3, 3, 3, 2, 2, 4)
     with pytest.raises(ConfigError, match="fan_out"):
-        make_plan(get_preset("qwen32b-0.6b-h100"), 1, 0.0, knobs=Knobs(num_speculative_tokens=3, fan_out=(1, 1)))
+        make_plan(prof, PlanRequest(knobs=Knobs(num_speculative_tokens=3, fan_out=(1, 1))))
 
 
 def test_greedy_plans_leave_saguaro_off_and_sampling_plans_search_it():
     prof = get_preset("llama70b-1b-h100")
-    assert make_plan(prof, 1, 0.0).plan.saguaro_c == 1.0
-    hot = make_plan(prof, 1, 1.0)
+    assert make_plan(prof).plan.saguaro_c == 1.0
+    hot_request = PlanRequest(temperature=1.0)
+    hot = make_plan(prof, hot_request)
     assert hot.plan.saguaro_c < 1.0  # Saguaro pays at T = 1 on this preset
-    assert hot.ssd.per_seq_tok_s > make_plan(prof, 1, 1.0, knobs=Knobs(saguaro_c=1.0)).ssd.per_seq_tok_s
+    assert hot.ssd.per_seq_tok_s > make_plan(prof, hot_request.replace(knobs=Knobs(saguaro_c=1.0))).ssd.per_seq_tok_s
 
 
 def test_ssd_beats_sd_and_ar_on_the_paper_setting():
-    r = make_plan(get_preset("llama70b-1b-h100"), 1, 0.0)
+    r = make_plan(get_preset("llama70b-1b-h100"))
     assert r.ssd.per_seq_tok_s > r.sd.per_seq_tok_s > r.ar.per_seq_tok_s
     assert r.recommended_mode == "ssd"
     assert r.ar.per_seq_tok_s == pytest.approx(54.7)
@@ -101,7 +113,7 @@ def test_ssd_beats_sd_and_ar_on_the_paper_setting():
 
 def test_adaptive_backup_picks_the_faster_backup_at_every_batch_size():
     prof = get_preset("llama70b-1b-h100")
-    r = make_plan(prof, 1, 0.0)
+    r = make_plan(prof)
     assert r.plan.backup == "adaptive" and r.plan.backup_threshold == r.b_star
     b_star, _ = critical_batch(prof, r.plan)
     assert math.isfinite(b_star)
@@ -117,17 +129,17 @@ def test_adaptive_backup_picks_the_faster_backup_at_every_batch_size():
 
 def test_more_draft_devices_raise_the_budget():
     prof = get_preset("llama70b-1b-h100")
-    one = make_plan(prof, 8, 0.0, draft_devices=1, knobs=Knobs(num_speculative_tokens=4))
-    two = make_plan(prof, 8, 0.0, draft_devices=2, knobs=Knobs(num_speculative_tokens=4))
+    one = make_plan(prof, PlanRequest(batch_size=8, knobs=Knobs(num_speculative_tokens=4)))
+    two = make_plan(prof, PlanRequest(batch_size=8, draft_devices=2, knobs=Knobs(num_speculative_tokens=4)))
     assert two.budget_fit > one.budget_fit and two.plan.budget > one.plan.budget
     assert two.ssd.per_seq_tok_s > one.ssd.per_seq_tok_s
-    assert make_plan(prof, 8, 0.0, draft_devices=2).ssd.per_seq_tok_s >= two.ssd.per_seq_tok_s
+    assert make_plan(prof, PlanRequest(batch_size=8, draft_devices=2)).ssd.per_seq_tok_s >= two.ssd.per_seq_tok_s
 
 
 @pytest.mark.parametrize("name", ["llama70b-1b-h100", "qwen32b-0.6b-h100", "llama70b-1b-h200"])
 def test_gpu_presets_predict_ssd_between_1x_and_2x_of_sd(name):
     for b, T in itertools.product((1, 4), (0.0, 1.0)):
-        r = make_plan(get_preset(name), b, T)
+        r = make_plan(get_preset(name), PlanRequest(batch_size=b, temperature=T))
         assert 1.0 < r.ssd.per_seq_tok_s / r.sd.per_seq_tok_s < 2.0
 
 
@@ -142,9 +154,8 @@ def logged_profile():
     for j in range(0, 600, 3):  # three positions per round, each its own context
         seqs.append({"seq": j, "accepted": 2, "bonus": 0, "committed": 3,
                      "dists": [dist_record(p[j + i], 12) + dist_record(q[j + i], 12) for i in range(3)]})
-    from ssd_sim.io.trace import Trace
 
-    trace = Trace({"mode": "sd", "plan": {}, "batch_size": 1}, [{"round": 0, "K": 3, "seqs": seqs, "timings_ms": {}}])
+    trace = trace_from({"mode": "sd", "plan": {}, "batch_size": 1}, [{"round": 0, "K": 3, "seqs": seqs, "timings_ms": {}}])
     model, _ = derived_model(logged_positions([trace]))
     return replace(get_preset("qwen-coder-1.5b-0.5b-cpu"), acceptance=model)
 
@@ -153,14 +164,14 @@ def test_per_position_c_never_loses_to_the_single_c_and_is_reported_at_t_above_0
     from ssd_sim.plan.planner import per_position_c
 
     prof = logged_profile()
-    res = make_plan(prof, 1, 1.0, knobs=Knobs(num_speculative_tokens=3))
+    res = make_plan(prof, PlanRequest(temperature=1.0, knobs=Knobs(num_speculative_tokens=3)))
     assert res.c_per_position_gain_pct is not None and res.c_per_position_gain_pct >= 0.0
     base = res.plan.replace(saguaro_c_list=()) if res.plan.saguaro_c_list else res.plan
     refined, gain = per_position_c(prof, base)
     assert len(refined.saguaro_c_list) == base.K
     assert predict_ssd(prof, refined).per_seq_tok_s == pytest.approx(
         predict_ssd(prof, base).per_seq_tok_s * (1 + gain / 100))
-    assert make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=3)).c_per_position_gain_pct is None  # greedy
+    assert make_plan(prof, PlanRequest(knobs=Knobs(num_speculative_tokens=3))).c_per_position_gain_pct is None  # greedy
 
 
 def test_a_per_position_c_list_combines_each_positions_own_response():
@@ -177,8 +188,9 @@ def test_a_per_position_c_list_combines_each_positions_own_response():
 
 def test_a_budget_cap_that_binds_is_named_in_the_binding_line():
     prof = get_preset("llama70b-1b-h100")
-    free = make_plan(prof, 8, 0.0)
-    capped = make_plan(prof, 8, 0.0, knobs=Knobs(num_speculative_tokens=free.plan.K), budget_cap=2)
+    free = make_plan(prof, PlanRequest(batch_size=8))
+    capped = make_plan(prof, PlanRequest(batch_size=8, knobs=Knobs(num_speculative_tokens=free.plan.K),
+                                         limits=SearchLimits(budget_cap=2)))
     assert capped.plan.budget == 2 and capped.budget_fit > 2
     assert capped.binding.startswith("budget cap: 2 guesses (--budget-cap 2)")
     assert free.binding.startswith("draft time: budget") and free.plan.budget == free.budget_fit
@@ -186,14 +198,14 @@ def test_a_budget_cap_that_binds_is_named_in_the_binding_line():
 
 def test_a_draft_bound_fixed_plan_names_draft_time_not_the_user():
     prof = get_preset("llama70b-1b-h100")
-    r = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=7, fan_out=3))
+    r = make_plan(prof, PlanRequest(knobs=Knobs(num_speculative_tokens=7, fan_out=3)))
     assert r.ssd.draft_ms > r.ssd.verify_ms  # 8 tree steps of 24 rows do not fit in one 18.3 ms verify
     assert r.binding.startswith("draft time: the fan-out fixed by the user (budget 24) takes T_p = ")
     assert r.binding.endswith("even a budget of 1 does not fit at this K") and r.budget_fit == 0
-    wide = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=5, fan_out=40))
+    wide = make_plan(prof, PlanRequest(knobs=Knobs(num_speculative_tokens=5, fan_out=40)))
     assert wide.ssd.draft_ms > wide.ssd.verify_ms and 0 < wide.budget_fit < 240
     assert wide.binding.endswith(f"a budget of at most {wide.budget_fit} fits inside one verify")
-    small = make_plan(prof, 1, 0.0, knobs=Knobs(num_speculative_tokens=3, fan_out=1))
+    small = make_plan(prof, PlanRequest(knobs=Knobs(num_speculative_tokens=3, fan_out=1)))
     assert small.binding.startswith("fan-out fixed by the user (budget 4; T_p = ")
 
 
@@ -201,12 +213,13 @@ def test_a_draft_bound_fixed_plan_names_draft_time_not_the_user():
 @pytest.mark.parametrize("name", ["llama70b-1b-h100", "qwen32b-0.6b-h100", "qwen-coder-1.5b-0.5b-cpu"])
 def test_b_star_is_the_first_batch_where_fast_beats_jit_each_replanned(name, T):
     prof = get_preset(name)
-    r = make_plan(prof, 1, T)
+    r = make_plan(prof, PlanRequest(temperature=T))
     cx = r.crossover
     assert r.b_star == cx.b_star and cx.batch_sizes[: int(r.b_star)] == tuple(range(1, int(r.b_star) + 1))
     for b in range(1, int(r.b_star) + 1):  # independent recomputation: the best plan with each backup at b
-        jit = make_plan(prof, b, T, knobs=Knobs(backup="jit"), scan_b_star=False).ssd.per_seq_tok_s
-        fast = make_plan(prof, b, T, knobs=Knobs(backup="fast"), scan_b_star=False).ssd.per_seq_tok_s
+        at_b = PlanRequest(batch_size=b, temperature=T, b_star=BStar.CHOSEN)
+        jit = make_plan(prof, at_b.replace(knobs=Knobs(backup="jit"))).ssd.per_seq_tok_s
+        fast = make_plan(prof, at_b.replace(knobs=Knobs(backup="fast"))).ssd.per_seq_tok_s
         assert cx.jit[b - 1] == pytest.approx(jit) and cx.fast[b - 1] == pytest.approx(fast)
         assert (fast > jit) == (b == r.b_star)
 
@@ -224,7 +237,7 @@ def test_b_star_is_not_never_when_fast_wins_only_at_a_large_batch():
 @pytest.mark.parametrize("T", [0.0, 1.0])
 def test_the_plan_stays_under_the_corollary_9_bound(T):
     for name in ("llama70b-1b-h100", "qwen32b-0.6b-h100", "qwen-coder-1.5b-0.5b-cpu"):
-        r = make_plan(get_preset(name), 1, T, scan_b_star=False)
+        r = make_plan(get_preset(name), PlanRequest(temperature=T, b_star=BStar.CHOSEN))
         x = r.ssd.per_seq_tok_s / r.sd.per_seq_tok_s
         assert 1.0 < r.gain_bound and x <= r.gain_bound + 1e-9
         assert r.gain_captured == pytest.approx((x - 1) / (r.gain_bound - 1))

@@ -15,7 +15,7 @@ import pytest
 from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan import whatif
 from ssd_sim.plan.plan import Plan
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.predict import predict_ssd
 from ssd_sim.sim.outcomes import OutcomeTables
 
@@ -77,7 +77,7 @@ EXACT = {"rel": 1e-12, "abs": 1e-15}  # identical up to the last bits of LAPACK'
 def test_make_plan_is_unchanged(key):
     name, T, b = key
     K, fan_out, fan_out_miss, C, backup, tok_s, p_hit, b_star = MAKE_PLAN[key]
-    res = make_plan(_profile(name), batch_size=b, temperature=T)
+    res = make_plan(_profile(name), PlanRequest(batch_size=b, temperature=T))
     p = res.plan
     assert (p.K, p.fan_out, p.fan_out_miss, p.saguaro_c, p.backup) == (K, fan_out, fan_out_miss, C, backup)
     assert (res.ssd.per_seq_tok_s, res.ssd.p_hit) == pytest.approx((tok_s, p_hit), **EXACT)

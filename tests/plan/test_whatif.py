@@ -9,7 +9,7 @@ import pytest
 
 from ssd_sim.model.presets import get_preset
 from ssd_sim.plan import whatif
-from ssd_sim.plan.planner import critical_batch, make_plan
+from ssd_sim.plan.planner import PlanRequest, critical_batch, make_plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
 from ssd_sim.theory.fanout import integer_fanout, miss_rate, uniform_fanout
 
@@ -80,7 +80,7 @@ def test_adaptive_threshold_is_the_planners_b_star(prof):
 
 @pytest.mark.parametrize("b,T", [(1, 0.0), (8, 0.0), (4, 1.0)])
 def test_knobs_of_make_plan_rebuild_its_plan(prof, b, T):
-    res = make_plan(prof, b, T)
+    res = make_plan(prof, PlanRequest(batch_size=b, temperature=T))
     p = res.plan
     rebuilt = whatif.build_plan(prof, p.K, p.budget, T, p.saguaro_c, p.backup, b)
     assert rebuilt == p
@@ -143,7 +143,7 @@ def test_backup_crossover_crosses_at_b_star(prof):
 def test_pareto_rows_are_make_plan(prof):
     data = whatif.pareto(prof, [1, 8], 0.0)
     for i, b in enumerate((1, 8)):
-        res = make_plan(prof, b, 0.0)
+        res = make_plan(prof, PlanRequest(batch_size=b))
         assert data["ssd"]["per_seq_tok_s"][i] == res.ssd.per_seq_tok_s
         assert data["sd"]["tok_s_per_device"][i] == res.sd.tok_s_per_device
         assert data["ar"]["total_tok_s"][i] == pytest.approx(res.ar.per_seq_tok_s * b)

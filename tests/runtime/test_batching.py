@@ -10,6 +10,7 @@ from ssd_runtime.draft_trace import DraftRecorder
 from ssd_runtime.run import request_percentiles
 from ssd_runtime.target import Target, TargetConfig
 from ssd_runtime.transport import LocalLink
+from ssd_sim.io.records import RequestRecord
 from ssd_sim.plan.plan import Plan
 from tests.helpers.runtime import DRAFT, TARGET, make_prompts, reference_greedy, target_model
 
@@ -32,16 +33,16 @@ def reference(models):
 
 def run(models, plan: Plan, mode: str, arrivals=None) -> tuple[list[list[int]], list[dict], Target]:
     recs: list[dict] = []
-    link = None if mode == "ar" else LocalLink(lambda msg: DraftRecorder(Drafter(models[1], plan, mode, 0, V)))
+    link = None if mode == "ar" else LocalLink(lambda msg: DraftRecorder(Drafter(models[1], plan.replace(mode=mode), 0, V)))
     if link:
         link.job({})
-    target = Target(models[0], TargetConfig(plan, mode, N_NEW), link, on_round=recs.append)
+    target = Target(models[0], TargetConfig(plan.replace(mode=mode), N_NEW), link, on_round=recs.append)
     return target.generate(PROMPTS, arrivals), recs, target
 
 
 def joined_mid_run(recs: list[dict]) -> int:
     """Rounds in which a sequence had its first round while others were already decoding."""
-    return sum(1 for r in recs if any(s["first"] for s in r["seqs"]) and not all(s["first"] for s in r["seqs"]))
+    return sum(1 for r in recs if any(s.first for s in r.seqs) and not all(s.first for s in r.seqs))
 
 
 @pytest.mark.parametrize("mode, plan", [
@@ -53,10 +54,10 @@ def joined_mid_run(recs: list[dict]) -> int:
 def test_refilled_rows_give_the_autoregressive_output(models, reference, mode, plan):
     outs, recs, target = run(models, plan.replace(batch_size=3), mode)
     assert outs == reference and target.faults == []
-    assert max(r["batch"] for r in recs) == 3
+    assert max(r.batch for r in recs) == 3
     if mode != "ar":  # AR rows commit one token a round, so they finish (and are refilled) together
         assert joined_mid_run(recs) >= 2  # later sequences joined a running batch
-    assert sorted(r["seq"] for r in target.requests) == list(range(len(PROMPTS)))
+    assert sorted(r.seq for r in target.requests) == list(range(len(PROMPTS)))
 
 
 def test_requests_wait_for_their_arrival_and_a_free_row(models, reference):
@@ -64,18 +65,18 @@ def test_requests_wait_for_their_arrival_and_a_free_row(models, reference):
     outs, recs, target = run(models, Plan(num_speculative_tokens=2, fan_out=(1, 1, 1), batch_size=2), "ssd",
                              arrivals)
     assert outs == reference
-    assert max(r["batch"] for r in recs) == 2
-    by_seq = {r["seq"]: r for r in target.requests}
+    assert max(r.batch for r in recs) == 2
+    by_seq = {r.seq: r for r in target.requests}
     for sid, r in by_seq.items():
-        assert r["first_token_ms"] >= arrivals[sid]
-        assert r["finish_ms"] >= r["first_token_ms"] and r["output_tokens"] == N_NEW
-    assert by_seq[6]["first_token_ms"] >= 2000.0
-    assert by_seq[2]["first_token_ms"] >= min(by_seq[0]["finish_ms"], by_seq[1]["finish_ms"])  # queued for a row
+        assert r.first_token_ms >= arrivals[sid]
+        assert r.finish_ms >= r.first_token_ms and r.output_tokens == N_NEW
+    assert by_seq[6].first_token_ms >= 2000.0
+    assert by_seq[2].first_token_ms >= min(by_seq[0].finish_ms, by_seq[1].finish_ms)  # queued for a row
 
 
 def test_ttft_and_tpot_follow_the_simulators_definitions():
-    reqs = [{"arrival_ms": 0.0, "first_token_ms": 10.0, "finish_ms": 110.0, "output_tokens": 11},
-            {"arrival_ms": 5.0, "first_token_ms": 35.0, "finish_ms": 35.0, "output_tokens": 1}]
+    reqs = [RequestRecord(0, arrival_ms=0.0, first_token_ms=10.0, finish_ms=110.0, output_tokens=11),
+            RequestRecord(1, arrival_ms=5.0, first_token_ms=35.0, finish_ms=35.0, output_tokens=1)]
     p = request_percentiles(reqs)
     assert p["ttft_ms_p50"] == pytest.approx(20.0) and p["ttft_ms_p99"] == pytest.approx(29.8)
     assert p["tpot_ms_p50"] == pytest.approx(10.0)  # the 1-token request has no TPOT

@@ -84,9 +84,9 @@ def test_plan_file_with_flag_overrides_writes_trace_and_outputs(files, capsys):
     stdout = capsys.readouterr().out
     assert "tok/s" in stdout and "hit rate" in stdout and str(trace) in stdout
     tr = read_trace(trace)
-    assert tr.header["plan"]["saguaro_c"] == 0.5 and tr.header["plan"]["backup"] == "fast"
-    assert tr.header["plan"]["fan_out"] == [2, 1, 1] and tr.header["batch_size"] == 2
-    assert tr.header["prompt_source"].endswith("prompts.jsonl") and tr.header["mode"] == "ssd"
+    assert tr.header.plan["saguaro_c"] == 0.5 and tr.header.plan["backup"] == "fast"
+    assert tr.header.plan["fan_out"] == [2, 1, 1] and tr.header.batch_size == 2
+    assert tr.header.prompt_source.endswith("prompts.jsonl") and tr.header.mode == "ssd"
     lines = [json.loads(x) for x in out.read_text().splitlines()]
     model = target_model(TARGET)
     assert [x["generated_ids"] for x in lines] == [reference_greedy(model, p, N_NEW)[0] for p in PROMPTS]
@@ -103,13 +103,13 @@ def test_poisson_arrivals_with_refills_report_ttft_and_tpot(files, capsys):
     assert code == 0
     assert "TTFT p50 / p90 / p99 (ms)" in capsys.readouterr().out
     tr = read_trace(trace)
-    reqs = tr.summary["requests"]
-    assert tr.header["batch_size"] == 2 and max(r["batch"] for r in tr.rounds) <= 2
-    assert [r["seq"] for r in reqs] == list(range(len(PROMPTS))) and reqs[0]["arrival_ms"] == 0.0
-    gaps = [b["arrival_ms"] - a["arrival_ms"] for a, b in zip(reqs, reqs[1:], strict=False)]
+    reqs = tr.summary.requests
+    assert tr.header.batch_size == 2 and max(r.batch for r in tr.rounds) <= 2
+    assert [r.seq for r in reqs] == list(range(len(PROMPTS))) and reqs[0].arrival_ms == 0.0
+    gaps = [b.arrival_ms - a.arrival_ms for a, b in zip(reqs, reqs[1:], strict=False)]
     assert all(g > 0 for g in gaps)  # exponential gaps, seeded
-    assert all(r["first_token_ms"] >= r["arrival_ms"] and r["output_tokens"] == N_NEW for r in reqs)
-    assert tr.summary["ttft_ms_p50"] > 0 and tr.summary["tpot_ms_p50"] > 0 and tr.summary["e2e_tok_s"] > 0
+    assert all(r.first_token_ms >= r.arrival_ms and r.output_tokens == N_NEW for r in reqs)
+    assert tr.summary.ttft_ms_p50 > 0 and tr.summary.tpot_ms_p50 > 0 and tr.summary.e2e_tok_s > 0
 
 
 def test_ar_mode_needs_no_draft_and_writes_the_default_trace(files, tmp_path, monkeypatch):
@@ -119,7 +119,7 @@ def test_ar_mode_needs_no_draft_and_writes_the_default_trace(files, tmp_path, mo
     assert code == 0
     (path,) = (tmp_path / "runs").glob("ar-*.jsonl")
     tr = read_trace(path)
-    assert tr.header["models"]["draft"] is None and all(r["K"] == 0 for r in tr.rounds)
+    assert tr.header.models["draft"] is None and all(r.K == 0 for r in tr.rounds)
     assert summarize(tr).mean_accept_len == 1.0
 
 
@@ -130,7 +130,7 @@ def test_forced_acceptance_of_one_accepts_every_draft_token(files, capsys):
     assert code == 0
     tr = read_trace(trace)
     m = summarize(tr)
-    assert tr.header["forced_acceptance"] == 1.0
+    assert tr.header.forced_acceptance == 1.0
     assert m.acceptance_rate == 1.0 and m.mean_accept_len == 4.0
 
 
@@ -138,7 +138,7 @@ def test_traces_record_the_host_and_the_kernels_that_ran(files, tmp_path):
     path = tmp_path / "sd.jsonl"
     assert main(models(files) + ["--mode", "sd", "-k", "2", "--prompts", str(files / "prompts.jsonl"),
                                  "--max-new-tokens", "4", "--trace", str(path)]) == 0
-    host = Host.from_dict(read_trace(path).header["host"])
+    host = Host.from_dict(read_trace(path).header.host)
     assert host.kernels == {"target": "onednn-prepacked", "draft": "onednn-prepacked"}
     assert host.cores == len(os.sched_getaffinity(0))  # the run's cores, not the one each process is pinned to
     assert host.torch == torch.__version__ and host.cpu_capability and host.recorded
@@ -152,7 +152,7 @@ def test_prompt_offset_and_stride_select_prompts(files, tmp_path, flags, selecte
     assert main(models(files) + ["--mode", "ar", "--prompts", str(files / "prompts.jsonl"), *flags,
                                  "--max-new-tokens", "3", "--trace", str(path), "--output", str(out)]) == 0
     tr = read_trace(path)
-    assert tr.header["num_prompts"] == len(selected) and tr.header["prompt_source"].endswith(f"prompts.jsonl{label}")
+    assert tr.header.num_prompts == len(selected) and tr.header.prompt_source.endswith(f"prompts.jsonl{label}")
     assert [json.loads(line)["prompt_ids"] for line in out.read_text().splitlines()] == [PROMPTS[i] for i in selected]
     with pytest.raises(SystemExit) as e:
         main(models(files) + ["--prompts", str(files / "prompts.jsonl"), "--prompt-offset", "3"])

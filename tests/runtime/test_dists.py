@@ -28,9 +28,9 @@ def models():
 def run(models, plan: Plan, mode: str, n: int = 24, log_topn: int = N):
     target, draft = models
     recs: list[dict] = []
-    link = LocalLink(lambda msg: DraftRecorder(Drafter(draft, plan, mode, 0, V), log_topn))
+    link = LocalLink(lambda msg: DraftRecorder(Drafter(draft, plan.replace(mode=mode), 0, V), log_topn))
     link.job({})
-    outs = Target(target, TargetConfig(plan, mode, n, log_topn=log_topn), link, on_round=recs.append).generate(PROMPTS)
+    outs = Target(target, TargetConfig(plan.replace(mode=mode), n, log_topn=log_topn), link, on_round=recs.append).generate(PROMPTS)
     return recs, outs
 
 
@@ -50,13 +50,13 @@ def test_logged_distributions_are_each_models_own_at_every_stopping_position(mod
     gen = {sid: [] for sid in range(len(PROMPTS))}
     prefill_first = {sid: o[0] for sid, o in enumerate(outs)}
     for r in recs:
-        for s in r["seqs"]:
-            sid, k = s["seq"], s["accepted"]
+        for s in r.seqs:
+            sid, k = s.seq, s.accepted
             if not gen[sid]:
                 gen[sid].append(prefill_first[sid])
-            committed = outs[sid][len(gen[sid]):len(gen[sid]) + s["committed"]]
-            assert len(s["dists"]) == k + 1
-            for i, (t_ids, t_lp, t_rest, d_ids, d_lp, d_rest) in enumerate(s["dists"]):
+            committed = outs[sid][len(gen[sid]):len(gen[sid]) + s.committed]
+            assert len(s.dists) == k + 1
+            for i, (t_ids, t_lp, t_rest, d_ids, d_lp, d_rest) in enumerate(s.dists):
                 if i > len(committed):
                     break  # the round was cut at max_new_tokens: the rest of its context is not in the output
                 ctx = PROMPTS[sid] + gen[sid] + committed[:i]
@@ -75,7 +75,7 @@ def test_logged_distributions_are_each_models_own_at_every_stopping_position(mod
                 if T == 0 and i < k:  # greedy: the accepted token is both models' argmax
                     assert t_ids[0] == d_ids[0] == committed[i]
             if T == 0 and len(committed) == k + 1:
-                assert s["dists"][k][0][0] == committed[k]  # the bonus is the target's argmax at the stop
+                assert s.dists[k][0][0] == committed[k]  # the bonus is the target's argmax at the stop
             gen[sid] += committed
     assert checked["target"] > 20 and checked["draft"] > 20 and checked["stop_K"] >= 1
 
@@ -85,4 +85,4 @@ def test_logging_does_not_change_the_output(models):
         _, with_logs = run(models, PLAN, mode)
         recs, without = run(models, PLAN, mode, log_topn=0)
         assert with_logs == without
-        assert not any("dists" in s for r in recs for s in r["seqs"])
+        assert not any(s.dists is not None for r in recs for s in r.seqs)

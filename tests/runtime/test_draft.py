@@ -8,6 +8,7 @@ import torch
 from ssd_runtime.draft import Drafter
 from ssd_runtime.draft_trace import DraftRecorder
 from ssd_runtime.models import tiny_model
+from ssd_runtime.protocol import Reply, SpecMsg
 from ssd_runtime.sampling import candidate_order, probs_from_logits, saguaro_probs
 from ssd_runtime.target import Target, TargetConfig
 from ssd_runtime.transport import LocalLink
@@ -30,9 +31,9 @@ def target_model():
 
 def first_round(model, plan: Plan, prompts: list[list[int]], seed: int = 0) -> tuple[DraftRecorder, dict]:
     """A drafter after its first SPEC (bonus tokens 5, 6, ...) and the speculation that follows the reply."""
-    d = DraftRecorder(Drafter(model, plan, "ssd", seed, V))
+    d = DraftRecorder(Drafter(model, plan.replace(mode="ssd"), seed, V))
     d.start_batch(list(enumerate(prompts)))
-    reply = d.reply({"keys": [(i, -1, 5 + i) for i in range(len(prompts))], "done": []})
+    reply = d.reply(SpecMsg(0, [(i, -1, 5 + i) for i in range(len(prompts))], []))
     d.speculate()
     return d, reply
 
@@ -74,12 +75,12 @@ def test_sd_never_applies_saguaro_c(draft_model):
     """An SD draft samples from the plain q even when the plan carries C < 1 (for SSD)."""
     plan = PLAN.replace(temperature=0.8, saguaro_c=0.3)
     prompt = make_prompts([5], V, seed=9)[0]
-    d = Drafter(draft_model, plan, "sd", 0, V)
+    d = Drafter(draft_model, plan.replace(mode="sd"), 0, V)
     d.start_batch([(0, prompt)])
-    reply = d.reply({"keys": [(0, -1, 5)], "done": []})
+    reply = d.reply(SpecMsg(0, [(0, -1, 5)], []))
     context = prompt + [5]
-    for i, tok in enumerate(reply["tokens"][0].tolist()):
-        torch.testing.assert_close(reply["q"][0, i], probs_from_logits(alone(draft_model, context), 0.8),
+    for i, tok in enumerate(reply.tokens[0].tolist()):
+        torch.testing.assert_close(reply.q[0, i], probs_from_logits(alone(draft_model, context), 0.8),
                                    atol=1e-5, rtol=1e-4)
         context.append(tok)
 
@@ -90,13 +91,13 @@ def test_glue_rows_are_the_drafts_logits_at_every_stopping_position(draft_model)
     st = d.drafter.seqs[0]
     for k in range(PLAN.K + 1):
         torch.testing.assert_close(st.glue[k], alone(draft_model, st.committed + st.proposal[:k]), atol=1e-4, rtol=0)
-    assert reply["tokens"][0].tolist() == st.proposal
+    assert reply.tokens[0].tolist() == st.proposal
 
 
 def test_first_round_after_prefill_always_misses(draft_model):
     _, reply = first_round(draft_model, PLAN, make_prompts([4, 6, 3], V))
-    assert reply["hit"] == [False, False, False]
-    assert reply["backup"] == ["jit", "jit", "jit"]
+    assert reply.hit == [False, False, False]
+    assert reply.backup == ["jit", "jit", "jit"]
 
 
 @pytest.mark.parametrize("k", [0, 1, 3])
@@ -109,18 +110,18 @@ def test_lookup_hits_iff_the_bonus_was_among_the_candidates_at_k(draft_model, k)
     outsiders = [t for t in range(V) if t not in cands and t != exclude][:3]
     for bonus in cands + outsiders:
         d, _ = first_round(draft_model, PLAN, prompts)  # same seed: same state every time
-        reply = d.reply({"keys": [(0, k, bonus)], "done": []})
+        reply = d.reply(SpecMsg(0, [(0, k, bonus)], []))
         hit = bonus in cands
-        assert reply["hit"] == [hit]
-        assert (reply["ranks"][0] < PLAN.fan_out_miss[k]) == hit
+        assert reply.hit == [hit]
+        assert (reply.ranks[0] < PLAN.fan_out_miss[k]) == hit
         if hit:
-            assert reply["tokens"][0].tolist() == st.cache[(k, bonus)].tokens
+            assert reply.tokens[0].tolist() == st.cache[(k, bonus)].tokens
 
 
 def test_fast_backup_sends_random_tokens_as_point_masses(draft_model):
     plan = PLAN.replace(backup="fast", temperature=1.0)
     _, reply = first_round(draft_model, plan, make_prompts([4, 5], V))
-    assert reply["backup"] == ["fast", "fast"] and reply["q"] is None and reply["q_rows"] == []
+    assert reply.backup == ["fast", "fast"] and reply.q is None and reply.q_rows == []
 
 
 def test_jit_redraft_rows_keeps_hits_and_batch_mode_redrafts_everyone(draft_model, target_model):
@@ -128,15 +129,15 @@ def test_jit_redraft_rows_keeps_hits_and_batch_mode_redrafts_everyone(draft_mode
     prompts = make_prompts([3, 9, 5], V, seed=6)
     for mode, mixed_allowed in (("rows", True), ("batch", False)):
         recs = run_local(target_model, draft_model, PLAN.replace(batch_size=3, jit_redraft=mode), prompts, 24)
-        mixed = [r for r in recs if len({s["hit"] for s in r["seqs"]}) > 1]
+        mixed = [r for r in recs if len({s.hit for s in r.seqs}) > 1]
         assert bool(mixed) == mixed_allowed
 
 
 def run_local(target_model, draft_model, plan: Plan, prompts, n: int) -> list[dict]:
     recs: list[dict] = []
-    link = LocalLink(lambda msg: DraftRecorder(Drafter(draft_model, plan, "ssd", 0, V)))
+    link = LocalLink(lambda msg: DraftRecorder(Drafter(draft_model, plan.replace(mode="ssd"), 0, V)))
     link.job({})
-    Target(target_model, TargetConfig(plan, "ssd", n), link, on_round=recs.append).generate(prompts)
+    Target(target_model, TargetConfig(plan.replace(mode="ssd"), n), link, on_round=recs.append).generate(prompts)
     return recs
 
 
@@ -146,15 +147,15 @@ def test_trace_hit_follows_the_previous_rounds_bonus_rank(draft_model, target_mo
     recs = run_local(target_model, draft_model, plan, make_prompts([3, 7], V, seed=7), 30)
     by_seq: dict[int, list[dict]] = {}
     for r in recs:
-        for s in r["seqs"]:
-            by_seq.setdefault(s["seq"], []).append(s)
+        for s in r.seqs:
+            by_seq.setdefault(s.seq, []).append(s)
     pairs = 0
     for entries in by_seq.values():
-        assert entries[0]["first"] and entries[0]["hit"] is False
+        assert entries[0].first and entries[0].hit is False
         for prev, cur in zip(entries, entries[1:], strict=False):
-            assert cur["hit"] == (prev["bonus_rank"] < prev["fan_out"])
+            assert cur.hit == (prev.bonus_rank < prev.fan_out)
             pairs += 1
-    hits = [s["hit"] for e in by_seq.values() for s in e[1:]]
+    hits = [s.hit for e in by_seq.values() for s in e[1:]]
     assert pairs >= 10 and any(hits) and not all(hits)
 
 
@@ -162,35 +163,36 @@ def test_trace_hit_follows_the_previous_rounds_bonus_rank(draft_model, target_mo
 def test_recorder_adds_ranks_and_timings_to_the_plain_reply(draft_model):
     """Same seed, same SPECs: the recorded replies are the plain ones plus ranks, timings and prev_timings."""
     plan = PLAN.replace(temperature=0.8, saguaro_c=0.5)
-    plain, rec = Drafter(draft_model, plan, "ssd", 0, V), DraftRecorder(Drafter(draft_model, plan, "ssd", 0, V))
+    plain, rec = Drafter(draft_model, plan.replace(mode="ssd"), 0, V), DraftRecorder(Drafter(draft_model, plan.replace(mode="ssd"), 0, V))
 
-    def both(spec: dict, speculated: bool) -> dict:
+    def both(spec: SpecMsg, speculated: bool) -> Reply:
         want = plain.reply(spec)
-        ranks = {sid: rec.bonus_rank(sid, k, t) for sid, k, t in spec["done"] + spec["keys"]}  # before lookup
+        ranks = {sid: rec.bonus_rank(sid, k, t) for sid, k, t in spec.done + spec.keys}  # before lookup
         got = rec.reply(spec)
-        assert set(got) == set(want) | {"ranks", "timings", "prev_timings", "dists"}
-        assert got["dists"] == {}  # log_topn = 0
-        for key, value in want.items():
+        assert want.ranks == want.timings == want.prev_timings == want.dists == {}  # the plain reply: proposal only
+        assert got.dists == {}  # log_topn = 0
+        for key in ("tokens", "q", "q_rows", "hit", "lookup_hit", "backup"):
+            value = getattr(want, key)
             if isinstance(value, torch.Tensor):
-                torch.testing.assert_close(got[key], value, atol=0, rtol=0)
+                torch.testing.assert_close(getattr(got, key), value, atol=0, rtol=0)
             else:
-                assert got[key] == value, key
-        assert got["ranks"] == ranks
-        assert set(got["timings"]) == ({"draft_lookup", "draft_backup"} if spec["keys"] else set())
-        assert set(got["prev_timings"]) == {"draft_glue", "draft_branch"}
-        assert (min(got["prev_timings"].values()) > 0) == speculated
+                assert getattr(got, key) == value, key
+        assert got.ranks == ranks
+        assert set(got.timings) == ({"draft_lookup", "draft_backup"} if spec.keys else set())
+        assert set(got.prev_timings) == {"draft_glue", "draft_branch"}
+        assert (min(got.prev_timings.values()) > 0) == speculated
         plain.speculate()
         rec.speculate()
         return got
 
     for d in (plain, rec):
         d.start_batch(list(enumerate(make_prompts([4, 6], V, seed=8))))
-    both({"keys": [(0, -1, 5), (1, -1, 6)], "done": []}, speculated=False)
+    both(SpecMsg(0, [(0, -1, 5), (1, -1, 6)], []), speculated=False)
     st = rec.drafter.seqs
     top = candidate_order(st[0].glue[1], st[0].proposal[1], 1)[0]  # sequence 0 hits at k = 1, 1 misses at k = 0
-    got = both({"keys": [(0, 1, top), (1, 0, st[1].proposal[0])], "done": []}, speculated=True)
-    assert got["hit"] == [True, False]
+    got = both(SpecMsg(0, [(0, 1, top), (1, 0, st[1].proposal[0])], []), speculated=True)
+    assert got.hit == [True, False]
     assert isinstance(rec.bonus_rank(1, 3, 7), int)
-    both({"keys": [(1, 3, 7)], "done": [(0, 0, 9)]}, speculated=True)  # sequence 0 finishes
-    both({"keys": [], "done": [(1, 2, 4)]}, speculated=True)  # then sequence 1: no keys left
+    both(SpecMsg(0, [(1, 3, 7)], [(0, 0, 9)]), speculated=True)  # sequence 0 finishes
+    both(SpecMsg(0, [], [(1, 2, 4)]), speculated=True)  # then sequence 1: no keys left
     assert plain.seqs.keys() == rec.drafter.seqs.keys() == set()

@@ -64,7 +64,7 @@ def test_greedy_ar_sd_and_ssd_in_half_precision_emit_top_1_tokens(session, famil
     for mode, plan in (("ar", Plan()), ("sd", Plan(num_speculative_tokens=3)),
                        ("ssd", Plan(num_speculative_tokens=2, fan_out=(2, 1, 2))),
                        ("ssd", Plan(num_speculative_tokens=2, fan_out=(2, 1, 2), backup="fast"))):
-        res = session.run(Job(plan.replace(batch_size=3), mode, PROMPTS, N_NEW, target=model_spec(family, dtype),
+        res = session.run(Job(plan.replace(batch_size=3, mode=mode), PROMPTS, N_NEW, target=model_spec(family, dtype),
                               draft=model_spec(family, dtype, draft=True)))
         assert res.faults == [] and [len(o) for o in res.outputs] == [N_NEW] * len(PROMPTS)
         worst = max(shortfall(model, p, o) for p, o in zip(PROMPTS, res.outputs, strict=True))
@@ -75,7 +75,7 @@ def test_greedy_ar_sd_and_ssd_in_half_precision_emit_top_1_tokens(session, famil
 def test_ssd_sampling_in_half_precision_matches_the_target_distribution(session, family, dtype):
     n, prompt = 3000, [1, 2, 3]
     plan = Plan(num_speculative_tokens=2, fan_out=(2, 1, 1), temperature=1.0, saguaro_c=0.5, batch_size=n)
-    res = session.run(Job(plan, "ssd", [prompt] * n, 4, target=model_spec(family, dtype, SMALL_TARGET),
+    res = session.run(Job(plan.replace(mode="ssd"), [prompt] * n, 4, target=model_spec(family, dtype, SMALL_TARGET),
                           draft=model_spec(family, dtype, SMALL_TARGET, draft=True)))
     assert res.faults == []
     exact = exact_continuations(reference(family, dtype, SMALL_TARGET), prompt, 4, 1.0)

@@ -52,7 +52,7 @@ def reference():
 
 def test_autoregressive_mode_equals_the_reference(session, reference):
     for b in (1, 3):
-        res = session.run(Job(Plan(batch_size=b), "ar", PROMPTS, N_NEW))
+        res = session.run(Job(Plan(batch_size=b, mode="ar"), PROMPTS, N_NEW))
         assert res.outputs == reference and res.faults == []
 
 
@@ -72,49 +72,49 @@ GREEDY_CASES = {
 @pytest.mark.parametrize("case", list(GREEDY_CASES))
 def test_greedy_speculative_output_equals_autoregressive(session, reference, case, b):
     mode, plan = GREEDY_CASES[case]
-    res = session.run(Job(plan.replace(batch_size=b), mode, PROMPTS, N_NEW))
+    res = session.run(Job(plan.replace(batch_size=b, mode=mode), PROMPTS, N_NEW))
     assert res.faults == []
     assert res.outputs == reference
-    seqs = [s for r in res.rounds for s in r["seqs"]]
-    assert {s["accepted"] for s in seqs} == set(range(plan.K + 1))  # every outcome k = 0..K occurred
+    seqs = [s for r in res.rounds for s in r.seqs]
+    assert {s.accepted for s in seqs} == set(range(plan.K + 1))  # every outcome k = 0..K occurred
     if mode == "ssd":
-        hits = [s["hit"] for s in seqs if not s["first"]]
+        hits = [s.hit for s in seqs if not s.first]
         assert any(hits) and not all(hits)  # both the cache and the backup served rounds
 
 
 @pytest.mark.parametrize("arrivals", [[0.0], [0.0, 1.0, float("nan"), 2.0], [0.0, -1.0, 2.0, 3.0]])
 def test_arrival_times_must_give_one_finite_time_per_prompt(session, arrivals):
     with pytest.raises(ConfigError, match="arrivals_ms: needs one finite time >= 0"):
-        session.run(Job(Plan(), "ar", PROMPTS, N_NEW, arrivals_ms=arrivals))
+        session.run(Job(Plan(mode="ar"), PROMPTS, N_NEW, arrivals_ms=arrivals))
 
 
 def test_adaptive_backup_switches_to_fast_at_the_threshold(session):
     mode, plan = GREEDY_CASES["ssd-K2-adaptive"]
     for b, want in ((1, {"jit"}), (3, {"fast"})):
-        res = session.run(Job(plan.replace(batch_size=b), mode, PROMPTS[:b], N_NEW))
-        first_round = res.rounds[0]["seqs"]
-        assert {s["backup"] for s in first_round} == want
+        res = session.run(Job(plan.replace(batch_size=b, mode=mode), PROMPTS[:b], N_NEW))
+        first_round = res.rounds[0].seqs
+        assert {s.backup for s in first_round} == want
 
 
 def test_trace_of_a_speculative_run_summarizes_consistently(session, tmp_path):
     path = tmp_path / "ssd.jsonl"
     plan = Plan(num_speculative_tokens=2, fan_out=(2, 1, 1), batch_size=3)
-    res = session.run(Job(plan, "ssd", PROMPTS, N_NEW, trace_path=str(path), header={"prompt_source": "test"}))
+    res = session.run(Job(plan.replace(mode="ssd"), PROMPTS, N_NEW, trace_path=str(path), header={"prompt_source": "test"}))
     tr = read_trace(path)
     m = summarize(tr)
-    seqs = [s for r in tr.rounds for s in r["seqs"]]
-    assert tr.header["mode"] == "ssd" and tr.header["plan"]["fan_out"] == [2, 1, 1]
-    assert tr.header["prompt_source"] == "test" and tr.header["versions"]["torch"]
+    seqs = [s for r in tr.rounds for s in r.seqs]
+    assert tr.header.mode == "ssd" and tr.header.plan["fan_out"] == [2, 1, 1]
+    assert tr.header.prompt_source == "test" and tr.header.versions["torch"]
     assert m.tokens == sum(len(o) for o in res.outputs) - len(PROMPTS)  # all but the prefill tokens
-    assert m.rounds == len(tr.rounds) == tr.summary["rounds"]
-    assert m.mean_accept_len == pytest.approx(1 + sum(s["accepted"] for s in seqs) / len(seqs))
-    assert m.acceptance_rate == pytest.approx(sum(s["accepted"] for s in seqs) / (2 * len(seqs)))
-    looked = [s for s in seqs if not s["first"]]
-    assert m.hit_rate == pytest.approx(sum(s["hit"] for s in looked) / len(looked))
-    assert 0 < m.hit_rate < 1 and m.tok_s > 0 and tr.summary["tok_s"] == pytest.approx(m.tok_s)
+    assert m.rounds == len(tr.rounds) == tr.summary.rounds
+    assert m.mean_accept_len == pytest.approx(1 + sum(s.accepted for s in seqs) / len(seqs))
+    assert m.acceptance_rate == pytest.approx(sum(s.accepted for s in seqs) / (2 * len(seqs)))
+    looked = [s for s in seqs if not s.first]
+    assert m.hit_rate == pytest.approx(sum(s.hit for s in looked) / len(looked))
+    assert 0 < m.hit_rate < 1 and m.tok_s > 0 and tr.summary.tok_s == pytest.approx(m.tok_s)
     for ph in ("target_wait", "verify", "commit", "draft_lookup", "draft_backup", "draft_glue", "draft_branch"):
         assert m.phase_ms[ph] > 0, ph
-    ranked = [s for s in seqs if s["bonus_rank"] is not None]
+    ranked = [s for s in seqs if s.bonus_rank is not None]
     assert len(ranked) >= len(seqs) - len(PROMPTS)  # every bonus is ranked, except maybe the very last ones
 
 
@@ -133,7 +133,7 @@ def exact():
 
 def sampled(session, plan: Plan, hooks: TestHooks | None = None, seed: int = 0, mode: str = "ssd",
             n: int = SAMPLES):
-    res = session.run(Job(plan, mode, [SMALL_PROMPT] * n, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
+    res = session.run(Job(plan.replace(mode=mode), [SMALL_PROMPT] * n, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
                           draft=spec(SMALL_DRAFT), hooks=hooks))
     assert res.faults == []
     return [tuple(o) for o in res.outputs], res
@@ -144,8 +144,8 @@ def sampled(session, plan: Plan, hooks: TestHooks | None = None, seed: int = 0, 
 def test_ssd_sampling_matches_the_target_distribution(session, exact, C, backup):
     samples, res = sampled(session, SAMPLING_PLAN.replace(saguaro_c=C, backup=backup))
     pvalue = continuation_pvalue(samples, exact)
-    seqs = [s for r in res.rounds for s in r["seqs"] if not s["first"]]
-    assert 0.1 < sum(s["hit"] for s in seqs) / len(seqs) < 0.9  # the cache served a good share of rounds
+    seqs = [s for r in res.rounds for s in r.seqs if not s.first]
+    assert 0.1 < sum(s.hit for s in seqs) / len(seqs) < 0.9  # the cache served a good share of rounds
     assert pvalue > ALPHA, f"C={C} backup={backup}: chi-square p = {pvalue:.3g}"
 
 
@@ -158,7 +158,7 @@ def test_ssd_sampling_with_a_per_position_c_matches_the_target_distribution(sess
 def test_sampling_with_refilled_rows_at_b3_matches_the_target_distribution(session, exact, mode):
     """Continuous batching at b = 3: 1,500 requests through 3 rows, each refilled as soon as it finishes."""
     samples, res = sampled(session, SAMPLING_PLAN.replace(batch_size=3), mode=mode, n=REFILL_SAMPLES)
-    mixed = [r for r in res.rounds if len({s["first"] for s in r["seqs"]}) > 1]
+    mixed = [r for r in res.rounds if len({s.first for s in r.seqs}) > 1]
     assert len(mixed) > REFILL_SAMPLES / 10  # requests joined running batches all along
     assert continuation_pvalue(samples, exact) > ALPHA
 

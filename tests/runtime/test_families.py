@@ -66,18 +66,18 @@ def test_greedy_ar_sd_and_ssd_equal_the_reference_in_every_family(session, famil
     n = BATCHES[b]
     for case, (mode, plan) in CASES.items():
         trace = tmp_path / f"{case}.jsonl"
-        res = session.run(Job(plan.replace(batch_size=b), mode, PROMPTS[:n], N_NEW, target=spec(target),
+        res = session.run(Job(plan.replace(batch_size=b, mode=mode), PROMPTS[:n], N_NEW, target=spec(target),
                               draft=spec(draft), trace_path=str(trace)))
         assert res.faults == [], (name, case)
         assert res.outputs == reference[:n], (name, case, b)
         records = [json.loads(line)["type"] for line in trace.read_text().splitlines()]
         assert records == ["header"] + ["round"] * len(res.rounds) + ["summary"], (name, case)
-        assert max(r["batch"] for r in res.rounds) == b
-        seqs = [s for r in res.rounds for s in r["seqs"]]
+        assert max(r.batch for r in res.rounds) == b
+        seqs = [s for r in res.rounds for s in r.seqs]
         if mode != "ar":
-            assert len({s["accepted"] for s in seqs}) > 1, (name, case)  # the draft is right sometimes, not always
+            assert len({s.accepted for s in seqs}) > 1, (name, case)  # the draft is right sometimes, not always
         if mode == "ssd":
-            hits = {s["hit"] for s in seqs if not s["first"]}
+            hits = {s.hit for s in seqs if not s.first}
             assert hits == {True, False}, (name, case)  # the cache and the backup both served rounds
 
 
@@ -86,7 +86,7 @@ def test_a_target_and_draft_of_different_families_sharing_a_vocabulary_are_exact
     _, draft = tiny_pair("mistral")
     reference = [reference_greedy(target_model(target), p, N_NEW)[0] for p in PROMPTS]
     for case, (mode, plan) in CASES.items():
-        res = session.run(Job(plan.replace(batch_size=3), mode, PROMPTS, N_NEW, target=spec(target),
+        res = session.run(Job(plan.replace(batch_size=3, mode=mode), PROMPTS, N_NEW, target=spec(target),
                               draft=spec(draft)))
         assert res.outputs == reference and res.faults == [], case
 
@@ -101,7 +101,7 @@ SAMPLING_PLAN = Plan(num_speculative_tokens=2, fan_out=(2, 1, 1), temperature=1.
 
 def sampled(session, family: str, hooks: TestHooks | None = None) -> list[tuple[int, ...]]:
     target, draft = tiny_pair(family, SMALL_TARGET)
-    res = session.run(Job(SAMPLING_PLAN, "ssd", [SMALL_PROMPT] * SAMPLES, SMALL_NEW, target=spec(target),
+    res = session.run(Job(SAMPLING_PLAN.replace(mode="ssd"), [SMALL_PROMPT] * SAMPLES, SMALL_NEW, target=spec(target),
                           draft=spec(draft), hooks=hooks))
     assert res.faults == []
     return [tuple(o) for o in res.outputs]

@@ -27,15 +27,15 @@ def reference():
 def test_run_completes_autoregressively_when_the_draft_fails(reference, tmp_path, kind, timeout_s):
     path = tmp_path / f"{kind}.jsonl"
     with Session(spec(TARGET), spec(DRAFT)) as session:
-        res = session.run(Job(PLAN, "ssd", PROMPTS, N_NEW, draft_timeout_s=timeout_s, trace_path=str(path),
+        res = session.run(Job(PLAN.replace(mode="ssd"), PROMPTS, N_NEW, draft_timeout_s=timeout_s, trace_path=str(path),
                               hooks=TestHooks(draft_fault=kind, fault_round=3)))
         assert res.outputs == reference  # nothing lost, still exact
         assert len(res.faults) == 1 and "round 3" in res.faults[0] and "autoregressively" in res.faults[0]
         tr = read_trace(path)
-        assert tr.summary["faults"] == res.faults
-        assert [r.get("fallback") for r in tr.rounds[:3]] == [None] * 3
-        assert all(r["fallback"] == "ar" and r["K"] == 0 for r in tr.rounds[3:])
+        assert list(tr.summary.faults) == res.faults
+        assert [r.fallback for r in tr.rounds[:3]] == [None] * 3
+        assert all(r.fallback == "ar" and r.K == 0 for r in tr.rounds[3:])
         assert summarize(tr).tokens == sum(len(o) for o in res.outputs) - len(PROMPTS)
         with pytest.raises(ConfigError, match="needs the draft process"):
-            session.run(Job(PLAN, "ssd", PROMPTS, N_NEW))
-        assert session.run(Job(PLAN, "ar", PROMPTS, N_NEW)).outputs == reference
+            session.run(Job(PLAN.replace(mode="ssd"), PROMPTS, N_NEW))
+        assert session.run(Job(PLAN.replace(mode="ar"), PROMPTS, N_NEW)).outputs == reference

@@ -13,6 +13,7 @@ from ssd_runtime import hooks as hooks_module
 from ssd_runtime.draft import Drafter
 from ssd_runtime.hooks import TestHooks
 from ssd_runtime.models import tiny_model
+from ssd_runtime.protocol import Reply, SpecMsg
 from ssd_runtime.run import Job
 from ssd_runtime.sampling import probs_from_logits, saguaro_probs, verify_greedy
 from ssd_runtime.target import Target, TargetConfig
@@ -40,17 +41,17 @@ def test_no_production_module_mentions_a_test_hook():
 def test_hooks_are_a_plain_picklable_value_and_off_by_default():
     hooks = TestHooks(report_unscaled_q=True, draft_fault="hang", fault_round=4)
     assert pickle.loads(pickle.dumps(hooks)) == hooks
-    assert Job(PLAN, "ssd", [[1]], 4).hooks is None
+    assert Job(PLAN.replace(mode="ssd"), [[1]], 4).hooks is None
 
 
 def first_reply_q(model, hooks: TestHooks | None, prompt: list[int], bonus: int):
     """(tokens [K], q [K, V]) of a one-sequence drafter's first reply."""
-    d = Drafter(model, PLAN, "ssd", 0, V)
+    d = Drafter(model, PLAN.replace(mode="ssd"), 0, V)
     if hooks is not None:
         hooks.attach_drafter(d)
     d.start_batch([(0, prompt)])
-    reply = d.reply({"keys": [(0, -1, bonus)], "done": []})
-    return reply["tokens"][0], reply["q"][0]
+    reply = d.reply(SpecMsg(0, [(0, -1, bonus)], []))
+    return reply.tokens[0], reply.q[0]
 
 
 @torch.no_grad()
@@ -75,10 +76,10 @@ def test_greedy_fast_matches_fast_backup_rows_greedily_and_keeps_the_rest_exact(
     logits = torch.randn(2, plan.K + 1, V, generator=g)
     drafts = torch.randint(0, V, (2, plan.K), generator=g)
     drafts[0, 0] = int(logits[0, 0].argmax())  # the fast row's first token is the target's greedy choice
-    reply = {"backup": ["fast", "jit"], "q": None, "q_rows": []}
+    reply = Reply(tokens=None, backup=["fast", "jit"])
 
     def accept(hooks: TestHooks | None):
-        target = Target(tiny_model(**TARGET), TargetConfig(plan, "ssd", 4, seed=1))
+        target = Target(tiny_model(**TARGET), TargetConfig(plan.replace(mode="ssd"), 4, seed=1))
         if hooks is not None:
             hooks.attach_target(target)
         return target.accept(logits, drafts, reply)
@@ -93,10 +94,10 @@ def test_greedy_fast_matches_fast_backup_rows_greedily_and_keeps_the_rest_exact(
 
 def test_draft_fault_strikes_at_its_round(draft_model, monkeypatch):
     struck: list[tuple[int, str]] = []
-    d = Drafter(draft_model, PLAN, "sd", 0, V)
+    d = Drafter(draft_model, PLAN.replace(mode="sd"), 0, V)
     TestHooks(draft_fault="hang", fault_round=2).attach_drafter(d)
     monkeypatch.setattr(hooks_module, "_fail", lambda kind: struck.append((n, kind)))
     d.start_batch([(0, [1, 2, 3])])
     for n in range(4):
-        d.reply({"keys": [(0, -1 if n == 0 else 0, 5)], "done": []})
+        d.reply(SpecMsg(0, [(0, -1 if n == 0 else 0, 5)], []))
     assert struck == [(2, "hang")]

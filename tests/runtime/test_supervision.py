@@ -107,11 +107,11 @@ def test_truncated_draft_weights_are_bad_input_named_by_the_draft_process(tmp_pa
 # ---- a draft lost after start-up: exact autoregressive finish -------------------------------------------
 def test_a_draft_killed_at_its_prefill_leaves_an_exact_autoregressive_finish(reference):
     with Session(spec(TARGET), spec(DRAFT)) as session:
-        res = session.run(Job(PLAN, "ssd", PROMPTS, N_NEW, draft_timeout_s=60.0,
+        res = session.run(Job(PLAN.replace(mode="ssd"), PROMPTS, N_NEW, draft_timeout_s=60.0,
                               hooks=TestHooks(draft_fault="kill", fault_phase="batch", fault_round=1)))
     assert res.outputs == reference
     assert len(res.faults) == 1 and "autoregressively" in res.faults[0]
-    assert [r.get("fallback") for r in res.rounds][-1] == "ar"
+    assert [r.fallback for r in res.rounds][-1] == "ar"
     assert my_workers() == []
 
 
@@ -119,25 +119,25 @@ def test_a_draft_that_died_between_jobs_leaves_the_next_job_an_exact_autoregress
     with Session(spec(TARGET), spec(DRAFT)) as session:
         os.kill(session.draft_pid, signal.SIGKILL)
         session.dproc.join(10)
-        res = session.run(Job(PLAN, "ssd", PROMPTS, N_NEW, trace_path=str(tmp_path / "t.jsonl")))
+        res = session.run(Job(PLAN.replace(mode="ssd"), PROMPTS, N_NEW, trace_path=str(tmp_path / "t.jsonl")))
         assert res.outputs == reference
         assert len(res.faults) == 1 and res.faults[0].startswith("job start: the draft did not take the job")
         tr = read_trace(tmp_path / "t.jsonl")
-        assert all(r["fallback"] == "ar" and r["K"] == 0 for r in tr.rounds) and tr.summary["faults"] == res.faults
+        assert all(r.fallback == "ar" and r.K == 0 for r in tr.rounds) and list(tr.summary.faults) == res.faults
         with pytest.raises(ConfigError, match="needs the draft process"):
-            session.run(Job(PLAN, "ssd", PROMPTS, N_NEW))
+            session.run(Job(PLAN.replace(mode="ssd"), PROMPTS, N_NEW))
 
 
 def test_prompts_beyond_the_models_context_are_refused_by_the_worker_before_any_work(tmp_path):
     with Session(spec({**TARGET, "max_positions": 48}), spec({**DRAFT, "max_positions": 32})) as session:
         with pytest.raises(ConfigError, match=r"prompt 2 \(9 tokens\) \+ --max-new-tokens 40 = 49 positions, "
                                               r"more than the target's context of 48"):
-            session.run(Job(PLAN, "ar", PROMPTS, 40, trace_path=str(tmp_path / "t.jsonl")))
+            session.run(Job(PLAN.replace(mode="ar"), PROMPTS, 40, trace_path=str(tmp_path / "t.jsonl")))
         with pytest.raises(ConfigError, match=r"\+ 5 draft positions ahead \(K = 2\) = 34 positions, more than the "
                                               r"draft's context of 32"):
-            session.run(Job(PLAN, "ssd", PROMPTS, 20, trace_path=str(tmp_path / "t.jsonl")))
+            session.run(Job(PLAN.replace(mode="ssd"), PROMPTS, 20, trace_path=str(tmp_path / "t.jsonl")))
         assert not list(tmp_path.iterdir())
-        assert len(session.run(Job(PLAN, "ssd", PROMPTS, 8)).outputs) == len(PROMPTS)  # the session is still fine
+        assert len(session.run(Job(PLAN.replace(mode="ssd"), PROMPTS, 8)).outputs) == len(PROMPTS)  # the session is still fine
 
 
 def test_draft_timeout_zero_waits_forever(monkeypatch):
@@ -248,18 +248,20 @@ def test_a_full_disk_loses_no_result_and_leaves_no_temp_file(tmp_path):
         import os, resource, sys, tempfile
         from pathlib import Path
         from ssd_runtime.cli import save_outputs
-        from ssd_runtime.run import _TraceOut
+        from ssd_runtime.runlog import TraceOut
+        from ssd_sim.io.records import Header, RoundRecord
         from ssd_sim.io.trace import read_trace
+        from tests.helpers.trace_samples import EMPTY_SUMMARY
         tempfile.tempdir = sys.argv[2]
         resource.setrlimit(resource.RLIMIT_FSIZE, (4096, 4096))
         out = Path(sys.argv[1])
         text = "".join('{"index": %d, "generated_ids": [1, 2, 3]}\\n' % i for i in range(400))
         print("OUTPUT", save_outputs(out / "out.jsonl", text), file=sys.stderr)
-        trace = _TraceOut(str(out / "t.jsonl"), {"mode": "ar", "plan": {}, "batch_size": 1})
+        trace = TraceOut(str(out / "t.jsonl"), Header(mode="ar", plan={}, batch_size=1))
+        seq = {"seq": 0, "accepted": 0, "bonus": 1, "committed": 1}
         for i in range(200):
-            trace.round({"round": i, "K": 0, "seqs": [{"seq": 0, "accepted": 0, "bonus": 1, "committed": 1}],
-                         "timings_ms": {"round": 1.0}})
-        print("TRACE", trace.close({"tokens": 200}), trace.error, file=sys.stderr)
+            trace.round(RoundRecord.from_json({"round": i, "K": 0, "seqs": [seq], "timings_ms": {"round": 1.0}}, "t"))
+        print("TRACE", trace.close(EMPTY_SUMMARY), trace.error, file=sys.stderr)
         print("ROUNDS", len(read_trace(out / "t.jsonl.partial").rounds), file=sys.stderr)
     """)
     out, tmp = tmp_path / "out", tmp_path / "tmp"

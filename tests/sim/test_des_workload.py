@@ -7,7 +7,7 @@ import pytest
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.presets import get_preset
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.predict import predict_ssd
 from ssd_sim.sim.des import simulate
 from ssd_sim.sim.workload import Workload, fixed_batch, poisson, prefill_ms, read_arrivals
@@ -18,7 +18,7 @@ PRESET = "llama70b-1b-h100"
 @pytest.fixture(scope="module")
 def setup():
     profile = get_preset(PRESET)
-    return profile, make_plan(profile, batch_size=4).plan
+    return profile, make_plan(profile, PlanRequest(batch_size=4)).plan
 
 
 def test_continuous_batching_never_exceeds_the_max_batch_and_fills_it_under_load(setup):
@@ -102,7 +102,7 @@ def test_one_token_requests_queued_behind_a_full_batch_run_back_to_back_prefills
     # token), so the second is admitted at once when the first leaves. The event model used to wait for the
     # "next arrival" at 0 ms from 18.3 ms: a negative delay.
     profile = get_preset(PRESET)
-    plan = make_plan(profile, batch_size=1).plan
+    plan = make_plan(profile).plan
     wl = Workload("fixed", num_requests=2, max_batch=1, output_tokens=1, prompt_tokens=128)
     m = simulate(profile, plan, workload=wl).metrics
     pre = prefill_ms(profile.latency, 128)
@@ -116,7 +116,7 @@ def test_poisson_geometric_outputs_with_one_token_requests_run_to_the_end():
     # The case: 1,000 requests at 20 req/s on 16 slots, geometric lengths of mean 16 (about 1 in 16
     # is a one-token request: 73 here).
     profile = get_preset("qwen32b-0.6b-h100")
-    plan = make_plan(profile, batch_size=16).plan
+    plan = make_plan(profile, PlanRequest(batch_size=16)).plan
     wl = poisson(rate=20.0, num_requests=1000, max_batch=16, output_tokens=16, output_dist="geometric")
     lengths = wl.requests(np.random.default_rng(0)).output_tokens
     assert int((lengths == 1).sum()) == 73

@@ -12,7 +12,8 @@ from hypothesis import given, settings
 from hypothesis import strategies as st
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.trace import Trace, TraceWriter, read_trace
+from ssd_sim.io.records import Header
+from ssd_sim.io.trace import TraceWriter, read_trace
 from ssd_sim.model.acceptance import AcceptancePoint, HitCurve, HitTable
 from ssd_sim.model.presets import get_preset
 from ssd_sim.plan.plan import Plan
@@ -27,6 +28,7 @@ from ssd_sim.sim.outcomes import (
     hit_chain,
     next_block,
 )
+from tests.helpers.trace_samples import EMPTY_SUMMARY, trace_from
 
 
 def loop_chain(first, after_hit, after_miss):
@@ -73,7 +75,7 @@ def test_replay_keeps_each_trace_sequence_and_clips_k_to_the_plan():
     rounds = [{"round": i, "K": 5, "seqs": [{"seq": 0, "accepted": 5, "bonus": 1, "committed": 6, "bonus_rank": 0},
                                             {"seq": 1, "accepted": 1, "bonus": 1, "committed": 2, "bonus_rank": 2}],
                "timings_ms": {}} for i in range(3)]
-    trace = Trace({"schema": "ssd-trace/1", "mode": "ssd", "plan": {}, "batch_size": 2}, rounds)
+    trace = trace_from({"schema": "ssd-trace/1", "mode": "ssd", "plan": {}, "batch_size": 2}, rounds)
     t, plan = tables(fan_out=(1, 3, 1, 1))
     src = ReplayOutcomes.from_trace(trace, t, plan)
     rng = np.random.default_rng(0)
@@ -140,7 +142,7 @@ def test_a_two_million_token_run_at_batch_1_stays_in_bounded_memory():
         "from ssd_sim.plan.planner import make_plan\n"
         "from ssd_sim.sim.des import simulate\n"
         "from ssd_sim.sim.workload import fixed_batch\n"
-        "p = get_preset('llama70b-1b-h100'); plan = make_plan(p, batch_size=1).plan\n"
+        "p = get_preset('llama70b-1b-h100'); plan = make_plan(p).plan\n"
         "simulate(p, plan, workload=fixed_batch(1, 64, prompt_tokens=0))\n"
         "base = resource.getrusage(resource.RUSAGE_SELF).ru_maxrss\n"
         "m = simulate(p, plan, workload=fixed_batch(1, 2_000_000, prompt_tokens=0)).metrics\n"
@@ -157,11 +159,11 @@ def test_a_two_million_token_run_at_batch_1_stays_in_bounded_memory():
 
 def trace_file(tmp_path, mode: str, K: int, accepted: int = 1, rounds: int = 5) -> Path:
     path = tmp_path / f"{mode}.jsonl"
-    w = TraceWriter(path, {"mode": mode, "plan": Plan(num_speculative_tokens=max(K, 1)).to_dict(), "batch_size": 1})
+    w = TraceWriter(path, Header.build(**{"mode": mode, "plan": Plan(num_speculative_tokens=max(K, 1)).to_dict(), "batch_size": 1}))
     for i in range(rounds):
         seq = {"seq": 0, "accepted": accepted if i == 3 else 0, "bonus": 5, "committed": 1, "bonus_rank": None}
-        w.round({"round": i, "K": K, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
-    w.close({"tokens": rounds})
+        w.write({"type": "round", "round": i, "K": K, "batch": 1, "seqs": [seq], "timings_ms": {"round": 20.0}})
+    w.close(EMPTY_SUMMARY)
     return path
 
 
@@ -191,6 +193,6 @@ def test_a_trace_with_a_smaller_k_than_the_plan_is_refused(tmp_path):
 
 def test_a_replay_in_ar_mode_is_refused():
     _, plan = tables()
-    trace = Trace({"schema": "ssd-trace/1", "mode": "sd", "plan": {}, "batch_size": 1}, [])
+    trace = trace_from({"schema": "ssd-trace/1", "mode": "sd", "plan": {}, "batch_size": 1}, [])
     with pytest.raises(ConfigError, match="mode ar drafts nothing"):
         outcome_source(get_preset("llama70b-1b-h100"), plan.replace(mode="ar"), trace)

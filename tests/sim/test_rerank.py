@@ -5,14 +5,14 @@ from __future__ import annotations
 import pytest
 
 from ssd_sim.model.presets import get_preset
-from ssd_sim.plan.planner import make_plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.sim.rerank import rerank, sim_objective
 
 
 @pytest.fixture(scope="module")
 def ranked():
     profile = get_preset("llama70b-1b-h100")
-    result = make_plan(profile, batch_size=4)
+    result = make_plan(profile, PlanRequest(batch_size=4))
     return profile, result, rerank(profile, result, tokens=5_000, seed=0)
 
 
@@ -44,10 +44,10 @@ def test_baselines_are_simulated_and_ssd_beats_sd_beats_ar(ranked):
 
 def test_rerank_is_reproducible_and_the_throughput_objective_ranks_by_tok_s_per_device(ranked):
     profile, _, r = ranked
-    again = rerank(profile, make_plan(profile, batch_size=4), tokens=5_000, seed=0, baselines=False)
+    again = rerank(profile, make_plan(profile, PlanRequest(batch_size=4)), tokens=5_000, seed=0, baselines=False)
     assert [m.to_dict() for _, _, m in again.ranked] == [m.to_dict() for _, _, m in r.ranked]
-    tp = rerank(profile, make_plan(profile, batch_size=4, objective="throughput-per-device"), tokens=2_000,
-                top=3, baselines=False)
+    request = PlanRequest(batch_size=4, objective="throughput-per-device")
+    tp = rerank(profile, make_plan(profile, request), tokens=2_000, top=3, baselines=False)
     assert len(tp.ranked) == 3 and tp.objective == "throughput-per-device"
     values = [m.tok_s_per_device for _, _, m in tp.ranked]
     assert values == sorted(values, reverse=True)

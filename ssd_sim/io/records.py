@@ -1,0 +1,369 @@
+"""The trace's records, declared once: what ssd-run writes and calibration, replay and the dashboard read.
+
+A trace (JSONL) is a Header line, one RoundRecord line per round and a summary line (trace.py reads and writes
+the file). Each record validates itself when read (`from_json`: one ConfigError naming the line, the field and
+the value) and writes itself (`to_json`). Adding a field: add it here, with its default and its check.
+
+Schema versions: ssd-trace/2 (written since 2026-12-02) leaves out a per-sequence field at its default and a
+phase that did not run (0 ms); ssd-trace/1 wrote every field, null or 0 included. Both read into the same
+records (a field left out = its default), so every shipped trace still loads.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+from dataclasses import asdict, dataclass, field, fields
+from enum import StrEnum
+from typing import Any
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.limits import MAX_BATCH, MAX_K
+
+SCHEMA = "ssd-trace/2"
+READABLE_SCHEMAS = ("ssd-trace/1", SCHEMA)
+MODES = ("ar", "sd", "ssd")
+BACKUPS = ("jit", "fast")
+MAX_PHASE_MS = 3.6e6  # one phase of one round longer than an hour is no decode step (and would overflow the fits)
+MIN_PHASE_MS = 1e-6  # a phase that ran took at least a nanosecond (0 = it did not run)
+
+
+class Phase(StrEnum):
+    """The phases of one round, in ms: the runtime times them, the simulator models them (same names)."""
+
+    TARGET_WAIT = "target_wait"  # the target waits for the draft's reply
+    VERIFY = "verify"  # the target's forward over [t*, s_1..s_K] (AR: its decode step)
+    COMMIT = "commit"  # append tokens, roll the KV back, free finished rows
+    DRAFT_LOOKUP = "draft_lookup"  # SSD/SD: mirror the committed tokens, find the keys in the cache
+    DRAFT_BACKUP = "draft_backup"  # SSD: redraft the misses (jit) or draw random tokens (fast)
+    DRAFT_GLUE = "draft_glue"  # SSD, during the verify: re-read the K + 1 proposed tokens
+    DRAFT_BRANCH = "draft_branch"  # SSD, during the verify: fork and decode the branches of the next cache
+    DRAFT_SD = "draft_sd"  # SD: draft K tokens sequentially
+    ROUND = "round"  # the whole round on the target
+
+
+PHASES = tuple(p.value for p in Phase)
+
+
+def _bad(where: str, name: str, value: Any, rule: str) -> ConfigError:
+    text = repr(value)
+    text = text if len(text) <= 40 else text[:37] + "..."
+    field_name = name if not name.startswith("seqs[") else name.rsplit(".", 1)[-1] if "." in name else "seqs"
+    return ConfigError(field_name,
+                       f"{where}: {name} = {text} {rule}; the trace is corrupt or not from ssd-run")
+
+
+def _is_int(v: Any) -> bool:
+    return isinstance(v, int) and not isinstance(v, bool)
+
+
+def _is_number(v: Any) -> bool:
+    return isinstance(v, int | float) and not isinstance(v, bool)
+
+
+def _missing(d: dict, names: tuple[str, ...], where: str) -> None:
+    for name in names:
+        if name not in d:
+            raise ConfigError(name, f"missing in {where}; the trace does not follow {SCHEMA}")
+
+
+@dataclass(slots=True)
+class SeqRecord:
+    """One sequence in one round. Units: tokens (counts, ids)."""
+
+    seq: int
+    accepted: int  # draft tokens accepted, 0..K (0 in AR)
+    bonus: int  # the bonus / correction token id
+    committed: int  # tokens appended this round, 0..accepted + 1 (cut at EOS / max new tokens)
+    first: bool = False  # the sequence's first round, which cannot hit
+    hit: bool | None = None  # SSD: this round's proposal came from the cache (False: from the backup)
+    backup: str | None = None  # jit | fast: the backup that produced this round's proposal on a miss
+    fan_out: int | None = None  # F_k the draft cached at this round's k (fan_out on a hit, fan_out_miss else)
+    bonus_rank: int | None = None  # rank of the bonus among the draft's candidates at k (next round hits iff < fan_out)
+    lookup_hit: bool = False  # found in the cache but thrown away (jit_redraft = batch)
+    # ssd-run --log-topn N: per stopping position i = 0..accepted, [t_ids, t_logp, t_rest, d_ids, d_logp, d_rest]:
+    # the target's and the draft's N most probable next tokens at T = 1 (natural-log probabilities, rest = 1 - their
+    # sum); the draft's three are null where unknown. About 0.56 KB per position at N = 20.
+    dists: list | None = None
+
+    def to_json(self) -> dict[str, Any]:
+        """The record as written (ssd-trace/2: fields at their default left out)."""
+        out = {"seq": self.seq, "accepted": self.accepted, "bonus": self.bonus, "committed": self.committed}
+        for f in _OPTIONAL_SEQ:
+            value = getattr(self, f.name)
+            if value != f.default:
+                out[f.name] = value
+        return out
+
+    @classmethod
+    def from_json(cls, d: Any, K: int, where: str) -> SeqRecord:
+        """Read and check one entry of a round with K draft tokens (`where`: 'FILE line N seqs[j]')."""
+        if not isinstance(d, dict):
+            raise _bad(where.rsplit(" ", 1)[0], where.rsplit(" ", 1)[1], d, "must be an object")
+        _missing(d, ("seq", "accepted", "bonus", "committed"), where)
+        rec = cls(**{k: v for k, v in d.items() if k in _SEQ_FIELDS})
+        line, entry = where.rsplit(" ", 1)
+        acc = rec.accepted
+        checks = (
+            ("seq", _is_int(rec.seq) and rec.seq >= 0, "must be an integer >= 0"),
+            ("accepted", _is_int(acc) and 0 <= acc <= K, f"must be an integer in 0..K = 0..{K} (draft tokens accepted)"),
+            ("bonus", _is_int(rec.bonus) and rec.bonus >= 0, "must be a token id >= 0"),
+            ("committed", _is_int(rec.committed) and 0 <= rec.committed <= (acc if _is_int(acc) else K) + 1,
+             "must be an integer in 0..accepted + 1 (tokens appended)"),
+            ("first", isinstance(rec.first, bool), "must be true or false"),
+            ("hit", rec.hit is None or isinstance(rec.hit, bool), "must be true, false or null"),
+            ("backup", rec.backup is None or rec.backup in BACKUPS, "must be jit, fast or null"),
+            ("fan_out", rec.fan_out is None or (_is_int(rec.fan_out) and rec.fan_out >= 0),
+             "must be an integer >= 0 or null"),
+            ("bonus_rank", rec.bonus_rank is None or (_is_int(rec.bonus_rank) and rec.bonus_rank >= 0),
+             "must be an integer >= 0 or null"),
+            ("lookup_hit", isinstance(rec.lookup_hit, bool), "must be true or false"),
+        )
+        for name, ok, rule in checks:
+            if not ok:
+                raise _bad(line, f"{entry}.{name}", getattr(rec, name), rule)
+        if rec.dists is not None:
+            check_dists(rec, line)
+        return rec
+
+
+_SEQ_FIELDS = {f.name for f in fields(SeqRecord)}
+_OPTIONAL_SEQ = tuple(f for f in fields(SeqRecord) if f.name not in ("seq", "accepted", "bonus", "committed"))
+
+
+def check_dists(seq: SeqRecord, where: str) -> None:
+    """ConfigError naming `where` unless seq.dists follows the schema (see SeqRecord.dists)."""
+
+    def bad(what: str) -> ConfigError:
+        return ConfigError("dists", f"{where}: seq {seq.seq} {what}; re-record the trace with ssd-run --log-topn")
+
+    dists = seq.dists
+    if not isinstance(dists, list) or len(dists) != seq.accepted + 1:
+        raise bad(f"dists must be a list of accepted + 1 = {seq.accepted}+1 positions")
+    for i, d in enumerate(dists):
+        if not isinstance(d, list) or len(d) != 6:
+            raise bad(f"dists[{i}] must be [t_ids, t_logp, t_rest, d_ids, d_logp, d_rest]")
+        for side, (ids, lp, rest) in (("target", d[:3]), ("draft", d[3:])):
+            if side == "draft" and ids is None and lp is None and rest is None:
+                continue
+            if not (isinstance(ids, list) and isinstance(lp, list) and ids and len(ids) == len(lp)
+                    and all(_is_int(t) and t >= 0 for t in ids)
+                    and all(_is_number(v) and math.isfinite(v) and v <= 1e-6 for v in lp)
+                    and _is_number(rest) and -1e-6 <= rest <= 1 + 1e-6):
+                raise bad(f"dists[{i}] {side}: needs equal-length lists of token ids >= 0 and log-probs <= 0, "
+                          "and a rest mass in [0, 1]")
+
+
+def no_timings() -> dict[str, float]:
+    """Every phase at 0 ms (did not run)."""
+    return dict.fromkeys(PHASES, 0.0)
+
+
+@dataclass(slots=True)
+class RoundRecord:
+    """One target verification (one decode step in AR). Units: tokens, ms."""
+
+    round: int
+    K: int  # draft tokens proposed per sequence (0: AR, or after a draft fault)
+    batch: int  # sequences in the round
+    seqs: list[SeqRecord]
+    timings_ms: dict[str, float] = field(default_factory=no_timings)  # every Phase; 0 = did not run
+    fallback: str | None = None  # "ar": the draft failed earlier, this round ran without it
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"round": self.round, "K": self.K, "batch": self.batch, "seqs": [s.to_json() for s in self.seqs],
+               "timings_ms": {k: v for k, v in self.timings_ms.items() if v}}
+        if self.fallback is not None:
+            out["fallback"] = self.fallback
+        return out
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> RoundRecord:
+        """Read and check one round line (`where`: 'FILE line N')."""
+        _missing(d, ("round", "K", "seqs", "timings_ms"), where)
+        K, seqs, ms = d["K"], d["seqs"], d["timings_ms"]
+        if not (_is_int(K) and 0 <= K <= MAX_K):
+            raise _bad(where, "K", K, f"must be an integer in 0..{MAX_K} (draft tokens per round)")
+        if not isinstance(seqs, list):
+            raise _bad(where, "seqs", seqs, "must be a list of per-sequence entries")
+        batch = d.get("batch", len(seqs))
+        if not (_is_int(batch) and 0 <= batch <= MAX_BATCH):
+            raise _bad(where, "batch", batch, f"must be an integer in 0..{MAX_BATCH} (sequences)")
+        if not isinstance(ms, dict):
+            raise _bad(where, "timings_ms", ms, "must be an object of phase -> ms")
+        for key, v in ms.items():
+            if not (_is_number(v) and math.isfinite(v) and (v == 0 or MIN_PHASE_MS <= v <= MAX_PHASE_MS)):
+                raise _bad(where, f"timings_ms.{key}", v,
+                           f"must be 0 (did not run) or a number of ms in {MIN_PHASE_MS:g}..{MAX_PHASE_MS:g}")
+        entries = [SeqRecord.from_json(s, K, f"{where} seqs[{j}]") for j, s in enumerate(seqs)]
+        return cls(d["round"], K, batch, entries, {**no_timings(), **ms}, d.get("fallback"))
+
+
+@dataclass(slots=True)
+class Header:
+    """The trace's first line: what ran, on what, with which plan. Units: tokens, ISO-8601 times."""
+
+    mode: str  # ar | sd | ssd
+    plan: dict[str, Any]  # Plan.to_dict() of the run (its mode included)
+    batch_size: int  # rows decoded together (ssd-run --max-batch)
+    schema: str = SCHEMA
+    models: dict = field(default_factory=dict)  # {"target": name, "draft": name | None}
+    dtype: dict = field(default_factory=dict)  # {"target": str, "draft": str | None}
+    quantize: dict = field(default_factory=dict)  # {"target": str | None, "draft": str | None}
+    devices: dict = field(default_factory=dict)  # {"target": str, "draft": str | None}
+    versions: dict = field(default_factory=dict)  # python, torch, transformers, ssd
+    prompt_source: str = ""
+    num_prompts: int = 0
+    max_new_tokens: int = 0
+    machine: str = ""
+    started_at: str = ""
+    host: dict | None = None  # Host.to_dict() (ssd_sim.io.host); traces made before it was recorded lack it
+    seed: int = 0
+    ignore_eos: bool = False  # generation ran past EOS (benchmarks)
+    forced_acceptance: float | None = None  # synthetic acceptance (pipeline tests; not exact)
+    log_topn: int = 0  # the N of every SeqRecord.dists (0: none logged)
+    phases: tuple[str, ...] = PHASES  # the round phases the run timed (ssd-trace/2)
+    extra: dict = field(default_factory=dict)  # fields this version does not know (forward compatible)
+
+    def to_json(self) -> dict[str, Any]:
+        out = {"type": "header"}
+        for f in fields(self):
+            if f.name != "extra":
+                out[f.name] = list(self.phases) if f.name == "phases" else getattr(self, f.name)
+        return {**out, **self.extra}
+
+    @classmethod
+    def build(cls, **values: Any) -> Header:
+        """A header from keyword fields; names this version does not declare go to `extra`."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        extra = {k: v for k, v in values.items() if k not in known and k != "type"}
+        if "phases" in values:
+            values["phases"] = tuple(values["phases"])
+        return cls(**{k: v for k, v in values.items() if k in known}, extra=extra)
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> Header:
+        _missing(d, ("schema", "mode", "plan", "batch_size"), where)
+        if d["schema"] not in READABLE_SCHEMAS:
+            raise ConfigError("schema", f"{where.rsplit(' ', 1)[0]}: {d['schema']!r} unsupported, expected one of "
+                                        f"{', '.join(map(repr, READABLE_SCHEMAS))}")
+        if d["mode"] not in MODES:
+            raise ConfigError("mode", f"{where}: mode = {d['mode']!r}, expected one of {', '.join(MODES)}")
+        if not isinstance(d["plan"], dict):
+            raise ConfigError("plan", f"{where}: must be an object (the plan the run used)")
+        if not (_is_int(d["batch_size"]) and 1 <= d["batch_size"] <= MAX_BATCH):
+            raise ConfigError("batch_size", f"{where}: batch_size = {d['batch_size']!r:.40} must be an integer in "
+                                            f"1..{MAX_BATCH}")
+        _check_plan(d["plan"], where)
+        return cls.build(**d)
+
+
+def _check_plan(plan: dict, where: str) -> None:
+    for key in ("fan_out", "fan_out_miss"):
+        v = plan.get(key)
+        if v is not None and not (isinstance(v, list) and all(_is_int(x) and x >= 0 for x in v)):
+            raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {v!r:.40} must be a list of integers >= 0")
+    for key in ("temperature", "saguaro_c"):
+        v = plan.get(key)
+        if v is not None and not (_is_number(v) and math.isfinite(v) and v >= 0):
+            raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {v!r:.40} must be a finite number >= 0")
+
+
+@dataclass(frozen=True)
+class TraceMetrics:
+    """Metrics of a run, computed the same way for real traces and simulated runs.
+
+    Units: tokens, ms, tok/s; rates in [0, 1]. mean_accept_len includes the bonus token (vLLM convention).
+    """
+
+    rounds: int
+    tokens: int
+    wall_ms: float  # sum of round times: decoding only, prefill and start-up excluded
+    tok_s: float  # decode throughput, all sequences: tokens / wall_ms
+    mean_accept_len: float
+    acceptance_rate: float  # accepted / drafted
+    hit_rate: float | None  # SSD: cache hits / lookups (entries marked "first" excluded: they cannot hit)
+    primary_hit_rate: float | None  # P(next round hits | this round came from the cache)
+    backup_hit_rate: float | None  # P(next round hits | this round came from the backup)
+    tokens_per_round_hit: float | None
+    tokens_per_round_miss: float | None
+    per_position_acceptance: tuple[float, ...]
+    phase_ms: dict[str, float] = field(default_factory=dict)  # mean ms per round of each phase
+
+    def to_dict(self) -> dict[str, Any]:
+        d = asdict(self)
+        d["per_position_acceptance"] = list(self.per_position_acceptance)
+        return d
+
+
+@dataclass(frozen=True, slots=True)
+class RequestRecord:
+    """One request of a job: its times in ms since the job started, and the tokens it generated."""
+
+    seq: int
+    arrival_ms: float
+    first_token_ms: float
+    finish_ms: float
+    output_tokens: int
+
+    @property
+    def ttft_ms(self) -> float:
+        """Time to first token: first token - arrival (ms)."""
+        return self.first_token_ms - self.arrival_ms
+
+    @property
+    def tpot_ms(self) -> float | None:
+        """Time per output token after the first: (finish - first token) / (output tokens - 1) (ms); None for
+        a one-token request."""
+        n = self.output_tokens - 1
+        return (self.finish_ms - self.first_token_ms) / n if n > 0 else None
+
+
+@dataclass(frozen=True)
+class Summary(TraceMetrics):
+    """The trace's last line: what the runtime printed. TraceMetrics of the rounds (decode only), plus the job's
+    end-to-end numbers. Units: tokens, ms, s, tok/s. Traces written before 2026-12 lack the end-to-end fields."""
+
+    faults: tuple[str, ...] = ()  # draft faults the job finished past (autoregressively)
+    prefill_ms: float = 0.0  # the target's prefills, summed
+    generated_tokens: int = 0  # every generated token, first tokens (from the prefill) included
+    job_s: float = 0.0  # the job's wall time: the last request's finish
+    e2e_tok_s: float = 0.0  # generated_tokens / job_s (prefill and arrival waits included)
+    ttft_ms_p50: float | None = None  # TTFT = first token - arrival, as ssd_sim.sim.metrics
+    ttft_ms_p90: float | None = None
+    ttft_ms_p99: float | None = None
+    tpot_ms_p50: float | None = None  # TPOT = (finish - first token) / (output tokens - 1); None: no request
+    tpot_ms_p90: float | None = None  # produced two tokens
+    tpot_ms_p99: float | None = None
+    requests: tuple[RequestRecord, ...] = ()  # by seq
+    extra: dict = field(default_factory=dict)  # fields this version does not know
+
+    @property
+    def wall_s(self) -> float:
+        return self.wall_ms / 1e3
+
+    @classmethod
+    def of(cls, metrics: TraceMetrics, **job: Any) -> Summary:
+        """The summary of a job: the metrics of its rounds plus the job's own fields (faults, requests, ...)."""
+        return cls(**{f.name: getattr(metrics, f.name) for f in fields(TraceMetrics)}, **job)
+
+    def to_json(self) -> dict[str, Any]:
+        d = {f.name: getattr(self, f.name) for f in fields(self) if f.name != "extra"}
+        d.update(per_position_acceptance=list(self.per_position_acceptance), faults=list(self.faults),
+                 requests=[asdict(r) for r in self.requests], wall_s=self.wall_s)
+        return {**d, **self.extra}
+
+    @classmethod
+    def from_json(cls, d: dict, where: str) -> Summary:
+        """Read a summary line (any version: missing end-to-end fields take their defaults)."""
+        known = {f.name for f in fields(cls)} - {"extra"}
+        _missing(d, tuple(f.name for f in fields(TraceMetrics) if f.default is dataclasses.MISSING), where)
+        values = {k: v for k, v in d.items() if k in known}
+        try:
+            values["per_position_acceptance"] = tuple(values["per_position_acceptance"])
+            values["faults"] = tuple(values.get("faults", ()))
+            values["requests"] = tuple(RequestRecord(**r) for r in values.get("requests", ()))
+        except TypeError as e:
+            raise ConfigError("summary", f"{where}: {e}; the trace is corrupt or not from ssd-run") from e
+        extra = {k: v for k, v in d.items() if k not in known and k not in ("type", "wall_s")}
+        return cls(**values, extra=extra)
