@@ -21,9 +21,14 @@ from .protocol import AddMsg, Ctl, DraftHello, JobAnswer, JobMsg, SpecMsg, StopM
 from .runlog import TraceOut, draft_stub, job_header, job_summary
 
 
-def _become_worker(name: str, parent: int) -> None:
+def _become_worker(name: str, controller: int) -> None:
     """Start of a worker process: ignore SIGINT (the controller handles Ctrl-C), die with the controller (Linux),
-    and show `name` in ps / top."""
+    and show `name` in ps / top.
+
+    The worker's parent is the fork server (run.worker_context), which exits when the controller does, or the
+    controller itself under spawn: the death signal follows that parent, and a worker whose parent or
+    controller is already gone leaves at once."""
+    parent = os.getppid()
     signal.signal(signal.SIGINT, signal.SIG_IGN)
     if sys.platform.startswith("linux"):
         import ctypes
@@ -34,8 +39,18 @@ def _become_worker(name: str, parent: int) -> None:
             libc.prctl(15, name.encode()[:15])  # PR_SET_NAME
         except (OSError, AttributeError):
             pass
-    if os.getppid() != parent:  # the controller died before the line above took effect
+    if os.getppid() != parent or not _alive(controller):  # gone before the death signal took effect
         os._exit(0)
+
+
+def _alive(pid: int) -> bool:
+    try:
+        os.kill(pid, 0)
+    except ProcessLookupError:
+        return False
+    except PermissionError:  # someone else's process took the pid: the controller is gone
+        return False
+    return True
 
 
 def _send(conn, msg) -> None:
@@ -60,9 +75,9 @@ def _config_payload(e: ConfigError) -> tuple[str, str]:
 
 
 def target_worker(conn, target: ModelSpec, draft: ModelSpec | None, port: int, backend: str,
-                  core: int | None, parent: int) -> None:
+                  core: int | None, controller: int) -> None:
     """Rank 0: load the target, meet the draft, then run jobs sent by the controller until 'stop'."""
-    _become_worker("ssd-target", parent)
+    _become_worker("ssd-target", controller)
     from .models import describe, load_model
     from .transport import Channel, init
 
@@ -194,11 +209,11 @@ class _TargetWorker:
                          trace_error=trace.error if trace else None)
 
 
-def draft_worker(report, draft: ModelSpec, port: int, backend: str, core: int | None, parent: int,
+def draft_worker(report, draft: ModelSpec, port: int, backend: str, core: int | None, controller: int,
                  hooks: TestHooks | None = None) -> None:
     """Rank 1: load the draft (failures go to the controller over `report`), meet the target, then answer it
     until 'stop' (or until the target goes away)."""
-    _become_worker("ssd-draft", parent)
+    _become_worker("ssd-draft", controller)
     from .draft_trace import DraftRecorder
     from .models import describe, load_model
     from .transport import Channel, DraftFault, init

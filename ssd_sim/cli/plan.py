@@ -23,11 +23,12 @@ from ssd_sim.cli.args import (
     fail,
     knob_flags,
 )
+from ssd_sim.cli.source import add_source_args, profile_of, source_of
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import check_writable, save_json_atomic
 from ssd_sim.io.limits import MAX_BUDGET, MAX_K, MAX_TOKENS
-from ssd_sim.model.presets import list_presets, load_profile
+from ssd_sim.model.presets import list_presets
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES
 from ssd_sim.plan.knobs import WORKLOAD, Knobs, resolve
@@ -54,6 +55,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--profile", metavar="FILE", help="a profile JSON file (e.g. from `ssd-plan calibrate`)")
     src.add_argument("--plan", metavar="FILE", help="evaluate this plan file: its knobs are fixed (flags "
                      "still override); its profile is used unless --preset/--profile is given")
+    add_source_args(src)
     src.add_argument("--list-presets", action="store_true", help="list the built-in presets and exit")
     src.add_argument("--explain", action="store_true",
                      help="also print where every profile number comes from (measured / derived / assumed)")
@@ -132,14 +134,8 @@ def main(argv: list[str] | None = None) -> int:
 def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
     """Profile, plan-file info, fixed knobs and workload from the arguments (ssd_sim.plan.knobs.resolve)."""
     pf = load_plan(args.plan) if args.plan else None
-    prof_info = (pf.extra.get("profile") or {}) if pf else {}
-    if args.preset or args.profile:
-        info = {"preset": args.preset, "path": args.profile}
-    elif prof_info.get("preset") or prof_info.get("path"):
-        info = {"preset": prof_info.get("preset"), "path": None if prof_info.get("preset") else prof_info["path"]}
-    else:
-        raise ConfigError("profile", "give --preset NAME (see --list-presets) or --profile FILE")
-    profile = load_profile(info["preset"], info["path"])
+    info = source_of(args, (pf.extra.get("profile") or {}) if pf else None)
+    profile = profile_of(info)
     res = resolve(pf.plan if pf else None, knob_flags(args))
     workload = {key: res.workload(key) for key in WORKLOAD}
     source = {"profile": {"name": profile.name, **info}}

@@ -26,11 +26,11 @@ from ssd_sim.cli.args import (
     knob_flags,
     nonneg_float,
 )
+from ssd_sim.cli.source import add_source_args, profile_of, source_of
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import check_writable, save_json_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
 from ssd_sim.io.trace import read_trace
-from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.intervals import scaled_interval
 from ssd_sim.plan.knobs import resolve
@@ -59,6 +59,7 @@ def build_parser() -> OneLineParser:
     src = p.add_argument_group("profile (one of)")
     src.add_argument("--preset", metavar="NAME", help="built-in profile (see ssd-plan --list-presets)")
     src.add_argument("--profile", metavar="FILE", help="profile JSON (from ssd-plan calibrate)")
+    add_source_args(src)
     p.add_argument("--plan", metavar="FILE", help="plan file from ssd-plan; knob flags override its fields")
     p.add_argument("--mode", choices=MODES, default="ssd",
                    help="ar, sd, ssd (the plan's backup), ssd-fast (fast backup), ssd-adaptive (switch at b*)")
@@ -101,8 +102,9 @@ def main(argv: list[str] | None = None) -> int:
     try:
         if args.chrome_trace:
             check_writable(args.chrome_trace, "chrome_trace")  # before the simulation, not after it
-        profile = load_profile(args.preset, args.profile)
-        base = load_plan(args.plan).plan if args.plan else None
+        pf = load_plan(args.plan) if args.plan else None
+        profile = profile_of(source_of(args, (pf.extra.get("profile") or {}) if pf else None))
+        base = pf.plan if pf else None
         args.batch_size = (args.batch_size or (args.max_batch if args.workload != "fixed" else None)
                            or (base.batch_size if base else 1))
         workload = workload_from_args(args)

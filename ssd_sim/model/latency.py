@@ -2,11 +2,14 @@
 
 One forward of a model on its device(s), in ms, with N = rows * tokens processed tokens:
 
-    t = fixed_ms + max(memory_ms, compute_ms_per_token * N) + token_ms * N ** token_exponent
-        + multi_token_ms * [N > 1]
+    t = fixed_ms + max(memory_ms + row_ms * rows + expert_ms * (1 - (1 - expert_share) ** N), compute_ms_per_token * N)
+        + token_ms * N ** token_exponent + multi_token_ms * [N > 1]
 
 - fixed_ms: launch / framework / collective overhead paid once per forward;
-- max(memory, compute): the roofline (weights streamed once per forward vs FLOPs at achievable peak);
+- max(memory, compute): the roofline (weights streamed once per forward vs FLOPs at achievable peak); memory
+  also reads each row's KV cache (row_ms, at the context the profile was built for) and, in a mixture-of-experts
+  model, the experts the N tokens touch (expert_ms = all experts, expert_share = experts per token / experts);
+  row_ms and expert_ms come from specs (model.roofline) and are 0 in measured profiles;
 - token_ms * N^token_exponent: per-token work not hidden under the roofline (sampling over the
   vocabulary, attention with masks, small kernels); exponent < 1 when more rows run more efficiently;
 - multi_token_ms: paid once when a forward processes more than one token (on CPUs the Linear layers switch
@@ -44,6 +47,9 @@ class ForwardLatency:
     token_ms: float = 0.0  # per-token work outside the roofline (ms at N = 1)
     token_exponent: float = 1.0  # how that work scales with N (1 = linear)
     multi_token_ms: float = 0.0  # extra once N > 1 (CPU: matrix-matrix instead of matrix-vector kernels) (ms)
+    row_ms: float = 0.0  # KV cache read per row (sequence) at the profile's context (ms)
+    expert_ms: float = 0.0  # MoE: reading every routed expert of every layer (ms)
+    expert_share: float = 0.0  # MoE: experts per token / experts per layer (each token touches this share)
 
     def __post_init__(self):
         for f in fields(self):
@@ -52,13 +58,19 @@ class ForwardLatency:
                 raise ConfigError(f.name, f"must be a finite number >= 0 (ms), got {v!r}")
         if not 0.0 < self.token_exponent <= 2.0:
             raise ConfigError("token_exponent", f"must be in (0, 2], got {self.token_exponent}")
+        if self.expert_share > 1.0:
+            raise ConfigError("expert_share", f"must be in [0, 1] (experts per token / experts), got {self.expert_share}")
 
     def __call__(self, rows: ArrayLike, tokens: ArrayLike = 1):
         """Forward latency in ms (broadcasts over numpy arrays of rows and tokens)."""
-        n = np.asarray(rows, dtype=float) * np.asarray(tokens, dtype=float)
+        r = np.asarray(rows, dtype=float)
+        n = r * np.asarray(tokens, dtype=float)
+        memory = self.memory_ms + self.row_ms * r
+        if self.expert_ms:
+            memory = memory + self.expert_ms * (1.0 - (1.0 - self.expert_share) ** np.maximum(n, 1.0))
         t = (
             self.fixed_ms
-            + np.maximum(self.memory_ms, self.compute_ms_per_token * n)
+            + np.maximum(memory, self.compute_ms_per_token * n)
             + self.token_ms * n**self.token_exponent
             + self.multi_token_ms * (n > 1)
         )
@@ -86,7 +98,13 @@ class ForwardLatency:
         return cls(fixed_ms, memory_ms, compute, token_ms, token_exponent)
 
     def to_dict(self) -> dict:
-        return asdict(self)
+        """The fields; the spec-only terms (row_ms, expert_ms, expert_share) only when set, so measured profiles
+        keep their format."""
+        d = asdict(self)
+        for name in ("row_ms", "expert_ms", "expert_share"):
+            if not d[name]:
+                d.pop(name)
+        return d
 
 
 @dataclass(frozen=True)
@@ -172,8 +190,7 @@ class LatencyModel:
         return np.where(np.asarray(rows) > 0, self.branch_ms(rows, K), 0.0)
 
     def to_dict(self) -> dict:
-        d = asdict(self)
-        return d
+        return {**asdict(self), "target": self.target.to_dict(), "draft": self.draft.to_dict()}
 
     @classmethod
     def from_dict(cls, d: dict) -> LatencyModel:

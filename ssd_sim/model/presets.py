@@ -18,20 +18,12 @@ from scipy.optimize import brentq
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
+from ssd_sim.model.hardware import GPUS
 from ssd_sim.model.latency import ForwardLatency, LatencyModel, fit_forward_latency
 from ssd_sim.model.profile import Profile, load_profile_file
 from ssd_sim.model.uncertainty import Uncertainty
 from ssd_sim.theory.analytic import expected_tokens
 from ssd_sim.theory.fanout import integer_fanout, miss_rate
-
-# Datasheet numbers: HBM bandwidth (TB/s) and dense BF16 peak (TFLOPS).
-GPUS = {
-    "h100-sxm": {"hbm_tb_s": 3.35, "peak_tflops": 989.0},
-    "h100-pcie": {"hbm_tb_s": 2.0, "peak_tflops": 756.0},
-    "h200": {"hbm_tb_s": 4.8, "peak_tflops": 989.0},
-    "a100-80g": {"hbm_tb_s": 2.04, "peak_tflops": 312.0},
-    "b200": {"hbm_tb_s": 8.0, "peak_tflops": 2250.0},
-}
 
 
 def list_presets() -> list[str]:
@@ -131,9 +123,9 @@ def _roofline(sec: dict) -> dict:
         return {"memory_ms": 0.0, "compute_ms_per_token": 0.0}
     if sec["gpu"] not in GPUS:
         raise ConfigError("gpu", f"unknown GPU {sec['gpu']!r}; known: {', '.join(GPUS)}")
-    g = GPUS[sec["gpu"]]
+    g = GPUS[sec["gpu"]]  # datasheet numbers (model.hardware)
     m = ForwardLatency.roofline(sec["params_b"], sec.get("bytes_per_param", 2), sec.get("devices", 1),
-                                g["hbm_tb_s"], g["peak_tflops"], sec.get("mfu", 0.6))
+                                g.hbm_tb_s, g.bf16_tflops, sec.get("mfu", 0.6))
     return {"memory_ms": m.memory_ms, "compute_ms_per_token": m.compute_ms_per_token}
 
 

@@ -39,8 +39,9 @@ PLAN = Plan(num_speculative_tokens=2, fan_out=(2, 1, 1), batch_size=1)
 
 
 def children(pid: int) -> dict[int, str]:
-    """{pid: name} of the live (not zombie) child processes of `pid`."""
-    out = {}
+    """{pid: name} of the live (not zombie) descendants of `pid` (the workers are children of the fork server,
+    itself a child of the controller; under spawn, of the controller)."""
+    procs = {}
     for d in Path("/proc").iterdir():
         if not d.name.isdigit():
             continue
@@ -50,8 +51,14 @@ def children(pid: int) -> dict[int, str]:
         except OSError:
             continue
         state, ppid = stat.rsplit(")", 1)[1].split()[:2]
-        if int(ppid) == pid and state != "Z":
-            out[int(d.name)] = name
+        procs[int(d.name)] = (int(ppid), state, name)
+    out, todo = {}, [pid]
+    while todo:
+        parent = todo.pop()
+        for p, (ppid, state, name) in procs.items():
+            if ppid == parent and state != "Z" and p not in out:
+                out[p] = name
+                todo.append(p)
     return out
 
 

@@ -1,0 +1,76 @@
+"""Where ssd-plan and ssd-sim get their profile: a preset, a profile file, or a pair and GPU from specs.
+
+    --preset NAME | --profile FILE | --target CFG|NAME --draft CFG|NAME --gpu NAME [--tp N] [--draft-gpu NAME]
+                                      [--context TOKENS] [--dtype bf16|fp8] [--acceptance-from PRESET|FILE]
+The spec form builds the profile with ssd_sim.model.spec_profile (roofline from datasheets; acceptance from the
+named source, marked assumed). A plan file records which source made it, so `--plan FILE` alone reloads it.
+"""
+
+from __future__ import annotations
+
+import argparse
+from typing import Any
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.values import bounded_int
+from ssd_sim.model.hardware import GPUS
+from ssd_sim.model.presets import load_profile
+from ssd_sim.model.profile import Profile
+
+SPEC_FLAGS = ("target", "draft", "gpu", "tp", "draft_gpu", "context", "dtype", "acceptance_from")
+
+
+def add_source_args(group: argparse._ArgumentGroup) -> None:
+    """The spec flags (beside --preset / --profile, which each CLI declares with its own help)."""
+    group.add_argument("--target", metavar="CFG|NAME", help="plan a pair no preset covers: the target's config.json "
+                       "(or a folder with one, or a built-in name such as Llama-3.1-70B); needs --draft and --gpu")
+    group.add_argument("--draft", metavar="CFG|NAME", help="the draft's config.json, folder or built-in name")
+    group.add_argument("--gpu", metavar="NAME", help=f"the target's GPU: {', '.join(GPUS)}")
+    group.add_argument("--tp", type=bounded_int(1, 64, "target devices"), metavar="N",
+                       help="tensor-parallel degree of the target (devices, 1..64; default 1)")
+    group.add_argument("--draft-gpu", metavar="NAME", help="the draft's GPU (default: the target's kind)")
+    group.add_argument("--context", type=bounded_int(1, 1_048_576, "tokens per sequence"), metavar="TOKENS",
+                       help="tokens in each sequence's KV cache the latencies are computed at (default 1024)")
+    group.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), help="weight and KV dtype (default bf16)")
+    group.add_argument("--acceptance-from", metavar="PRESET|FILE",
+                       help="whose acceptance and hit curves to assume (a preset or a calibrated profile; default "
+                            "llama70b-1b-h100, marked assumed)")
+
+
+def spec_of(args) -> dict[str, Any] | None:
+    """The spec flags given (None if none); ConfigError if the spec is incomplete or mixed with a preset/profile."""
+    given = {k: getattr(args, k, None) for k in SPEC_FLAGS if getattr(args, k, None) is not None}
+    if not given:
+        return None
+    missing = [f"--{k}" for k in ("target", "draft", "gpu") if k not in given]
+    if missing:
+        raise ConfigError(missing[0].lstrip("-"), f"planning from specs needs --target, --draft and --gpu; give "
+                                                  f"{' and '.join(missing)} (or use --preset / --profile)")
+    if getattr(args, "preset", None) or getattr(args, "profile", None):
+        raise ConfigError("profile", "give either --preset / --profile or --target/--draft/--gpu, not both")
+    return given
+
+
+def profile_of(source: dict[str, Any]) -> Profile:
+    """The profile a source names: {"preset": NAME} | {"path": FILE} | {"spec": {target, draft, gpu, ...}}."""
+    if source.get("spec"):
+        from ssd_sim.model.spec_profile import profile_from_specs
+
+        return profile_from_specs(**source["spec"])
+    return load_profile(source.get("preset"), source.get("path"))
+
+
+def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
+    """The profile source of the flags, else the one a plan file recorded; ConfigError naming the flags if none."""
+    spec = spec_of(args)
+    if spec:
+        return {"spec": spec}
+    if getattr(args, "preset", None) or getattr(args, "profile", None):
+        return {"preset": args.preset, "path": args.profile}
+    recorded = recorded or {}
+    if recorded.get("spec"):
+        return {"spec": recorded["spec"]}
+    if recorded.get("preset") or recorded.get("path"):
+        return {"preset": recorded.get("preset"), "path": None if recorded.get("preset") else recorded["path"]}
+    raise ConfigError("profile", "give --preset NAME (see --list-presets), --profile FILE, or a pair from specs: "
+                                 "--target CFG --draft CFG --gpu NAME")

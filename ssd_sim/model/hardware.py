@@ -1,0 +1,70 @@
+"""Accelerator specs: the datasheet numbers a roofline needs, each with its source.
+
+Numbers are per device, dense (no structured sparsity), at the vendor's boost clock:
+    hbm_tb_s        peak memory bandwidth (TB/s)
+    bf16_tflops     dense BF16 tensor throughput (TFLOPS)
+    fp8_tflops      dense FP8 tensor throughput (TFLOPS; None: the device has no FP8 tensor cores)
+    link_gb_s       device-to-device bandwidth per direction for tensor parallelism (GB/s): NVLink / Infinity
+                    Fabric where the part has it, else PCIe
+    memory_gb       device memory (GB)
+What a real kernel reaches is below these; the roofline (model.roofline) applies stated efficiencies.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from ssd_sim.io.errors import ConfigError
+
+
+@dataclass(frozen=True)
+class GpuSpec:
+    """One accelerator's datasheet numbers (units in the module docstring)."""
+
+    name: str
+    hbm_tb_s: float
+    bf16_tflops: float
+    fp8_tflops: float | None
+    link_gb_s: float
+    memory_gb: float
+    source: str
+
+    def peak_tflops(self, dtype: str) -> float:
+        """Dense tensor peak for weights of this dtype (bf16 / fp16 -> BF16 peak; fp8 -> FP8 peak)."""
+        if dtype == "fp8":
+            if self.fp8_tflops is None:
+                raise ConfigError("dtype", f"{self.name} has no FP8 tensor cores; use --dtype bf16")
+            return self.fp8_tflops
+        return self.bf16_tflops
+
+
+GPUS: dict[str, GpuSpec] = {g.name: g for g in (
+    GpuSpec("h100-sxm", 3.35, 989.0, 1979.0, 450.0, 80.0,
+            "NVIDIA H100 Tensor Core GPU datasheet (SXM5): 3.35 TB/s HBM3, 989 TFLOPS BF16 / 1,979 FP8 dense, "
+            "NVLink 900 GB/s (450 per direction), 80 GB"),
+    GpuSpec("h100-pcie", 2.0, 756.0, 1513.0, 64.0, 80.0,
+            "NVIDIA H100 datasheet (PCIe): 2.0 TB/s HBM2e, 756 TFLOPS BF16 / 1,513 FP8 dense, PCIe Gen5 128 GB/s "
+            "(64 per direction), 80 GB"),
+    GpuSpec("h200", 4.8, 989.0, 1979.0, 450.0, 141.0,
+            "NVIDIA H200 datasheet (SXM): 4.8 TB/s HBM3e, 989 TFLOPS BF16 / 1,979 FP8 dense, NVLink 900 GB/s, 141 GB"),
+    GpuSpec("a100-80g", 2.04, 312.0, None, 300.0, 80.0,
+            "NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e, 312 TFLOPS BF16 dense, no FP8, NVLink 600 GB/s "
+            "(300 per direction), 80 GB"),
+    GpuSpec("l40s", 0.864, 362.05, 733.0, 32.0, 48.0,
+            "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOPS BF16 / 733 FP8 dense (733 / 1,466 with sparsity), "
+            "PCIe Gen4 x16 64 GB/s (32 per direction), no NVLink, 48 GB"),
+    GpuSpec("b200", 8.0, 2250.0, 4500.0, 900.0, 180.0,
+            "NVIDIA DGX B200 / HGX B200 datasheet: 8 TB/s HBM3e, 2.25 PFLOPS BF16 / 4.5 FP8 dense per GPU, NVLink 5 "
+            "1.8 TB/s (900 per direction), 180 GB"),
+    GpuSpec("mi300x", 5.3, 1307.4, 2614.9, 448.0, 192.0,
+            "AMD Instinct MI300X datasheet: 5.3 TB/s HBM3, 1,307.4 TFLOPS BF16 / 2,614.9 FP8 dense, Infinity Fabric "
+            "7 links x 64 GB/s = 448 GB/s per direction, 192 GB"),
+)}
+
+
+def get_gpu(name: str) -> GpuSpec:
+    """The spec of a GPU by name (case-insensitive; 'h100' = 'h100-sxm', 'a100' = 'a100-80g')."""
+    key = {"h100": "h100-sxm", "a100": "a100-80g"}.get(name.lower(), name.lower())
+    if key not in GPUS:
+        raise ConfigError("gpu", f"unknown GPU {name!r}; choose one of: {', '.join(GPUS)}")
+    return GPUS[key]

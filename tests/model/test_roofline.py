@@ -1,0 +1,117 @@
+"""Model shapes from config.json, GPU specs and the roofline forward latency, against hand-computed cases."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.architecture import Architecture, load_architecture
+from ssd_sim.model.hardware import GPUS, get_gpu
+from ssd_sim.model.roofline import RooflineAssumptions, forward_latency
+
+# Published parameter counts (model cards): the shapes must reproduce them.
+PARAMS = {"Llama-3.1-8B": 8.03e9, "Llama-3.1-70B": 70.55e9, "Llama-3.2-1B": 1.24e9, "Qwen3-0.6B": 0.596e9,
+          "Qwen3-32B": 32.8e9, "Qwen3-30B-A3B": 30.5e9, "Qwen2.5-Coder-1.5B-Instruct": 1.54e9}
+
+
+@pytest.mark.parametrize("name, params", PARAMS.items())
+def test_builtin_shapes_give_the_published_parameter_counts(name, params):
+    assert load_architecture(name).params == pytest.approx(params, rel=0.01)
+
+
+def test_kv_bytes_per_token_of_llama_8b_is_128_kib_in_bf16():
+    a = load_architecture("Llama-3.1-8B")  # 2 (K, V) x 32 layers x 8 KV heads x 128 x 2 bytes
+    assert a.kv_bytes_per_token("bf16") == 2 * 32 * 8 * 128 * 2 == 131072
+
+
+def test_a_config_json_is_read_like_the_builtin_entry(tmp_path):
+    cfg = {"model_type": "llama", "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "head_dim": 64, "intermediate_size": 8192, "vocab_size": 128256,
+           "tie_word_embeddings": True, "_name_or_path": "my-1b"}
+    (tmp_path / "config.json").write_text(json.dumps(cfg))
+    mine, builtin = load_architecture(str(tmp_path)), load_architecture("Llama-3.2-1B")
+    assert mine.params == builtin.params and mine.name == "my-1b"
+
+
+def test_a_multimodal_config_uses_its_text_config(tmp_path):
+    text = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 4, "intermediate_size": 128,
+            "vocab_size": 1000}
+    (tmp_path / "c.json").write_text(json.dumps({"model_type": "gemma3", "text_config": text}))
+    assert load_architecture(str(tmp_path / "c.json")).layers == 2
+
+
+@pytest.mark.parametrize("bad, field", [({"hidden_size": 64}, "num_attention_heads"), ({}, "hidden_size")])
+def test_a_config_without_a_transformer_shape_is_one_line(tmp_path, bad, field):
+    (tmp_path / "config.json").write_text(json.dumps(bad))
+    with pytest.raises(ConfigError) as e:
+        load_architecture(str(tmp_path / "config.json"))
+    assert e.value.field == field
+
+
+def test_unknown_names_are_one_line_listing_what_is_built_in():
+    with pytest.raises(ConfigError, match="neither a config.json.*Llama-3.1-8B"):
+        load_architecture("no-such-model")
+    with pytest.raises(ConfigError, match="unknown GPU 'h900'; choose one of: h100-sxm"):
+        get_gpu("h900")
+
+
+def test_every_gpu_names_its_source_and_the_aliases_resolve():
+    assert {"h100-sxm", "h100-pcie", "h200", "a100-80g", "l40s", "b200", "mi300x"} <= set(GPUS)
+    assert all(g.source and g.hbm_tb_s > 0 and g.bf16_tflops > 0 for g in GPUS.values())
+    assert get_gpu("H100") is GPUS["h100-sxm"] and get_gpu("a100") is GPUS["a100-80g"]
+    with pytest.raises(ConfigError, match="a100-80g has no FP8"):
+        GPUS["a100-80g"].peak_tflops("fp8")
+
+
+def test_llama_8b_decode_step_on_one_h100_by_hand():
+    """b = 1, one token, context 1024, the stated assumptions (bw 0.8, mfu 0.6, floor 0.3 ms + 15 us/layer)."""
+    a = load_architecture("Llama-3.1-8B")
+    f = forward_latency(a, get_gpu("h100-sxm"), tp=1, context=1024)
+    bw = 3.35e12 * 0.8
+    weights = 2 * (32 * a.dense_layer_params + 128256 * 4096)  # every layer + lm_head; the embedding is a lookup
+    assert f.memory_ms == pytest.approx(weights / bw * 1e3)
+    assert f.memory_ms == pytest.approx(5.60, abs=0.01)  # 15.0 GB at 2.68 TB/s
+    assert f.row_ms == pytest.approx(1024 * 131072 / bw * 1e3)  # 128 MiB of KV per sequence: 0.050 ms
+    assert f.fixed_ms == pytest.approx(0.3 + 32 * 0.015)
+    assert f(1, 1) == pytest.approx(0.78 + 5.60 + 0.05, abs=0.01)
+
+
+def test_tensor_parallel_splits_weights_and_kv_and_adds_two_all_reduces_per_layer():
+    a, g = load_architecture("Llama-3.1-70B"), get_gpu("h100-sxm")
+    one, four = forward_latency(a, g, 1), forward_latency(a, g, 4)
+    assert four.memory_ms == pytest.approx(one.memory_ms / 4) and four.row_ms == pytest.approx(one.row_ms / 4)
+    assert four.fixed_ms - one.fixed_ms == pytest.approx(2 * 80 * 0.010)  # 160 all-reduces of 10 us
+    per_token = 2 * 80 * 8192 * 2 * 2 * 3 / 4 / (450e9 * 0.7) * 1e3  # ring all-reduce bytes per token
+    assert four.token_ms == pytest.approx(per_token)
+
+
+def test_latency_grows_with_batch_and_context_as_the_kv_reads_say():
+    a, g = load_architecture("Llama-3.1-8B"), get_gpu("h100-sxm")
+    short, long = forward_latency(a, g, context=1024), forward_latency(a, g, context=32768)
+    assert short(16, 1) - short(1, 1) == pytest.approx(15 * short.row_ms)  # memory-bound: KV per row
+    assert long(16, 1) - short(16, 1) == pytest.approx(16 * (long.row_ms - short.row_ms))
+    assert long.row_ms == pytest.approx(32 * short.row_ms)
+    assert short(512, 8) > short(512, 1) * 3  # 4096 tokens: compute-bound, FLOPs grow with tokens
+
+
+def test_moe_reads_the_experts_its_tokens_touch():
+    a = load_architecture("Qwen3-30B-A3B")
+    assert a.active_params == pytest.approx(3.04e9, rel=0.02)  # published: 3.3B with the input embedding
+    assert a.experts_touched(1) == pytest.approx(8) and a.experts_touched(10_000) == pytest.approx(128)
+    f = forward_latency(a, get_gpu("h100-sxm"))
+    one, many = f(1, 1), f(64, 1)
+    expert_ms = a.layers * a.experts * a.expert_params * 2 / (3.35e12 * 0.8) * 1e3
+    assert f.expert_ms == pytest.approx(expert_ms)
+    assert many - one == pytest.approx(expert_ms * ((1 - (1 - 1 / 16) ** 64) - 1 / 16) + 63 * f.row_ms, rel=1e-6)
+
+
+def test_the_assumptions_name_their_intervals():
+    text = RooflineAssumptions().describe()
+    assert "bw_efficiency 0.8 (assumed in 0.65..0.9)" in text and "layer_floor_us 15 (assumed in 5..40)" in text
+
+
+def test_a_dense_architecture_touches_no_experts():
+    a = Architecture("x", 2, 64, 4, 4, 16, 128, 100)
+    assert a.experts_touched(100) == 0 and a.weight_bytes(100) == a.weight_bytes(1) + 99 * 64 * 2

@@ -1,0 +1,88 @@
+"""A profile for any pair on any GPU from specs: latencies that know batch and context, stated assumptions."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ssd_sim.cli.plan import main as plan_main
+from ssd_sim.cli.sim import main as sim_main
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.profile import Profile
+from ssd_sim.model.spec_profile import profile_from_specs
+from ssd_sim.plan.planner import PlanRequest, make_plan
+
+
+@pytest.fixture(scope="module")
+def llama8b_l40s() -> Profile:
+    return profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="l40s")
+
+
+def test_predictions_fall_with_batch_as_kv_reads_grow(llama8b_l40s):
+    ar = [make_plan(llama8b_l40s, PlanRequest(batch_size=b)).ar.per_seq_tok_s for b in (1, 8, 32)]
+    sd = [make_plan(llama8b_l40s, PlanRequest(batch_size=b)).sd.per_seq_tok_s for b in (1, 8, 32)]
+    assert ar[0] > ar[1] > ar[2] and sd[0] > sd[1] > sd[2]
+    # AR at b = 1 by hand: one forward = 0.3 + 32 x 0.015 ms floor + 15.0 GB / (0.864 TB/s x 0.8) + one row's KV,
+    # plus the 0.3 ms round overhead
+    assert 1e3 / ar[0] == pytest.approx(0.3 + 0.48 + 15.01e9 / 0.6912e12 * 1e3 + 0.19 + 0.3, rel=0.01)
+
+
+def test_a_longer_context_is_slower_and_fits_fewer_sequences():
+    short = profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="h100", context=1024)
+    long = profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="h100", context=32768)
+    assert long.latency.verify_ms(8, 4) > short.latency.verify_ms(8, 4)
+    assert long.max_batch_size < short.max_batch_size  # (0.9 x 80 GB - 16 GB) / KV per sequence
+    assert short.max_batch_size == int((0.9 * 80e9 - 2 * 8.03e9) // (1024 * 131072))
+
+
+def test_the_provenance_marks_what_is_assumed(llama8b_l40s):
+    prov = llama8b_l40s.provenance
+    assert prov["acceptance"].startswith("assumed: the acceptance and hit curves of llama70b-1b-h100")
+    assert prov["roofline"].startswith("assumed: bw_efficiency 0.8 (assumed in 0.65..0.9)")
+    assert prov["target.latency"].startswith("derived from specs")
+    assert llama8b_l40s.host is None and 0.05 < llama8b_l40s.uncertainty.latency_run_sd < 0.5
+
+
+@pytest.mark.parametrize("kw, field", [
+    (dict(target="Llama-3.1-8B", draft="Qwen3-0.6B", gpu="h100"), "draft"),  # different vocabularies
+    (dict(target="Llama-3.1-70B", draft="Llama-3.2-1B", gpu="l40s", tp=1), "tp"),  # 141 GB on one 48 GB card
+    (dict(target="Llama-3.1-8B", draft="Llama-3.2-1B", gpu="a100", dtype="fp8"), "dtype"),
+    (dict(target="Llama-3.1-8B", draft="Llama-3.2-1B", gpu="h100", acceptance_from="nope"), "acceptance_from"),
+])
+def test_impossible_setups_are_one_line_naming_the_field(kw, field):
+    with pytest.raises(ConfigError) as e:
+        profile_from_specs(**kw)
+    assert e.value.field == field
+
+
+def test_ssd_plan_plans_a_pair_from_config_files_and_the_plan_file_reloads_it(tmp_path, capsys):
+    cfg = {"model_type": "llama", "num_hidden_layers": 32, "hidden_size": 4096, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 14336, "vocab_size": 128256}
+    (tmp_path / "t").mkdir()
+    (tmp_path / "t" / "config.json").write_text(json.dumps(cfg))
+    args = ["--target", str(tmp_path / "t"), "--draft", "Llama-3.2-1B", "--gpu", "h200", "--tp", "2",
+            "--context", "4096", "-b", "8"]
+    assert plan_main([*args, "--json", "-o", str(tmp_path / "p.json")]) == 0
+    report = json.loads(capsys.readouterr().out)
+    assert report["profile"]["spec"]["gpu"] == "h200" and report["profile"]["spec"]["tp"] == 2
+    assert report["predicted"]["ssd_tok_s"] > report["predicted"]["ar_tok_s"] > 0
+    assert plan_main(["--plan", str(tmp_path / "p.json"), "--json"]) == 0  # the plan file names its source
+    again = json.loads(capsys.readouterr().out)
+    assert again["ssd"]["per_seq_tok_s"] == pytest.approx(report["ssd"]["per_seq_tok_s"])
+    assert sim_main([*args, "--tokens", "64", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["metrics"]["sequences"] == 8
+
+
+@pytest.mark.parametrize("argv, needle", [
+    (["--target", "Llama-3.1-8B", "--gpu", "h100"], "draft: planning from specs needs --target, --draft and --gpu"),
+    (["--preset", "llama70b-1b-h100", "--target", "Llama-3.1-8B", "--draft", "Llama-3.2-1B", "--gpu", "h100"],
+     "profile: give either --preset / --profile or --target/--draft/--gpu, not both"),
+    (["--target", "Llama-3.1-8B", "--draft", "Llama-3.2-1B", "--gpu", "h900"], "gpu: unknown GPU 'h900'"),
+])
+def test_bad_spec_flags_are_one_line_and_exit_2(argv, needle, capsys):
+    with pytest.raises(SystemExit) as e:
+        plan_main(argv)
+    assert e.value.code == 2
+    err = capsys.readouterr().err.strip()
+    assert needle in err and len(err.splitlines()) == 1
