@@ -31,6 +31,8 @@ DECIDE_THRESHOLD = 0.8  # recommend SSD over SD only if it wins in at least 80% 
 SETTLE = {
     "workload": "calibrate on more prompts of your workload (the spread between prompts dominates)",
     "latency": "repeat the runs, interleaved (run-to-run timing noise dominates)",
+    "latency-specs": "time the pair on this hardware: the latencies are a roofline with assumed efficiencies "
+                     "(ssd-run calibrate-here there, then ssd-plan --profile)",
     "extrapolation": "time forwards of this plan's size: run one SSD trace of this plan (ssd-run --plan PLAN "
                      "--mode ssd --trace T) and recalibrate (its latency is extrapolated past the timed shapes)",
     "interference": "run one SSD trace of this plan (ssd-run --plan PLAN --mode ssd --trace T) and recalibrate: "
@@ -111,7 +113,8 @@ def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarra
         rec = "ssd"
     else:
         rec = "sd" if np.mean(samples["sd"] > samples["ar"]) >= 0.5 else "ar"
-    return Decision(p, rec, threshold, dominant, SETTLE[dominant])
+    from_specs = dominant == "latency" and profile.host is None and "roofline" in profile.provenance
+    return Decision(p, rec, threshold, dominant, SETTLE["latency-specs" if from_specs else dominant])
 
 
 def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, seed: int = 0) -> list[float]:

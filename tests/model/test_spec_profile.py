@@ -86,3 +86,12 @@ def test_bad_spec_flags_are_one_line_and_exit_2(argv, needle, capsys):
     assert e.value.code == 2
     err = capsys.readouterr().err.strip()
     assert needle in err and len(err.splitlines()) == 1
+
+
+def test_the_advice_for_a_spec_profile_is_to_time_the_pair_not_to_repeat_runs(llama8b_l40s):
+    from ssd_sim.plan.intervals import decide, sample
+
+    res = make_plan(llama8b_l40s, PlanRequest(batch_size=4))
+    d = decide(llama8b_l40s, res.plan, res.sd.num_speculative_tokens,
+               sample(llama8b_l40s, res.plan, res.sd.num_speculative_tokens, 50, seed=0))
+    assert d.dominant == "latency" and d.settle.startswith("time the pair on this hardware")
