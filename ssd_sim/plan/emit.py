@@ -13,15 +13,17 @@ import re
 import shlex
 
 from ssd_sim.model.profile import Profile
+from ssd_sim.plan.engine_rules import REFERENCE_COMMIT, REFERENCE_FAMILY_SIZES
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import Prediction, predict_ssd
 from ssd_sim.plan.whatif import fan_outs
 
 ENGINES = ("ssd-engine", "vllm", "sglang")
 
-# The reference engine's bench.py (current: "Benchmark SSD performance") picks the target by family + size: Qwen3 is
-# the default family, --llama opts in; drafts by size within the family (bench_helpers.get_model_paths).
-_REFERENCE_TARGETS = {"llama": ("1", "3", "8", "70"), "qwen": ("0.6", "1.7", "4", "8", "14", "32")}
+# The reference engine's bench.py (github.com/tanishqkumar/ssd at engine_rules.REFERENCE_COMMIT) picks the target by
+# family + size: Llama is the default family, --qwen selects Qwen3; drafts by size within the family
+# (bench_helpers.get_model_paths). Both families are named explicitly in the commands we emit.
+_REFERENCE_TARGETS = REFERENCE_FAMILY_SIZES
 _REFERENCE_DRAFTS = {"llama": ("1", "3", "8", "70"), "qwen": ("0.6",)}
 REFERENCE_UNIFORM_ABOVE_B = 8  # mask_helpers.get_custom_mask: every fan-out must equal F above batch 8
 REFERENCE_MAX_GPUS = 8  # Config: 1 <= num_gpus <= 8 (one node)
@@ -42,7 +44,7 @@ def _reference_model_args(profile: Profile) -> tuple[list[str], str | None]:
         return [], f"the reference engine has no target {profile.target_model or '(unnamed)'}"
     if d_family != family or d_size not in _REFERENCE_DRAFTS[family]:
         return [], f"the reference engine has no {family} draft {profile.draft_model or '(unnamed)'}"
-    return (["--llama"] if family == "llama" else []) + ["--size", size, "--draft", d_size], None
+    return ["--llama" if family == "llama" else "--qwen", "--size", size, "--draft", d_size], None
 
 
 def reference_plan(profile: Profile, plan: Plan, max_budget: int | None = None) -> tuple[Plan, list[str]]:
@@ -111,6 +113,8 @@ def ssd_engine_flags(profile: Profile, plan: Plan, max_budget: int | None = None
         notes.append("the engine down-weights the top F+1 tokens (downweight=top_f_plus_1), the plan assumed top F")
     if run.backup == "fast" and run.temperature > 0:
         notes.append("at T > 0 the engine accepts fast-backup rows by greedy match, not the ratio test")
+    notes.insert(0, f"bench/bench.py is the reference engine's script: run it in a checkout of "
+                    f"github.com/tanishqkumar/ssd (flags checked against commit {REFERENCE_COMMIT[:7]})")
     return {"engine": "ssd-engine", "supported": True, "args": args,
             "command": shlex.join(["python", "bench/bench.py", *args]), "notes": notes, "plan": run.to_dict(),
             "predicted_tok_s": predict_ssd(profile, run).per_seq_tok_s}

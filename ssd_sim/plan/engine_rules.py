@@ -16,7 +16,8 @@ import json
 import math
 
 ENGINE_SOURCES = {
-    "ssd-engine": "github.com/tanishqkumar/ssd: bench/bench.py parse_arguments, ssd/config.py Config.__post_init__, "
+    "ssd-engine": "github.com/tanishqkumar/ssd at 6ed3022 (2026-03-05): bench/bench.py parse_arguments, "
+                  "bench/bench_helpers.py get_model_paths, ssd/config.py Config.__post_init__, "
                   "ssd/engine/model_runner.py ModelRunner.__init__ / setup_and_warmup_model_and_cudagraphs",
     "vllm": "vllm/config/speculative.py SpeculativeConfig (pydantic, extra='forbid'), docs.vllm.ai "
             "features/speculative_decoding/draft_model (method draft_model; vLLM >= the release with PR #24322)",
@@ -41,12 +42,18 @@ def _parse(parser: argparse.ArgumentParser, args: list[str]) -> tuple[argparse.N
 # --- reference engine: python bench/bench.py ------------------------------------------------------------------
 
 REFERENCE_SIZES = ("0.6", "1.7", "4", "8", "14", "32", "1", "3", "70")
+REFERENCE_COMMIT = "6ed3022256dd7661e0ad53356f1eccda6239340f"  # github.com/tanishqkumar/ssd, 2026-03-05
+# bench_helpers.get_model_paths / _get_draft_model_path: the sizes each family has (a ValueError otherwise)
+REFERENCE_FAMILY_SIZES = {"llama": ("1", "3", "8", "70"), "qwen": ("0.6", "1.7", "4", "8", "14", "32")}
+REFERENCE_DRAFT_SIZES = {"llama": ("1", "3", "8", "70"), "qwen": ("0.6", "1.7", "4", "8", "14", "32")}
 
 
 def _reference_parser() -> argparse.ArgumentParser:
+    """bench.py parse_arguments at REFERENCE_COMMIT (Llama is the default family, --qwen selects Qwen)."""
     p = _Parser(prog="bench.py", add_help=False, allow_abbrev=False)
-    p.add_argument("--size", type=str, choices=REFERENCE_SIZES, default="4")
-    p.add_argument("--llama", action="store_true")
+    p.add_argument("--size", type=str, choices=REFERENCE_SIZES, default="70")
+    p.add_argument("--llama", action="store_true", default=True)
+    p.add_argument("--qwen", action="store_true")
     p.add_argument("--draft", type=str, default=None)
     p.add_argument("--eager", action="store_true")
     p.add_argument("--gpus", type=int, default=1)
@@ -58,8 +65,6 @@ def _reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--fl", type=int, nargs="+", default=None)
     p.add_argument("--flh", type=int, nargs="+", default=None)
     p.add_argument("--flm", type=int, nargs="+", default=None)
-    p.add_argument("--dtemp", type=float, default=None)
-    p.add_argument("--ttemp", type=float, default=None)
     p.add_argument("--backup", type=str, choices=["jit", "fast"], default="jit")
     p.add_argument("--block_sz", type=int, default=256)
     p.add_argument("--b", type=int, default=1)
@@ -68,8 +73,27 @@ def _reference_parser() -> argparse.ArgumentParser:
     p.add_argument("--output_len", type=int, default=512)
     p.add_argument("--numseqs", type=int, default=128)
     p.add_argument("--temp", type=float, default=0.0)
+    p.add_argument("--dtemp", type=float, default=None)
     p.add_argument("--x", type=float, default=None)
+    p.add_argument("--prompt_offset", type=int, default=0)
+    p.add_argument("--chat_template", action="store_true")
+    p.add_argument("--max-steps", type=int, default=None)
+    p.add_argument("--sweep", type=str, default=None)
     return p
+
+
+def _reference_models(ns: argparse.Namespace, args: list[str]) -> list[str]:
+    """parse_arguments' family assert and get_model_paths' size checks."""
+    if ns.qwen and "--llama" in args:
+        return ["--llama and --qwen: bench.py asserts they are mutually exclusive"]
+    family = "qwen" if ns.qwen else "llama"
+    errs = []
+    if ns.size not in REFERENCE_FAMILY_SIZES[family]:
+        errs.append(f"--size {ns.size}: get_model_paths raises 'Size {ns.size} not available for {family.title()} "
+                    f"models' (sizes {list(REFERENCE_FAMILY_SIZES[family])}; --qwen selects Qwen)")
+    if ns.draft is not None and ns.draft not in REFERENCE_DRAFT_SIZES[family]:
+        errs.append(f"--draft {ns.draft}: no {family.title()} draft of that size")
+    return errs
 
 
 def check_reference(args: list[str]) -> list[str]:
@@ -77,6 +101,7 @@ def check_reference(args: list[str]) -> list[str]:
     ns, errs = _parse(_reference_parser(), args)
     if ns is None:
         return errs
+    errs += _reference_models(ns, args)
     K, F = ns.k, ns.f
     if not 1 <= ns.gpus <= 8:
         errs.append(f"--gpus {ns.gpus}: Config asserts 1 <= num_gpus <= 8 (one node)")

@@ -94,6 +94,13 @@ DOCUMENTED_CHANGES: dict[str, str] = {
             "split into draft_glue and draft_branch as the trace times them" for cid in
        ("sim-cpu-json", "sim-llama-sd-json", "sim-poisson-json", "sim-plan-file-b2-json")},
 }
+# The reference engine's flags checked against its current bench.py (engine_rules.REFERENCE_COMMIT): Qwen targets
+# need --qwen (Llama became the default family), and the command's note names the repository and commit.
+_ENGINE_FLAGS = ("the ssd-engine command names its family (--qwen / --llama) as the reference engine's current "
+                 "bench.py needs, and a note names the engine's repository and the commit its flags were checked "
+                 "against")
+for _cid in ('plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-emit', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-file', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h200-json', 'plan-llama70b-1b-h200', 'plan-qwen32-emit-engine', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen32b-0.6b-h100', 'plan-write'):
+    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ENGINE_FLAGS
 
 
 def fixed_host():

@@ -51,7 +51,7 @@ def test_fixed_knobs_are_evaluated(capsys):
 
 def test_emit_prints_one_command(capsys):
     code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "ssd-engine")
-    assert out.count("\n") == 1 and out.startswith("python bench/bench.py --size 32 --draft 0.6")  # Qwen: default family
+    assert out.count("\n") == 1 and out.startswith("python bench/bench.py --qwen --size 32 --draft 0.6")
     code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "vllm")
     assert out.startswith("vllm serve Qwen/Qwen3-32B") and "--speculative-config" in out
 

@@ -83,10 +83,21 @@ BASE = ["--llama", "--size", "70", "--draft", "1", "--gpus", "5", "--spec", "--a
     (["--k", "3", "--f", "2", "--flh", "2", "2", "2"], "has 3 entries"),
     (["--k", "3", "--f", "2", "--flh", "2", "2", "2", "2", "--flm", "8", "0", "0", "0", "--b", "16"], "above b = 8"),
     (["--k", "3", "--backup", "adaptive"], "argparse"),
-    (["--k", "3", "--qwen"], "argparse"),  # the current bench.py has no --qwen (Qwen is the default family)
+    (["--k", "3", "--qwen"], "mutually exclusive"),  # BASE names --llama
+    (["--k", "3", "--ttemp", "1.0"], "argparse"),  # gone from bench.py at the checked commit
 ])
 def test_reference_rules_reject_what_the_engine_rejects(args, needle):
     errs = check("ssd-engine", BASE + args)
+    assert any(needle in e for e in errs), errs
+
+
+@pytest.mark.parametrize("args, needle", [
+    (["--size", "32", "--draft", "1"], "Size 32 not available for Llama models"),  # Llama is the default family
+    (["--qwen", "--size", "70", "--draft", "0.6"], "Size 70 not available for Qwen models"),
+    (["--qwen", "--size", "32", "--draft", "1"], "no Qwen draft of that size"),
+])
+def test_reference_rules_know_each_familys_sizes(args, needle):
+    errs = check("ssd-engine", args + ["--gpus", "5", "--spec", "--async", "--k", "3", "--f", "1"])
     assert any(needle in e for e in errs), errs
 
 
