@@ -35,6 +35,9 @@ def sidebar_profile() -> tuple[Profile, str] | None:
     label = side.selectbox("preset or calibrated profile", list(choices), key="profile_choice",
                            help="built-in presets (ssd_sim/model/presets) and calibrated profiles found as "
                                 f"*.json in {state.traces_dir()} (`ssd-plan calibrate TRACES -o traces/SETUP/NAME.json`)")
+    spec = _spec_choice(side)
+    if spec is not None:
+        return spec
     upload = side.file_uploader("or upload a profile JSON", type=["json"], key="profile_upload",
                                 help="a profile written by `ssd-plan calibrate` (schema ssd-profile/1)")
     if upload is not None:
@@ -50,6 +53,28 @@ def sidebar_profile() -> tuple[Profile, str] | None:
     except (ConfigError, OSError) as e:
         side.error(str(e))
         return None
+
+
+def _spec_choice(side) -> tuple[Profile, str] | None:
+    """A pair and GPU from specs (as `ssd-plan --target --draft --gpu --tp --context`), when switched on."""
+    box = side.expander("or plan a pair on a GPU from specs")
+    if not box.toggle("use specs", key="spec_on", help="a roofline from the models' shapes and the GPU's "
+                      "datasheet (ssd_sim.model.spec_profile); acceptance is assumed from another pair"):
+        return None
+    names = state.spec_models()
+    target = box.selectbox("target", names, index=names.index("Llama-3.1-70B"), key="spec_target")
+    draft = box.selectbox("draft", names, index=names.index("Llama-3.2-1B"), key="spec_draft")
+    gpu = box.selectbox("GPU", state.spec_gpus(), key="spec_gpu")
+    tp = int(box.number_input("TP (target devices)", 1, 64, 4, key="spec_tp"))
+    context = int(box.number_input("context (tokens per sequence)", 1, 1_048_576, 1024, step=512, key="spec_ctx"))
+    try:
+        prof = state.spec_profile(target, draft, gpu, tp, context)
+    except ConfigError as e:
+        box.error(str(e))
+        return None
+    box.caption(f"{prof.name}: up to {prof.max_batch_size} sequences fit; acceptance: "
+                f"{prof.provenance['acceptance'].split(' (')[0]}")
+    return prof, f"spec:{target}:{draft}:{gpu}:{tp}:{context}"
 
 
 def main() -> None:

@@ -7,6 +7,7 @@ on every page. Profile loading and the slower sweeps are cached (st.cache_data /
 
 from __future__ import annotations
 
+import functools
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -119,6 +120,27 @@ def load_choice(source: str) -> Profile:
     if prof is None:
         raise ConfigError("profile", f"{p.name} is not a valid profile")
     return prof
+
+
+def spec_models() -> list[str]:
+    """The built-in model shapes, by short name (ssd_sim.model.architecture.BUILTIN)."""
+    from ssd_sim.model.architecture import BUILTIN
+
+    return [k.split("/")[-1] for k in BUILTIN]
+
+
+def spec_gpus() -> list[str]:
+    from ssd_sim.model.hardware import GPUS
+
+    return list(GPUS)
+
+
+@functools.lru_cache(maxsize=32)
+def spec_profile(target: str, draft: str, gpu: str, tp: int, context: int) -> Profile:
+    """profile_from_specs, built once per choice (profiles are immutable)."""
+    from ssd_sim.model.spec_profile import profile_from_specs
+
+    return profile_from_specs(target, draft, gpu, tp=tp, context=context)
 
 
 def choice_label(source: str) -> str:

@@ -410,3 +410,20 @@ def test_a_profile_calibrated_from_the_trace_on_request(cpu_traces):
     assert at.caption[0].value == "compared with profile **calibrated-from-mine** (calibrated from this trace)"
     assert list(at.dataframe[0].value["predicted"]) == pytest.approx([r[1] for r in want["rows"]])
     assert sorted(p.relative_to(cpu_traces) for p in cpu_traces.rglob("*")) == before
+
+
+def test_a_pair_on_a_gpu_from_specs(at):
+    from ssd_sim.model.spec_profile import profile_from_specs
+
+    at.toggle(key="spec_on").set_value(True).run()
+    at.selectbox(key="spec_target").set_value("Llama-3.1-8B")
+    at.selectbox(key="spec_gpu").set_value("l40s")
+    at.number_input(key="spec_tp").set_value(1).run()
+    ok(at)
+    res = make_plan(profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", "l40s", tp=1, context=1024))
+    assert metrics(at)["SSD (this plan)"] == f"{res.ssd.per_seq_tok_s:.1f} tok/s"
+    assert metrics(at)["autoregressive"] == f"{res.ar.per_seq_tok_s:.1f} tok/s"
+    at.selectbox(key="spec_target").set_value("Llama-3.1-70B").run()  # 141 GB of weights on one 48 GB card
+    errors = [e.value for e in at.sidebar.error]
+    assert len(errors) == 1 and errors[0].startswith("tp: Llama-3.1-70B needs 141 GB") and "\n" not in errors[0]
+    assert metrics(at)["autoregressive"] == "54.7 tok/s"  # falls back to the selected preset
