@@ -10,11 +10,19 @@ from __future__ import annotations
 
 import torch
 
+TINY_T = 1e-20  # below this, logits / T would overflow float32 (inf - inf = nan): the T -> 0+ limit is computed
+
 
 # ---- distributions ---------------------------------------------------------------------------------
 def probs_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
-    """softmax(logits / T) in float32; T > 0."""
-    return torch.softmax(logits.float() / temperature, dim=-1)
+    """softmax(logits / T) in float32; T > 0. Below TINY_T every logit under the row's maximum is at least
+    1e-6 / 1e-20 = 1e14 below it after scaling, so the distribution is exactly its limit: uniform over the
+    maximal logits (exp underflows to 0 for the rest), computed without dividing by T."""
+    x = logits.float()
+    if temperature >= TINY_T:
+        return torch.softmax(x / temperature, dim=-1)
+    gap = x - x.amax(dim=-1, keepdim=True)
+    return torch.softmax(torch.where(gap < 0, torch.full_like(gap, -torch.inf), gap), dim=-1)
 
 
 def greedy(logits: torch.Tensor) -> torch.Tensor:

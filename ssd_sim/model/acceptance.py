@@ -388,8 +388,11 @@ class AcceptanceModel:
         # Points at the C nearest the request, interpolated in T, then moved to the requested C.
         c_base = min({p.saguaro_c for p in self.points}, key=lambda c: (abs(c - saguaro_c), -c))
         base = _interpolate_temperature([p for p in self.points if p.saguaro_c == c_base], temperature)
-        if temperature <= 0 or math.isclose(c_base, saguaro_c):
-            return replace(base, saguaro_c=saguaro_c) if temperature <= 0 else base
+        # As T -> 0 the draft's q concentrates on its argmax and C's rescaling of probabilities stops mattering:
+        # a temperature below the response's resolution (1e-4) is the greedy limit, where C has no effect.
+        greedy_limit = round(temperature, 4) <= 0
+        if greedy_limit or math.isclose(c_base, saguaro_c):
+            return replace(base, saguaro_c=saguaro_c) if greedy_limit else base
         acc_ratio, miss_ratio, r_shift = saguaro_response(
             round(base.mean_acceptance(), 4), round(temperature, 4), c_base, round(saguaro_c, 4), self.downweight
         )

@@ -241,3 +241,14 @@ def test_the_plan_stays_under_the_corollary_9_bound(T):
         x = r.ssd.per_seq_tok_s / r.sd.per_seq_tok_s
         assert 1.0 < r.gain_bound and x <= r.gain_bound + 1e-9
         assert r.gain_captured == pytest.approx((x - 1) / (r.gain_bound - 1))
+
+
+@pytest.mark.parametrize("T", [5e-324, 1e-12, 1e-6, 4.9e-5])
+@pytest.mark.parametrize("C", [1.0, 0.5])
+def test_a_vanishing_temperature_plans_the_greedy_limit(T, C):
+    """0 < T below the Saguaro response's resolution is the T -> 0 limit (C cannot act), not a solver crash."""
+    prof = get_preset("llama70b-1b-h100")
+    tiny = make_plan(prof, PlanRequest(temperature=T, knobs=Knobs(saguaro_c=C)))
+    greedy = make_plan(prof, PlanRequest(temperature=0.0, knobs=Knobs(saguaro_c=C)))
+    assert tiny.ssd.per_seq_tok_s == pytest.approx(greedy.ssd.per_seq_tok_s, rel=1e-3)
+    assert tiny.sd.per_seq_tok_s == pytest.approx(greedy.sd.per_seq_tok_s, rel=1e-3)

@@ -81,3 +81,12 @@ def test_ttft_and_tpot_follow_the_simulators_definitions():
     assert p["ttft_ms_p50"] == pytest.approx(20.0) and p["ttft_ms_p99"] == pytest.approx(29.8)
     assert p["tpot_ms_p50"] == pytest.approx(10.0)  # the 1-token request has no TPOT
     assert request_percentiles([])["ttft_ms_p50"] is None
+
+
+@pytest.mark.parametrize("T", [1e-30, 1e-45, 5e-324])
+@pytest.mark.parametrize("mode", ["ar", "ssd"])
+def test_a_vanishing_temperature_samples_the_greedy_limit(models, reference, mode, T):
+    """T far below float32's range: sampling is its T -> 0+ limit (the argmax), not overflowed logits."""
+    plan = Plan(num_speculative_tokens=2, fan_out=(1, 1, 1), batch_size=3, temperature=T)
+    outs, _, target = run(models, plan, mode)
+    assert outs == reference and target.faults == []

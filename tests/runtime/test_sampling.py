@@ -11,6 +11,7 @@ from ssd_runtime.sampling import (
     candidate_order,
     draft_token,
     point_mass,
+    probs_from_logits,
     rank_of,
     residual,
     saguaro_probs,
@@ -169,3 +170,13 @@ def test_forced_acceptance_accepts_at_the_requested_rate():
     a = 0.6
     want = np.array([(1 - a), a * (1 - a), a * a * (1 - a), a ** 3]) * b
     assert chisquare(counts, want).pvalue > ALPHA
+
+
+@pytest.mark.parametrize("T", [1e-19, 1e-21, 1e-38, 1e-45, 5e-324])
+def test_probabilities_at_a_vanishing_temperature_are_the_argmax_limit(T):
+    logits = torch.tensor([[1.0, 3.0, 2.0, 3.0 - 1e-6 * 3], [0.5, -1.0, 0.25, 0.0]])
+    p = probs_from_logits(logits, T)
+    assert torch.isfinite(p).all() and torch.equal(p.argmax(-1), torch.tensor([1, 0]))
+    assert p[0, 1] == 1.0 and p[1, 0] == 1.0  # the runner-up 3e-6 below the maximum gets nothing
+    tie = probs_from_logits(torch.tensor([[2.0, 2.0, 1.0]]), T)
+    assert torch.allclose(tie, torch.tensor([[0.5, 0.5, 0.0]]))
