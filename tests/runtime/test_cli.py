@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import os
 
@@ -279,3 +280,18 @@ def test_cuda_without_an_index_is_device_0_when_cuda_is_there(monkeypatch):
     monkeypatch.setattr(torch.cuda, "device_count", lambda: 2)
     assert cli._device("cuda", "target_device") == "cuda:0"
     assert cli._device("cuda:1", "draft_device") == "cuda:1"
+
+
+def test_the_summary_prints_when_every_request_produced_one_token(capsys):
+    """TPOT needs two tokens: a run whose every request stopped at its first token (EOS) has TTFT only."""
+    from ssd_runtime.cli import print_summary
+    from ssd_runtime.runlog import request_percentiles
+    from ssd_sim.io.records import RequestRecord
+    from tests.helpers.trace_samples import EMPTY_SUMMARY
+
+    reqs = [RequestRecord(i, 0.0, 5.0 + i, 5.0 + i, 1) for i in range(3)]
+    summary = dataclasses.replace(EMPTY_SUMMARY, **request_percentiles(reqs), requests=tuple(reqs))
+    assert summary.tpot_ms_p50 is None and summary.ttft_ms_p50 == 6.0
+    print_summary(summary, "ssd", None)
+    out = capsys.readouterr().out
+    assert "TTFT p50 / p90 / p99 (ms)" in out and "TPOT" not in out
