@@ -27,6 +27,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ssd_sim.io.limits import effective_temperature
 from ssd_sim.plan.plan import Plan
 
 from .device import model_device
@@ -75,7 +76,7 @@ class Drafter:
         self.model, self.plan, self.vocab = model, plan, vocab
         self.decoding = decoding(plan.mode)  # SD or SSD
         self.K = plan.num_speculative_tokens
-        self.T = plan.temperature
+        self.T = effective_temperature(plan.temperature)  # greedy below GREEDY_BELOW_T, as the planner
         self.gen = torch.Generator(device=model_device(model)).manual_seed(int(seed) + 1)
         self.seqs: dict[int, SeqState] = {}
         self.order: list[int] = []  # sequence id of each KV row

@@ -21,6 +21,7 @@ from dataclasses import dataclass, field
 
 import torch
 
+from ssd_sim.io.limits import effective_temperature
 from ssd_sim.io.records import Phase, RequestRecord, RoundRecord, SeqRecord, no_timings
 from ssd_sim.plan.plan import Plan
 
@@ -84,7 +85,7 @@ class Target:
                  on_round: Callable[[RoundRecord], None] | None = None,
                  on_progress: Callable[[int], None] | None = None):
         self.model, self.cfg, self.link = model, cfg, link
-        self.plan, self.T = cfg.plan, cfg.plan.temperature
+        self.plan, self.T = cfg.plan, effective_temperature(cfg.plan.temperature)  # greedy below GREEDY_BELOW_T
         self.decoding = decoding(cfg.plan.mode)
         self.max_batch = int(cfg.plan.batch_size)  # rows decoded together (ssd-run --max-batch sets it)
         self.device = model_device(model)

@@ -12,3 +12,11 @@ MAX_DRAFT_DEVICES = 64  # accelerators running the draft
 MAX_TOKENS = 2**21  # tokens per sequence (2,097,152): beyond every model's context window
 MAX_REQUESTS = 10**6  # requests of one simulated workload
 MAX_TEMPERATURE = 10.0  # sampling temperature (above ~2 text is noise)
+# A temperature below this decodes greedily everywhere, its T -> 0 limit: the planner's Saguaro response resolves T
+# to 1e-4 (model.acceptance) and the runtime takes the argmax (ssd_runtime Target / Drafter), so both agree.
+GREEDY_BELOW_T = 5e-5
+
+
+def effective_temperature(temperature: float) -> float:
+    """The temperature decoding uses: 0 (greedy) below GREEDY_BELOW_T, else the temperature itself."""
+    return 0.0 if temperature < GREEDY_BELOW_T else temperature

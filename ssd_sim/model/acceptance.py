@@ -29,6 +29,7 @@ from functools import lru_cache
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.limits import effective_temperature
 from ssd_sim.theory.analytic import accept_count_pmf, expected_tokens_positional
 from ssd_sim.theory.fanout import miss_curve, power_law_matrix
 from ssd_sim.theory.saguaro import DOWNWEIGHT_SETS
@@ -389,12 +390,13 @@ class AcceptanceModel:
         c_base = min({p.saguaro_c for p in self.points}, key=lambda c: (abs(c - saguaro_c), -c))
         base = _interpolate_temperature([p for p in self.points if p.saguaro_c == c_base], temperature)
         # As T -> 0 the draft's q concentrates on its argmax and C's rescaling of probabilities stops mattering:
-        # a temperature below the response's resolution (1e-4) is the greedy limit, where C has no effect.
-        greedy_limit = round(temperature, 4) <= 0
+        # below GREEDY_BELOW_T (under the response's 1e-4 resolution) decoding is greedy, where C has no effect.
+        greedy_limit = effective_temperature(temperature) == 0
         if greedy_limit or math.isclose(c_base, saguaro_c):
             return replace(base, saguaro_c=saguaro_c) if greedy_limit else base
         acc_ratio, miss_ratio, r_shift = saguaro_response(
-            round(base.mean_acceptance(), 4), round(temperature, 4), c_base, round(saguaro_c, 4), self.downweight
+            round(base.mean_acceptance(), 4), max(round(temperature, 4), 1e-4), c_base, round(saguaro_c, 4),
+            self.downweight
         )
         acceptance = tuple(float(min(1.0, a * acc_ratio)) for a in base.acceptance)
         hit = _shift_hit(base.primary_hit, miss_ratio, r_shift)

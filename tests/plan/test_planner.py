@@ -252,3 +252,9 @@ def test_a_vanishing_temperature_plans_the_greedy_limit(T, C):
     greedy = make_plan(prof, PlanRequest(temperature=0.0, knobs=Knobs(saguaro_c=C)))
     assert tiny.ssd.per_seq_tok_s == pytest.approx(greedy.ssd.per_seq_tok_s, rel=1e-3)
     assert tiny.sd.per_seq_tok_s == pytest.approx(greedy.sd.per_seq_tok_s, rel=1e-3)
+
+
+@pytest.mark.parametrize("T", [5e-5, 7e-5, 1.4e-4])
+def test_temperatures_just_above_the_greedy_floor_plan_without_a_crash(T):
+    res = make_plan(get_preset("llama70b-1b-h100"), PlanRequest(temperature=T, knobs=Knobs(saguaro_c=0.5)))
+    assert res.ssd.per_seq_tok_s > res.sd.per_seq_tok_s > 0

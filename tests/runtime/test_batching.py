@@ -90,3 +90,12 @@ def test_a_vanishing_temperature_samples_the_greedy_limit(models, reference, mod
     plan = Plan(num_speculative_tokens=2, fan_out=(1, 1, 1), batch_size=3, temperature=T)
     outs, _, target = run(models, plan, mode)
     assert outs == reference and target.faults == []
+
+
+@pytest.mark.parametrize("T, used", [(4.9e-5, 0.0), (1e-30, 0.0), (5e-5, 5e-5), (0.7, 0.7)])
+def test_target_and_draft_share_the_planners_greedy_floor(models, T, used):
+    from ssd_sim.io.limits import GREEDY_BELOW_T
+
+    plan = Plan(num_speculative_tokens=2, fan_out=(1, 1, 1), temperature=T)
+    assert GREEDY_BELOW_T == 5e-5
+    assert Target(models[0], TargetConfig(plan, N_NEW)).T == used == Drafter(models[1], plan, 0, V).T
