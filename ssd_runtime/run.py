@@ -8,7 +8,9 @@ and its request metrics).
         result = s.run(Job(plan, prompts, max_new_tokens=64, trace_path="runs/x.jsonl"))   # mode: plan.mode
 
 Processes: this one (the controller: prompts, progress, results) <-pipe-> target (rank 0) <-torch.distributed->
-draft (rank 1); the draft also has a one-way pipe to the controller for its start-up report. On CPU the target
+draft (rank 1); the draft also has a one-way pipe to the controller for its start-up report. Both workers are
+forked from a fork server that imported torch and transformers once (worker_context), so every Session after
+the first in a process starts in about a second. On CPU the target
 is pinned to the first allowed core and the draft to the second, one thread each. A session runs any number of
 jobs (AR, SD, SSD, different plans), so tests and benchmarks pay process start and model loading once.
 

@@ -44,11 +44,10 @@ def _become_worker(name: str, controller: int) -> None:
 
 
 def _alive(pid: int) -> bool:
+    """The process runs (PermissionError: another user's process took the pid, so the controller is gone)."""
     try:
         os.kill(pid, 0)
-    except ProcessLookupError:
-        return False
-    except PermissionError:  # someone else's process took the pid: the controller is gone
+    except (ProcessLookupError, PermissionError):
         return False
     return True
 
