@@ -182,6 +182,8 @@ class RoundRecord:
         """Read and check one round line (`where`: 'FILE line N')."""
         _missing(d, ("round", "K", "seqs", "timings_ms"), where)
         K, seqs, ms = d["K"], d["seqs"], d["timings_ms"]
+        if not (_is_int(d["round"]) and d["round"] >= 0):
+            raise _bad(where, "round", d["round"], "must be an integer >= 0 (the round's index)")
         if not (_is_int(K) and 0 <= K <= MAX_K):
             raise _bad(where, "K", K, f"must be an integer in 0..{MAX_K} (draft tokens per round)")
         if not isinstance(seqs, list):
@@ -354,11 +356,15 @@ class Summary(TraceMetrics):
         return {**d, **self.extra}
 
     @classmethod
-    def from_json(cls, d: dict, where: str) -> Summary:
-        """Read a summary line (any version: missing end-to-end fields take their defaults)."""
+    def from_json(cls, d: dict, where: str, metrics: TraceMetrics | None = None) -> Summary:
+        """Read a summary line (any version: missing end-to-end fields take their defaults; metrics the line
+        lacks, e.g. a hand-written summary, come from `metrics`, those of the trace's own rounds)."""
         known = {f.name for f in fields(cls)} - {"extra"}
-        _missing(d, tuple(f.name for f in fields(TraceMetrics) if f.default is dataclasses.MISSING), where)
         values = {k: v for k, v in d.items() if k in known}
+        lacking = [f.name for f in fields(TraceMetrics) if f.name not in values and f.default is dataclasses.MISSING]
+        if lacking and metrics is None:
+            _missing(d, tuple(lacking), where)
+        values.update({name: getattr(metrics, name) for name in lacking})
         try:
             values["per_position_acceptance"] = tuple(values["per_position_acceptance"])
             values["faults"] = tuple(values.get("faults", ()))

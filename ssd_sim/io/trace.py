@@ -73,12 +73,15 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
                 raise ConfigError("trace", f"{source} line {no}: round before the header line")
             rounds.append(RoundRecord.from_json(rec, f"{source} line {no}"))
         elif kind == "summary":
-            summary = Summary.from_json(rec, f"{source} line {no}")
+            summary = (rec, f"{source} line {no}")  # read once the rounds are known (metrics it lacks)
         else:
             raise ConfigError("type", f"{source} line {no}: expected header|round|summary, got {kind!r}")
     if header is None:
         raise ConfigError("trace", f"{source} has no header line; is it an ssd-run trace?")
-    return Trace(header, rounds, summary, source)
+    trace = Trace(header, rounds, None, source)
+    if summary is not None:
+        trace.summary = Summary.from_json(*summary, metrics=summarize(trace))
+    return trace
 
 
 class TraceWriter:

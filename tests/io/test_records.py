@@ -80,3 +80,12 @@ def test_an_unknown_schema_and_an_impossible_entry_are_one_line_naming_the_field
 
 def test_the_simulator_times_phases_under_the_runtimes_names():
     assert set(SIM_PHASES) <= set(PHASES) and {Phase.DRAFT_GLUE, Phase.DRAFT_BRANCH} <= set(SIM_PHASES)
+
+
+def test_a_summary_without_metrics_takes_them_from_the_rounds():
+    head = {"type": "header", "schema": "ssd-trace/1", "mode": "ssd", "plan": {}, "batch_size": 2}
+    lines = [json.dumps(head), json.dumps({"type": "round", **ssd_round(0).to_json()}),
+             json.dumps({"type": "summary", "tokens": 4, "faults": ["x"], "note": "hand-written"})]
+    t = parse_trace(lines)
+    assert t.summary.tok_s == pytest.approx(summarize(t).tok_s) and t.summary.faults == ("x",)
+    assert t.summary.extra == {"note": "hand-written"}
