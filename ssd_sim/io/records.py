@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
@@ -356,15 +357,18 @@ class Summary(TraceMetrics):
         return {**d, **self.extra}
 
     @classmethod
-    def from_json(cls, d: dict, where: str, metrics: TraceMetrics | None = None) -> Summary:
+    def from_json(cls, d: dict, where: str, metrics: Callable[[], TraceMetrics] | None = None) -> Summary:
         """Read a summary line (any version: missing end-to-end fields take their defaults; metrics the line
-        lacks, e.g. a hand-written summary, come from `metrics`, those of the trace's own rounds)."""
+        lacks, e.g. a hand-written summary, come from `metrics()`, those of the trace's own rounds, computed
+        only then)."""
         known = {f.name for f in fields(cls)} - {"extra"}
         values = {k: v for k, v in d.items() if k in known}
         lacking = [f.name for f in fields(TraceMetrics) if f.name not in values and f.default is dataclasses.MISSING]
         if lacking and metrics is None:
             _missing(d, tuple(lacking), where)
-        values.update({name: getattr(metrics, name) for name in lacking})
+        if lacking:
+            computed = metrics()
+            values.update({name: getattr(computed, name) for name in lacking})
         try:
             values["per_position_acceptance"] = tuple(values["per_position_acceptance"])
             values["faults"] = tuple(values.get("faults", ()))

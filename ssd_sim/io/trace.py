@@ -27,8 +27,6 @@ from ssd_sim.io.records import (  # noqa: F401  (re-exported: the trace API in o
     check_dists,
 )
 
-TRACE_SCHEMA = SCHEMA
-
 
 @dataclass
 class Trace:
@@ -80,7 +78,7 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
         raise ConfigError("trace", f"{source} has no header line; is it an ssd-run trace?")
     trace = Trace(header, rounds, None, source)
     if summary is not None:
-        trace.summary = Summary.from_json(*summary, metrics=summarize(trace))
+        trace.summary = Summary.from_json(*summary, metrics=lambda: summarize(trace))
     return trace
 
 

@@ -86,12 +86,18 @@ class Architecture:
         k, e = self.experts_per_token, self.experts
         return e * (1.0 - (1.0 - k / e) ** max(tokens, 1.0))
 
+    def dense_bytes(self, dtype: str = "bf16") -> float:
+        """Bytes every forward reads: each layer's dense weights and the lm_head (tied: the embedding, read once)."""
+        return BYTES[dtype] * (self.layers * self.dense_layer_params + self.vocab * self.hidden)
+
+    def expert_bytes(self, dtype: str = "bf16") -> float:
+        """Bytes of every routed expert of every layer (0 for a dense model)."""
+        return BYTES[dtype] * self.layers * self.experts * self.expert_params
+
     def weight_bytes(self, tokens: float, dtype: str = "bf16") -> float:
         """Bytes of weights one forward over `tokens` tokens reads (the input embedding: one row per token)."""
-        b = BYTES[dtype]
-        per_layer = self.dense_layer_params + self.experts_touched(tokens) * self.expert_params
-        head = self.vocab * self.hidden  # lm_head (tied: the embedding matrix, read once)
-        return b * (self.layers * per_layer + head + tokens * self.hidden)
+        touched = self.experts_touched(tokens) / self.experts if self.experts else 0.0
+        return self.dense_bytes(dtype) + touched * self.expert_bytes(dtype) + BYTES[dtype] * tokens * self.hidden
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
         return 2.0 * self.layers * self.kv_heads * self.head_dim * BYTES[dtype]

@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, fields
 
-from ssd_sim.model.architecture import BYTES, Architecture
+from ssd_sim.model.architecture import Architecture
 from ssd_sim.model.hardware import GpuSpec
 from ssd_sim.model.latency import ForwardLatency
 
@@ -50,19 +50,17 @@ def forward_latency(arch: Architecture, gpu: GpuSpec, tp: int = 1, dtype: str = 
     kv_dtype = kv_dtype or ("bf16" if dtype == "fp8" else dtype)  # an FP8 model usually keeps a BF16 KV cache
     bw = gpu.hbm_tb_s * 1e12 * a.bw_efficiency  # bytes/s
     flops = gpu.peak_tflops(dtype) * 1e12 * a.mfu
-    dense_bytes = BYTES[dtype] * (arch.layers * arch.dense_layer_params + arch.vocab * arch.hidden)  # + lm_head
-    expert_bytes = BYTES[dtype] * arch.layers * arch.experts * arch.expert_params
     per_token_flops = 2.0 * arch.active_params + arch.attn_flops(context)
     link = gpu.link_gb_s * 1e9 * a.link_efficiency
     allreduce_bytes_per_token = arch.hidden * 2.0 * 2.0 * (tp - 1) / tp if tp > 1 else 0.0
     allreduces = 2 * arch.layers if tp > 1 else 0
     return ForwardLatency(
         fixed_ms=a.fixed_ms + arch.layers * a.layer_floor_us / 1e3 + allreduces * a.allreduce_us / 1e3,
-        memory_ms=dense_bytes / tp / bw * 1e3,
+        memory_ms=arch.dense_bytes(dtype) / tp / bw * 1e3,
         compute_ms_per_token=per_token_flops / tp / flops * 1e3,
         token_ms=allreduces * allreduce_bytes_per_token / link * 1e3 if link else 0.0,
         token_exponent=1.0,
         row_ms=context * arch.kv_bytes_per_token(kv_dtype) / tp / bw * 1e3,
-        expert_ms=expert_bytes / tp / bw * 1e3 if arch.experts else 0.0,
+        expert_ms=arch.expert_bytes(dtype) / tp / bw * 1e3,
         expert_share=arch.experts_per_token / arch.experts if arch.experts else 0.0,
     )

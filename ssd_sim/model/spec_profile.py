@@ -80,9 +80,10 @@ def _acceptance_source(name_or_path: str) -> Profile:
 
 def _max_batch(arch: Architecture, gpu: GpuSpec, tp: int, dtype: str, context: int) -> int:
     """Sequences whose KV cache fits beside the weights in 90% of the target devices' memory (at least 1)."""
-    free = 0.9 * gpu.memory_gb * 1e9 * tp - BYTES[dtype] * arch.params
+    weights = BYTES[dtype] * arch.params
+    free = 0.9 * gpu.memory_gb * 1e9 * tp - weights
     if free <= 0:
-        raise ConfigError("tp", f"{_short(arch)} needs {BYTES[dtype] * arch.params / 1e9:.0f} GB of weights, more than "
+        raise ConfigError("tp", f"{_short(arch)} needs {weights / 1e9:.0f} GB of weights, more than "
                                 f"90% of {tp} x {gpu.memory_gb:g} GB on {gpu.name}: raise --tp")
     return int(max(1, min(4096, free // (context * arch.kv_bytes_per_token(dtype)))))
 

@@ -155,7 +155,7 @@ class RoundLatency:
         self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
         self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()
         # The glue's share of the primary speculation, as it runs beside the verify (the rest is the branch phase).
-        self.primary_glue = (np.asarray(lat.glue_ms(b, K), dtype=float) * (1.0 + lat.draft_slowdown)).tolist()
+        self.primary_glue = [g * (1.0 + lat.draft_slowdown) for g in self.glue]
         self.jit = np.asarray(lat.jit_backup_ms(b, K), dtype=float).tolist()  # by rows redrafted
         self.fast = float(lat.fast_backup_ms)
         self.transfer = float(lat.transfer_ms)  # request + reply
