@@ -30,7 +30,8 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
                        help="tensor-parallel degree of the target (devices, 1..64; default 1)")
     group.add_argument("--draft-gpu", metavar="NAME", help="the draft's GPU (default: the target's kind)")
     group.add_argument("--context", type=bounded_int(1, 1_048_576, "tokens per sequence"), metavar="TOKENS",
-                       help="tokens in each sequence's KV cache the latencies are computed at (default 1024)")
+                       help="tokens in each sequence's KV cache the latencies are computed at (specs: default 1024; "
+                            "with --preset: re-derives the preset at this context instead of its own)")
     group.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), help="weight and KV dtype (default bf16)")
     group.add_argument("--acceptance-from", metavar="PRESET|FILE",
                        help="whose acceptance and hit curves to assume (a preset or a calibrated profile; default "
@@ -40,8 +41,8 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
 def spec_of(args) -> dict[str, Any] | None:
     """The spec flags given (None if none); ConfigError if the spec is incomplete or mixed with a preset/profile."""
     given = {k: getattr(args, k, None) for k in SPEC_FLAGS if getattr(args, k, None) is not None}
-    if not given:
-        return None
+    if not given or (set(given) == {"context"} and (getattr(args, "preset", None) or getattr(args, "profile", None))):
+        return None  # --context alone re-derives a preset at that context (source_of)
     missing = [f"--{k}" for k in ("target", "draft", "gpu") if k not in given]
     if missing:
         raise ConfigError(missing[0].lstrip("-"), f"planning from specs needs --target, --draft and --gpu; give "
@@ -57,7 +58,10 @@ def profile_of(source: dict[str, Any]) -> Profile:
         from ssd_sim.model.spec_profile import profile_from_specs
 
         return profile_from_specs(**source["spec"])
-    return load_profile(source.get("preset"), source.get("path"))
+    if source.get("context") is not None and source.get("path"):
+        raise ConfigError("context", "a profile file's latencies were measured at its own contexts; --context "
+                                     "re-derives a preset or a spec pair (drop --context, or use --preset / --target)")
+    return load_profile(source.get("preset"), source.get("path"), context=source.get("context"))
 
 
 def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
@@ -65,12 +69,15 @@ def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
     spec = spec_of(args)
     if spec:
         return {"spec": spec}
+    context = getattr(args, "context", None)
     if getattr(args, "preset", None) or getattr(args, "profile", None):
-        return {"preset": args.preset, "path": args.profile}
+        return {"preset": args.preset, "path": args.profile} | ({"context": context} if context else {})
     recorded = recorded or {}
     if recorded.get("spec"):
         return {"spec": recorded["spec"]}
     if recorded.get("preset") or recorded.get("path"):
-        return {"preset": recorded.get("preset"), "path": None if recorded.get("preset") else recorded["path"]}
+        context = context or recorded.get("context")
+        return ({"preset": recorded.get("preset"), "path": None if recorded.get("preset") else recorded["path"]}
+                | ({"context": context} if context else {}))
     raise ConfigError("profile", "give --preset NAME (see --list-presets), --profile FILE, or a pair from specs: "
                                  "--target CFG --draft CFG --gpu NAME")

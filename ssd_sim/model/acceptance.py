@@ -24,12 +24,12 @@ from __future__ import annotations
 
 import math
 from dataclasses import asdict, dataclass, replace
-from functools import lru_cache
 
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.limits import effective_temperature
+from ssd_sim.model.synthetic import saguaro_response
 from ssd_sim.theory.analytic import accept_count_pmf, expected_tokens_positional
 from ssd_sim.theory.fanout import miss_curve, power_law_matrix
 from ssd_sim.theory.saguaro import DOWNWEIGHT_SETS
@@ -38,6 +38,7 @@ SOURCES = ("measured", "derived", "assumed", "calibrated", "extrapolated")
 RESPONSES = ("synthetic", "logged")
 _R_MAX = 20.0  # HitCurve's bound on the power-law exponent
 _R_TAIL_MAX = 5.0  # bound on the tail exponent that extrapolates a HitTable row past its last F
+_SHIFT_F = 64  # guesses per position a curve moved by C is tabulated for (past it: the tail power law)
 _RESOLVED_MAX = 4096  # points an AcceptanceModel keeps from at / at_positions before it starts over
 
 
@@ -120,7 +121,12 @@ class HitTable:
     def miss(self, fan_out) -> np.ndarray:
         """Miss probability per position of a fan-out list of K + 1 guess counts (K = len - 1)."""
         f = _fan_out_ints(fan_out)
-        return self.miss_matrix(len(f) - 1, int(f.max()))[np.arange(len(f)), f]
+        K = len(f) - 1
+        if f.max() < min(len(self.reject[0]), len(self.accepted[0])):  # inside the table: read entries, no matrix
+            rows = [self.reject[min(k, len(self.reject) - 1)] for k in range(K)]
+            rows.append(self.accepted[min(K, len(self.accepted) - 1)])
+            return 1.0 - np.array([row[F] for row, F in zip(rows, f.tolist(), strict=True)])
+        return self.miss_matrix(K, int(f.max()))[np.arange(len(f)), f]
 
     def hit(self, fan_out) -> np.ndarray:
         """Hit probability per position of a fan-out list of K + 1 guess counts (K = len - 1)."""
@@ -244,21 +250,19 @@ def _as_table(h: Hit, like: Hit) -> HitTable:
 def _lerp_rows(a, b, w: float) -> tuple[tuple[float, ...], ...]:
     """Row-wise lerp of two sides of tables; the shorter side repeats its last row (as positions do)."""
     n_rows, n_f = max(len(a), len(b)), max(len(a[0]), len(b[0]))
-    out = []
-    for i in range(n_rows):
-        ha = _row_hit(a[min(i, len(a) - 1)], n_f - 1)
-        hb = _row_hit(b[min(i, len(b) - 1)], n_f - 1)
-        out.append(tuple(float(v) for v in np.clip(ha + (hb - ha) * w, 0.0, 1.0)))
-    return tuple(out)
+    ha = np.stack([_row_hit(a[min(i, len(a) - 1)], n_f - 1) for i in range(n_rows)])
+    hb = np.stack([_row_hit(b[min(i, len(b) - 1)], n_f - 1) for i in range(n_rows)])
+    return tuple(map(tuple, np.clip(ha + (hb - ha) * w, 0.0, 1.0).tolist()))
 
 
 def _shift_hit(h: Hit, miss_ratio: float, r_shift: float) -> Hit:
-    """Move a hit model by a Saguaro response: miss(F) x miss_ratio x F^-r_shift (c x ratio, r + shift)."""
+    """Move a hit model by a Saguaro response: miss(F) x miss_ratio x F^-r_shift (c x ratio, r + shift) after a
+    rejection only. C changes how the draft samples, so the all-accepted rows, whose bonus is a plain target sample
+    at a position the draft never sampled, stay: a curve becomes a table (shifted reject row, its own accepted row)."""
     if isinstance(h, HitCurve):
-        return HitCurve(
-            miss_at_one=float(np.clip(h.miss_at_one * miss_ratio, 0.0, 1.0)),
-            r=float(np.clip(h.r + r_shift, 0.0, _R_MAX)),
-        )
+        moved = HitCurve(float(np.clip(h.miss_at_one * miss_ratio, 0.0, 1.0)), float(np.clip(h.r + r_shift, 0.0, _R_MAX)))
+        f = np.arange(_SHIFT_F + 1)
+        return HitTable(reject=(tuple(map(float, moved.hit(f))),), accepted=(tuple(map(float, h.hit(f))),))
 
     def rows(side: tuple[tuple[float, ...], ...]) -> tuple[tuple[float, ...], ...]:
         out = []
@@ -268,7 +272,7 @@ def _shift_hit(h: Hit, miss_ratio: float, r_shift: float) -> Hit:
             out.append((0.0, *(float(v) for v in 1.0 - np.minimum.accumulate(miss))))
         return tuple(out)
 
-    return HitTable(reject=rows(h.reject), accepted=rows(h.accepted))
+    return HitTable(reject=rows(h.reject), accepted=h.accepted)
 
 
 @dataclass(frozen=True)
@@ -370,13 +374,17 @@ class AcceptanceModel:
         memo[key] = out
         return out
 
-    def at(self, temperature: float, saguaro_c: float = 1.0) -> AcceptancePoint:
+    def at(self, temperature: float, saguaro_c: float = 1.0, downweight: str | None = None) -> AcceptancePoint:
         """The acceptance point at (temperature, C): exact match, else interpolate (see module docstring).
+        `downweight` is the plan's down-weighted set (None: the model's), which the synthetic C response depends on.
         Results are kept per model (by value and type of the arguments), so repeated calls are free."""
-        key = ("at", type(temperature), temperature, type(saguaro_c), saguaro_c)
-        return self._remember(key, lambda: self._at(temperature, saguaro_c))
+        downweight = downweight or self.downweight
+        if downweight not in DOWNWEIGHT_SETS:
+            raise ConfigError("downweight", f"must be one of {DOWNWEIGHT_SETS}, got {downweight!r}")
+        key = ("at", type(temperature), temperature, type(saguaro_c), saguaro_c, downweight)
+        return self._remember(key, lambda: self._at(temperature, saguaro_c, downweight))
 
-    def _at(self, temperature: float, saguaro_c: float) -> AcceptancePoint:
+    def _at(self, temperature: float, saguaro_c: float, downweight: str) -> AcceptancePoint:
         if not (math.isfinite(temperature) and temperature >= 0):
             raise ConfigError("temperature", f"must be a finite number >= 0, got {temperature}")
         if not 0.0 <= saguaro_c <= 1.0:
@@ -395,8 +403,7 @@ class AcceptanceModel:
         if greedy_limit or math.isclose(c_base, saguaro_c):
             return replace(base, saguaro_c=saguaro_c) if greedy_limit else base
         acc_ratio, miss_ratio, r_shift = saguaro_response(
-            round(base.mean_acceptance(), 4), max(round(temperature, 4), 1e-4), c_base, round(saguaro_c, 4),
-            self.downweight
+            round(base.mean_acceptance(), 4), max(round(temperature, 4), 1e-4), c_base, round(saguaro_c, 4), downweight
         )
         acceptance = tuple(float(min(1.0, a * acc_ratio)) for a in base.acceptance)
         hit = _shift_hit(base.primary_hit, miss_ratio, r_shift)
@@ -404,20 +411,20 @@ class AcceptanceModel:
         return replace(base, acceptance=acceptance, primary_hit=hit, saguaro_c=saguaro_c, source="assumed",
                        hit_source="assumed")
 
-    def at_positions(self, temperature: float, cs) -> AcceptancePoint:
+    def at_positions(self, temperature: float, cs, downweight: str | None = None) -> AcceptancePoint:
         """The point of a plan drafting position k with its own C_k (k = 0..K-1, K = len(cs)).
 
         Position k's acceptance and rejection-hit row come from at(T, C_k): both depend only on how the
         token at k was drafted. The all-accepted rows (the bonus drawn from the target) and the backup curve
         do not depend on C and come from at(T, 1).
         """
-        cs = tuple(cs)
-        key = ("positions", type(temperature), temperature, tuple((type(c), c) for c in cs))
-        return self._remember(key, lambda: self._at_positions(temperature, cs))
+        cs, downweight = tuple(cs), downweight or self.downweight
+        key = ("positions", type(temperature), temperature, tuple((type(c), c) for c in cs), downweight)
+        return self._remember(key, lambda: self._at_positions(temperature, cs, downweight))
 
-    def _at_positions(self, temperature: float, cs: tuple) -> AcceptancePoint:
+    def _at_positions(self, temperature: float, cs: tuple, downweight: str) -> AcceptancePoint:
         plain = self.at(temperature, 1.0)
-        per = [self.at(temperature, float(c)) for c in cs]
+        per = [self.at(temperature, float(c), downweight) for c in cs]
         acc = tuple(p.acceptance[min(k, len(p.acceptance) - 1)] for k, p in enumerate(per))
         f_max = 64
         reject = tuple(tuple(1.0 - p.primary_hit.miss_matrix(k + 1, f_max)[k]) for k, p in enumerate(per))
@@ -523,140 +530,3 @@ def lerp_point(lo: AcceptancePoint, hi: AcceptancePoint, w: float, temperature: 
 
 def _pad(a: tuple[float, ...], n: int) -> np.ndarray:
     return np.concatenate([np.asarray(a, dtype=float), np.full(n - len(a), a[-1])])
-
-
-# --- Saguaro response on synthetic distributions -------------------------------------------------
-# A fixed family of draft/target pairs: the draft's logits fall off as -beta log(rank) (Zipf-like, beta
-# varying per context), the target's are the draft's plus Gaussian noise of scale sigma. sigma is solved
-# so the pair reproduces the measured acceptance at the given temperature; the family then says how
-# acceptance and the hit curve move with C. It is an assumption (stated in every preset), replaced by
-# calibrated points where traces at that C exist.
-_VOCAB, _CONTEXTS, _FANOUTS = 256, 128, np.arange(1, 9)
-
-
-@lru_cache(maxsize=1)
-def _synthetic_base() -> tuple[np.ndarray, np.ndarray]:
-    rng = np.random.default_rng(20260303)
-    beta = rng.uniform(1.0, 2.5, size=(_CONTEXTS, 1))
-    draft_logits = -beta * np.log(np.arange(1, _VOCAB + 1))[None, :]
-    noise = rng.standard_normal((_CONTEXTS, _VOCAB))
-    return draft_logits, noise
-
-
-def _softmax(z: np.ndarray) -> np.ndarray:
-    z = z - z.max(axis=-1, keepdims=True)
-    e = np.exp(z)
-    return e / e.sum(axis=-1, keepdims=True)
-
-
-def _synthetic_target(sigma: float, temperature: float) -> np.ndarray:
-    """The family's target distribution p [contexts, vocab] for noise scale sigma."""
-    draft_logits, noise = _synthetic_base()
-    return _softmax((draft_logits + sigma * noise) / temperature)
-
-
-@lru_cache(maxsize=64)
-def _synthetic_draft(temperature: float) -> np.ndarray:
-    """The family's draft distribution q [contexts, vocab] (independent of sigma, so computed once per T)."""
-    draft_logits, _ = _synthetic_base()
-    return _softmax(draft_logits / temperature)
-
-
-def _synthetic_pair(sigma: float, temperature: float) -> tuple[np.ndarray, np.ndarray]:
-    return _synthetic_target(sigma, temperature), _synthetic_draft(temperature)
-
-
-def _saguaro_rows(q: np.ndarray, c: float, downweight: str, fs: np.ndarray) -> np.ndarray:
-    """Saguaro-rescaled synthetic drafts for each F in fs: [len(fs), contexts, vocab].
-
-    The draft's tokens are sorted by construction, so every top set is a prefix of the vocabulary.
-    """
-    n_down = fs[:, None, None] + (1 if downweight == "top_f_plus_1" else 0)
-    qs = np.where(np.arange(_VOCAB)[None, None, :] < n_down, c * q, q)
-    return qs / qs.sum(axis=-1, keepdims=True)
-
-
-@lru_cache(maxsize=8)
-def _saguaro_table(temperature: float, c: float, downweight: str) -> np.ndarray:
-    """_saguaro_rows of the family's draft for F = 1..8, read-only: [8, contexts, vocab], or [1, contexts, vocab]
-    at C = 1, where every F gives the same row (C q = q), so one row stands for all of them."""
-    fs = _FANOUTS[:1] if c == 1.0 else _FANOUTS
-    qs = _saguaro_rows(_synthetic_draft(temperature), c, downweight, fs)
-    qs.flags.writeable = False
-    return qs
-
-
-def _synthetic_acceptance(sigma: float, temperature: float, c: float, downweight: str) -> float:
-    """Mean acceptance sum_x min(p, q_C) of the family (down-weighted set of F = 1)."""
-    p = _synthetic_target(sigma, temperature)
-    return float(np.minimum(p, _saguaro_table(temperature, c, downweight)[0]).sum(axis=-1).mean())
-
-
-def _synthetic_stats(sigma: float, temperature: float, c: float, downweight: str) -> tuple[float, np.ndarray]:
-    """(mean acceptance, miss rate for F = 1..8) of the synthetic family.
-
-    The same quantities as saguaro.outcome_stats (acceptance with the F = 1 set, the engine's hit
-    p_hit_excluding_draft for each F), vectorised over F. Only sums run over the whole vocabulary: the
-    cache of F <= 8 guesses reads the first 9 tokens (the draft's top ones) of the residual and of the
-    rejection weights.
-    """
-    p = _synthetic_target(sigma, temperature)
-    qs = _saguaro_table(temperature, c, downweight)  # [F or 1, contexts, vocab]
-    n_f = len(_FANOUTS)
-    head = n_f + 1  # tokens 0..8: every top-F and top-(F+1) set
-    excess = np.maximum(0.0, p - qs)
-    mass = excess.sum(axis=-1, keepdims=True)
-    cum = np.cumsum(np.where(mass > 0, excess[..., :head] / np.where(mass > 0, mass, 1.0), 0.0), axis=-1)
-    cum = np.broadcast_to(cum, (n_f, *cum.shape[1:]))
-    idx = np.broadcast_to((_FANOUTS - 1)[:, None, None], cum.shape[:2] + (1,))
-    in_f, in_f1 = np.take_along_axis(cum, idx, -1)[..., 0], np.take_along_axis(cum, idx + 1, -1)[..., 0]
-    # Rejecting s has joint probability max(0, q_C(s) - p(s)); the cache is top-F, or top-(F+1) minus s.
-    reject_at = np.maximum(0.0, qs - p)
-    w_all = np.broadcast_to(reject_at.sum(axis=-1), in_f.shape)
-    # Summing the first 8 tokens (zeros past F) gives the whole-vocabulary masked sum bit for bit: numpy's pairwise
-    # sum keeps 8 partial sums, and past token F every one of them only adds zeros.
-    w_in = np.where(np.arange(n_f) < _FANOUTS[:, None, None], reject_at[..., :n_f], 0.0).sum(axis=-1)
-    with np.errstate(invalid="ignore", divide="ignore"):
-        hit = np.where(w_all > 0, ((w_all - w_in) * in_f + w_in * in_f1) / w_all, 0.0)
-    acc = float(np.minimum(p, qs[0]).sum(axis=-1).mean())
-    return acc, np.clip(1.0 - hit.mean(axis=-1), 1e-6, 1.0)
-
-
-def _power_law(misses: np.ndarray) -> tuple[float, float]:
-    """Least-squares fit of log miss = log c - r log F over F = 1..8."""
-    slope, intercept = np.polyfit(np.log(_FANOUTS), np.log(misses), 1)
-    return float(math.exp(intercept)), float(-slope)
-
-
-@lru_cache(maxsize=512)
-def _fitted_family(acceptance: float, temperature: float, c_from: float, downweight: str) -> tuple[float, float, float, float]:
-    """(sigma, acceptance, miss_at_one, r) of the synthetic pair that reproduces `acceptance` at c_from: the solve
-    does not depend on the C moved to, so every target C of one measured point shares it."""
-    from scipy.optimize import brentq
-
-    def gap(sigma: float) -> float:
-        return _synthetic_acceptance(sigma, temperature, c_from, downweight) - acceptance
-
-    lo_gap, hi_gap = gap(1e-3), gap(30.0)
-    if lo_gap < 0:
-        sigma = 1e-3
-    elif hi_gap > 0:
-        sigma = 30.0
-    else:
-        sigma = brentq(gap, 1e-3, 30.0, xtol=1e-3)
-    acc_from, miss_from = _synthetic_stats(sigma, temperature, c_from, downweight)
-    return (float(sigma), acc_from, *_power_law(miss_from))
-
-
-@lru_cache(maxsize=512)
-def saguaro_response(
-    acceptance: float, temperature: float, c_from: float, c_to: float, downweight: str = "top_f"
-) -> tuple[float, float, float]:
-    """How moving Saguaro's C from c_from to c_to changes (acceptance x, miss_at_one x, r +).
-
-    acceptance is the mean per-position acceptance measured at c_from and this temperature (> 0).
-    """
-    sigma, acc_from, c_f, r_f = _fitted_family(acceptance, temperature, c_from, downweight)
-    acc_to, miss_to = _synthetic_stats(sigma, temperature, c_to, downweight)
-    c_t, r_t = _power_law(miss_to)
-    return acc_to / max(acc_from, 1e-9), c_t / max(c_f, 1e-9), r_t - r_f

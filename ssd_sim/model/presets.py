@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import functools
 import tomllib
+from dataclasses import replace
 from importlib import resources
 from pathlib import Path
 
@@ -17,13 +18,17 @@ from scipy.optimize import brentq
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
-from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.hardware import GPUS
+from ssd_sim.io.limits import effective_temperature
+from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve, HitTable
+from ssd_sim.model.architecture import load_architecture
+from ssd_sim.model.hardware import get_gpu
 from ssd_sim.model.latency import ForwardLatency, LatencyModel, fit_forward_latency
 from ssd_sim.model.profile import Profile, load_profile_file
+from ssd_sim.model.roofline import forward_latency
+from ssd_sim.model.synthetic import hit_rows
 from ssd_sim.model.uncertainty import Uncertainty
-from ssd_sim.theory.analytic import expected_tokens
-from ssd_sim.theory.fanout import integer_fanout, miss_rate
+from ssd_sim.theory.analytic import accept_count_pmf, expected_tokens
+from ssd_sim.theory.fanout import allocation_tables
 
 
 def list_presets() -> list[str]:
@@ -40,23 +45,31 @@ def preset_source(name: str) -> dict:
     return tomllib.loads(text)
 
 
-def load_profile(preset: str | None = None, path: str | Path | None = None) -> Profile:
-    """A profile by preset name or from a file (exactly one of the two)."""
+def load_profile(preset: str | None = None, path: str | Path | None = None, context: int | None = None) -> Profile:
+    """A profile by preset name or from a file (exactly one of the two); a preset at `context` tokens per sequence
+    instead of its own (see get_preset)."""
     if (preset is None) == (path is None):
         raise ConfigError("profile", "give exactly one of --preset NAME or --profile FILE")
-    return load_profile_file(path) if path is not None else get_preset(preset)
+    return load_profile_file(path) if path is not None else get_preset(preset, context)
 
 
 @functools.cache
-def get_preset(name: str) -> Profile:
-    """Derive the Profile of a built-in preset (cached: derivation involves small fits)."""
+def get_preset(name: str, context: int | None = None) -> Profile:
+    """Derive the Profile of a built-in preset (cached: derivation involves small fits).
+
+    `context` (tokens in each sequence's KV cache) replaces the preset's own: the spec terms that read the KV cache
+    move with it, the measured steps keep fixing the overhead (they were taken at the preset's context)."""
     src = preset_source(name)
+    if context is not None:
+        if not (isinstance(context, int) and 1 <= context <= 1_048_576):
+            raise ConfigError("context", f"must be an integer in 1..1048576 (tokens per sequence), got {context!r}")
+        src = {**src, "context": context, "own_context": src.get("context", 1024)}
     prov: dict[str, str] = {}
     ov, interference = src.get("overheads", {}), src.get("interference", {})
     engine = src.get("engine", "ssd-runtime")
     round_overhead = float(ov.get("round_overhead_ms", 0.0))
-    target = _forward(src["target"], "target", prov, round_overhead)
-    draft = _forward(src["draft"], "draft", prov, 0.0)
+    target = _at_context(src, "target", prov, round_overhead)
+    draft = _at_context(src, "draft", prov, 0.0)
     if engine == "reference":
         prov["latency.loop"] = ("the reference engine's loop: SD runs K + 1 one-token draft forwards per round "
                                 "(speculator_sync); SSD glue over K + 1 tokens then K tree steps over b x budget rows "
@@ -93,7 +106,7 @@ def get_preset(name: str) -> Profile:
         name=src["name"],
         latency=latency,
         acceptance=acceptance,
-        description=src.get("description", ""),
+        description=src.get("description", "") + (f"; at context {context} tokens" if context is not None else ""),
         target_model=src["target"].get("model", ""),
         draft_model=src["draft"].get("model", ""),
         hardware=src.get("hardware", ""),
@@ -117,29 +130,39 @@ def _uncertainty(sec: dict | None, prov: dict) -> Uncertainty | None:
     return Uncertainty.from_dict(sec)
 
 
-def _roofline(sec: dict) -> dict:
-    """memory_ms and compute_ms_per_token from GPU specs, or zeros for measured-only (CPU) sections."""
+def _spec_forward(sec: dict, context: float) -> ForwardLatency:
+    """The terms of one model's forward that come from specs, with no fixed overhead (measured inputs set it).
+
+    With `arch` (a model.architecture shape): model.roofline's weights, KV reads per row at `context` tokens, FLOPs
+    and all-reduce bytes per token. With only params_b: weights and FLOPs (the older form). Without a GPU (CPU
+    profiles): zeros.
+    """
     if "gpu" not in sec:
-        return {"memory_ms": 0.0, "compute_ms_per_token": 0.0}
-    if sec["gpu"] not in GPUS:
-        raise ConfigError("gpu", f"unknown GPU {sec['gpu']!r}; known: {', '.join(GPUS)}")
-    g = GPUS[sec["gpu"]]  # datasheet numbers (model.hardware)
-    m = ForwardLatency.roofline(sec["params_b"], sec.get("bytes_per_param", 2), sec.get("devices", 1),
-                                g.hbm_tb_s, g.bf16_tflops, sec.get("mfu", 0.6))
-    return {"memory_ms": m.memory_ms, "compute_ms_per_token": m.compute_ms_per_token}
+        return ForwardLatency()
+    gpu = get_gpu(sec["gpu"])
+    if "arch" in sec:
+        f = forward_latency(load_architecture(sec["arch"]), gpu, int(sec.get("devices", 1)), sec.get("dtype", "bf16"),
+                            context)
+        return replace(f, fixed_ms=0.0)
+    return ForwardLatency.roofline(sec["params_b"], sec.get("bytes_per_param", 2), sec.get("devices", 1),
+                                   gpu.hbm_tb_s, gpu.bf16_tflops, sec.get("mfu", 0.6))
 
 
-def _forward(sec: dict, role: str, prov: dict, round_overhead: float) -> ForwardLatency:
-    """Derive one model's ForwardLatency from whichever inputs its section has."""
-    roof = _roofline(sec)
-    if roof["memory_ms"]:
-        prov[f"{role}.roofline"] = (f"derived from specs: memory {roof['memory_ms']:.3f} ms, "
-                                    f"compute {roof['compute_ms_per_token'] * 1e3:.3f} us/token")
+def _forward(sec: dict, role: str, prov: dict, round_overhead: float, context: float) -> ForwardLatency:
+    """Derive one model's ForwardLatency from whichever inputs its section has: specs give the terms that grow
+    with rows and tokens (`_spec_forward`), a measured step the fixed overhead per forward."""
+    spec = _spec_forward(sec, context)
+    if spec.memory_ms:
+        prov[f"{role}.roofline"] = (f"derived from specs: weights {spec.memory_ms:.3f} ms, KV {spec.row_ms * 1e3:.2f} "
+                                    f"us per row at context {context:g}, compute "
+                                    f"{spec.compute_ms_per_token * 1e3:.3f} us/token"
+                                    + (f", all-reduce {spec.token_ms * 1e3:.2f} us/token" if spec.token_ms else "")
+                                    + (" (model.roofline)" if "arch" in sec else ""))
     if "forwards" in sec:  # measured (rows, tokens, ms) points
         pts = sec["forwards"]
         free = tuple(sec.get("fit", ("fixed_ms", "token_ms", "token_exponent")))
-        model, rep = fit_forward_latency([[(r, t, 1)] for r, t, _ in pts], [ms for _, _, ms in pts], fixed=roof,
-                                         free=free)
+        model, rep = fit_forward_latency([[(r, t, 1)] for r, t, _ in pts], [ms for _, _, ms in pts],
+                                         fixed=_spec_terms(spec), free=free)
         prov[f"{role}.latency"] = (f"fitted to {len(pts)} measured forwards: R^2={rep.r2:.3f}, "
                                    f"worst error {rep.max_abs_rel_err:.1%}")
         return model
@@ -147,46 +170,81 @@ def _forward(sec: dict, role: str, prov: dict, round_overhead: float) -> Forward
         st = sec["ssd_step"]
         K, f = st["K"], st["fan_out"]
         work = [[(b, K + 1, 1), (b * f * (K + 1), 1, K)] for b in st["batch"]]
-        model, rep = fit_forward_latency(work, st["ms"], fixed=roof)
+        model, rep = fit_forward_latency(work, st["ms"], fixed=_spec_terms(spec))
         prov[f"{role}.latency"] = (f"fitted to SSD draft steps at b={st['batch']} (K={K}, fan-out {f}): "
                                    f"R^2={rep.r2:.3f}, worst error {rep.max_abs_rel_err:.1%}")
         return model
-    token_ms = float(sec.get("token_ms", 0.0))
-    exponent = float(sec.get("token_exponent", 1.0))
+    if "token_ms" in sec or "token_exponent" in sec:
+        spec = replace(spec, token_ms=float(sec.get("token_ms", 0.0)), token_exponent=float(sec.get("token_exponent", 1.0)))
     if "ar_tok_s" in sec or "step_ms" in sec:
-        step = 1e3 / sec["ar_tok_s"] if "ar_tok_s" in sec else float(sec["step_ms"])
-        rows = int(sec.get("step_rows", 1))  # a tree step decodes several branch rows at once
-        overhead = round_overhead if "ar_tok_s" in sec else 0.0
-        if "verify_ms" in sec:  # two measurements: slope per token, linear
-            n = float(sec["verify_tokens"])
-            # the engine's verify phase (forward + acceptance) is compared with the whole AR step
-            token_ms, exponent = max((sec["verify_ms"] - step) / (n - 1.0), 0.0), 1.0
-        base = ForwardLatency(0.0, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
-        fixed = step - overhead - base(rows, 1)
-        field = "ar_tok_s" if "ar_tok_s" in sec else "step_ms"
-        if fixed < 0:
-            raise ConfigError(f"{role}.{field}", f"measured step {step:.2f} ms is below the roofline "
-                              f"{base(rows, 1):.2f} ms: check devices / params_b / gpu")
-        prov[f"{role}.latency"] = (f"fixed overhead {fixed:.2f} ms per forward derived from a measured {step:.2f} ms "
-                                   f"step over {rows} row(s)" + _roofline_ratio(step - overhead, base(rows, 1)))
-        return ForwardLatency(fixed, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
+        return _measured_step(sec, role, prov, round_overhead, spec)
     if "overhead_from" in sec:  # another model's measured step in the same engine (on its own GPU)
-        o = sec["overhead_from"]
-        other = ForwardLatency(**_roofline({**sec, "params_b": o["params_b"], "devices": 1,
-                                            "gpu": o.get("gpu", sec["gpu"])}))
-        fixed = float(o["ms"]) - other(int(o.get("rows", 1)), 1)
-        if fixed < 0:
-            raise ConfigError(f"{role}.overhead_from", f"{o['ms']} ms is below that model's roofline")
-        prov[f"{role}.latency"] = (f"assumed: fixed overhead {fixed:.2f} ms per forward, the non-roofline part of "
-                                   f"{o.get('model', 'another model')}'s measured {o['ms']} ms step over "
-                                   f"{o.get('rows', 1)} rows in the same engine on {o.get('gpu', sec['gpu'])} "
-                                   f"(launches, attention planning and "
-                                   f"sampling, taken as model-independent); forward at 1 row "
-                                   f"{fixed + roof['memory_ms']:.2f} ms = roofline {roof['memory_ms']:.2f} + overhead")
-        return ForwardLatency(fixed, roof["memory_ms"], roof["compute_ms_per_token"], token_ms, exponent)
-    prov[f"{role}.latency"] = "assumed: roofline from specs plus the assumed fixed_ms / token_ms"
-    return ForwardLatency(float(sec.get("fixed_ms", 0.0)), roof["memory_ms"], roof["compute_ms_per_token"],
-                          token_ms, exponent)
+        return _borrowed_overhead(sec, role, prov, context, spec)
+    if "fixed_ms" in sec or not spec.memory_ms:
+        prov[f"{role}.latency"] = "assumed: roofline from specs plus the assumed fixed_ms / token_ms"
+        return replace(spec, fixed_ms=float(sec.get("fixed_ms", 0.0)))
+    floor = forward_latency(load_architecture(sec["arch"]), get_gpu(sec["gpu"]), int(sec.get("devices", 1)),
+                            sec.get("dtype", "bf16"), context).fixed_ms
+    prov[f"{role}.latency"] = f"assumed: roofline from specs with its own floor {floor:.2f} ms (model.roofline)"
+    return replace(spec, fixed_ms=floor)
+
+
+def _at_context(src: dict, role: str, prov: dict, round_overhead: float) -> ForwardLatency:
+    """One model's forward at the preset's context, or at a requested one: derived at the preset's own context (where
+    its measurements were taken), then with the KV term of the requested context."""
+    own = float(src.get("own_context", src.get("context", 1024)))
+    f = _forward(src[role], role, prov, round_overhead, own)
+    want = float(src.get("context", own))
+    if want == own or not f.row_ms:
+        return f
+    spec = _spec_forward(src[role], want)
+    prov[f"{role}.context"] = (f"KV reads per row and attention FLOPs at context {want:g} instead of the preset's "
+                               f"{own:g} tokens (the measured overhead is kept)")
+    return replace(f, row_ms=spec.row_ms, compute_ms_per_token=spec.compute_ms_per_token)
+
+
+def _spec_terms(spec: ForwardLatency) -> dict:
+    """The spec terms a latency fit keeps fixed."""
+    return {"memory_ms": spec.memory_ms, "compute_ms_per_token": spec.compute_ms_per_token, "row_ms": spec.row_ms,
+            "expert_ms": spec.expert_ms, "expert_share": spec.expert_share}
+
+
+def _measured_step(sec: dict, role: str, prov: dict, round_overhead: float, spec: ForwardLatency) -> ForwardLatency:
+    """A measured AR step (ar_tok_s, minus the round overhead) or forward (step_ms over step_rows rows): its part
+    above the spec terms is the fixed overhead; a measured verify over verify_tokens gives the per-token slope."""
+    step = 1e3 / sec["ar_tok_s"] if "ar_tok_s" in sec else float(sec["step_ms"])
+    rows = int(sec.get("step_rows", 1))  # a tree step decodes several branch rows at once
+    overhead = round_overhead if "ar_tok_s" in sec else 0.0
+    if "verify_ms" in sec:  # two measurements: slope per token, linear (it replaces the spec's all-reduce term)
+        n = float(sec["verify_tokens"])
+        # the engine's verify phase (forward + acceptance) is compared with the whole AR step
+        spec = replace(spec, token_ms=max((sec["verify_ms"] - step) / (n - 1.0), 0.0), token_exponent=1.0)
+    fixed = step - overhead - spec(rows, 1)
+    field = "ar_tok_s" if "ar_tok_s" in sec else "step_ms"
+    if fixed < 0:
+        raise ConfigError(f"{role}.{field}", f"measured step {step:.2f} ms is below the roofline "
+                          f"{spec(rows, 1):.2f} ms: check devices / arch / gpu")
+    prov[f"{role}.latency"] = (f"fixed overhead {fixed:.2f} ms per forward derived from a measured {step:.2f} ms "
+                               f"step over {rows} row(s)" + _roofline_ratio(step - overhead, spec(rows, 1)))
+    return replace(spec, fixed_ms=fixed)
+
+
+def _borrowed_overhead(sec: dict, role: str, prov: dict, context: float, spec: ForwardLatency) -> ForwardLatency:
+    """The fixed overhead of another model's measured step in the same engine (overhead_from), taken as
+    model-independent (launches, attention planning, sampling)."""
+    o = sec["overhead_from"]
+    shape = {"arch": o["arch"]} if "arch" in o else {"params_b": o["params_b"], "mfu": sec.get("mfu", 0.6)}
+    other = _spec_forward({"gpu": o.get("gpu", sec["gpu"]), "dtype": sec.get("dtype", "bf16"), **shape}, context)
+    rows = int(o.get("rows", 1))
+    fixed = float(o["ms"]) - other(rows, 1)
+    if fixed < 0:
+        raise ConfigError(f"{role}.overhead_from", f"{o['ms']} ms is below that model's roofline")
+    prov[f"{role}.latency"] = (f"assumed: fixed overhead {fixed:.2f} ms per forward, the non-roofline part of "
+                               f"{o.get('model', 'another model')}'s measured {o['ms']} ms step over "
+                               f"{rows} rows in the same engine on {o.get('gpu', sec['gpu'])} (launches, attention "
+                               f"planning and sampling, taken as model-independent); forward at 1 row "
+                               f"{fixed + spec(1, 1):.2f} ms = specs {spec(1, 1):.2f} + overhead")
+    return replace(spec, fixed_ms=fixed)
 
 
 def _roofline_ratio(measured_ms: float, roofline_ms: float) -> str:
@@ -276,12 +334,11 @@ def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> Accep
         else:
             raise ConfigError("acceptance", f"entry at T={T} needs sd, alpha or alpha_ratio")
         first_alpha = alpha if first_alpha is None else first_alpha
-        primary = _hit_curve(e["hit"], alpha, T, prov, e.get("source", "assumed"))
-        if "backup_hit" in e:
-            backup = HitCurve(float(e["backup_hit"]["miss_at_one"]), float(e["backup_hit"]["r"]))
+        if "p_hit" in e["hit"]:
+            primary, backup = _positional_hits(e["hit"], alpha, T, prov)
         else:
-            ratio = float(e.get("backup_miss_ratio", 1.0))
-            backup = HitCurve(min(1.0, primary.miss_at_one * ratio), primary.r)
+            primary = _hit_curve(e["hit"], T, prov, e.get("source", "assumed"))
+            backup = _backup_curve(e, primary)
         src = "derived" if "sd" in e or "p_hit" in e["hit"] else e.get("source", "assumed")
         acc = tuple(float(a) for a in alpha) if isinstance(alpha, list) else (float(alpha),)
         points.append(AcceptancePoint(T, acc, primary, backup, 1.0, src))
@@ -289,19 +346,64 @@ def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> Accep
     return AcceptanceModel(tuple(points))
 
 
-def _hit_curve(h: dict, alpha, T: float, prov: dict, source: str = "assumed") -> HitCurve:
-    """A hit curve: given directly (`source`: assumed or measured) or with miss_at_one solved from a measured p_hit."""
-    r = float(h["r"])
-    if "miss_at_one" in h:
-        prov[f"acceptance.T{T:g}.hit"] = f"{source}: miss_at_one={h['miss_at_one']}, r={r}"
-        return HitCurve(float(h["miss_at_one"]), r)
-    K, budget = int(h["K"]), int(h["budget_per_position"]) * (int(h["K"]) + 1)
+def _hit_curve(h: dict, T: float, prov: dict, source: str = "assumed") -> HitCurve:
+    """A hit curve given directly (`source`: assumed or measured), the same at every stopping position."""
+    prov[f"acceptance.T{T:g}.hit"] = f"{source}: miss_at_one={h['miss_at_one']}, r={h['r']}"
+    return HitCurve(float(h["miss_at_one"]), float(h["r"]))
+
+
+def _backup_curve(e: dict, primary: HitCurve) -> HitCurve:
+    """The curve after a fast backup: given (backup_hit), or the primary's misses x backup_miss_ratio."""
+    if "backup_hit" in e:
+        return HitCurve(float(e["backup_hit"]["miss_at_one"]), float(e["backup_hit"]["r"]))
+    return HitCurve(min(1.0, primary.miss_at_one * float(e.get("backup_miss_ratio", 1.0))), primary.r)
+
+
+def _rounded(row) -> tuple[float, ...]:
+    """A hit row as profile files store it (5 decimals), so a derived preset round-trips through its JSON."""
+    return tuple(round(float(v), 5) for v in row)
+
+
+HIT_ROW_F = 16  # guesses per position the derived hit tables list (past it: the rows' tail power law)
+
+
+def _positional_hits(h: dict, alpha, T: float, prov: dict) -> tuple[HitTable, HitTable]:
+    """(primary, backup) per-position hit tables from a measured p_hit (ssd-notes: the bonus after a rejection is a
+    residual sample, after all K accepted a plain target sample, two different curves).
+
+    - all accepted (k = K): the synthetic family (model.synthetic) fitted to the mean acceptance; at T = 0 its
+      hit with one guess is the acceptance itself (the bonus is the target's argmax, the guess the draft's);
+    - after a rejection (k < K): miss(F) = c F^-r with r assumed and c solved so that the optimal allocation of
+      the measured budget at the measured K reproduces p_hit;
+    - after a fast backup the random tokens are rejected at once and the bonus is a plain target sample: the
+      all-accepted row at every position.
+    """
+    r, K = float(h["r"]), int(h["K"])
+    budget = int(h["budget_per_position"]) * (K + 1)
+    mean_alpha = float(np.mean(alpha))
+    fam_reject, accepted = hit_rows(round(mean_alpha, 4), T if effective_temperature(T) else 0.0, HIT_ROW_F)
+    accepted = _rounded(accepted)
+    pmf = accept_count_pmf(alpha, K)
+
+    def table(c: float) -> HitTable:
+        row = _rounded(HitCurve(c, r).hit(np.arange(HIT_ROW_F + 1)))
+        return HitTable(reject=(row,), accepted=(accepted,))
 
     def gap(c: float) -> float:
-        fan = integer_fanout(budget, alpha, K, r, c)
-        return 1.0 - miss_rate(fan, alpha, r, c) - h["p_hit"]
+        best, _ = allocation_tables(budget, pmf, table(c).miss_matrix(K, budget))
+        return 1.0 - float(best[K, budget]) - float(h["p_hit"])
 
-    c = brentq(gap, 1e-6, 1.0, xtol=1e-6)
-    prov[f"acceptance.T{T:g}.hit"] = (f"derived: miss_at_one={c:.3f} reproduces p_hit {h['p_hit']} with the "
-                                      f"optimal fan-out of budget {budget} at K={K} (r={r} assumed)")
-    return HitCurve(float(c), r)
+    lo, hi = 1e-6, 1.0
+    if gap(hi) >= 0 or gap(lo) <= 0:  # the all-accepted rounds alone give more (or the best reject curve less)
+        c = hi if gap(hi) >= 0 else lo
+        prov[f"conflict.acceptance.T{T:g}.hit"] = (f"conflict: p_hit {h['p_hit']} is not reachable with the derived "
+                                                   f"all-accepted row; reject miss_at_one clamped to {c:g}")
+    else:
+        c = brentq(gap, lo, hi, xtol=1e-6)
+    prov[f"acceptance.T{T:g}.hit"] = (
+        f"derived per position: after all K accepted, hit(1..3) = {', '.join(f'{v:.3f}' for v in accepted[1:4])} from "
+        f"the synthetic family fitted to acceptance {mean_alpha:.3f} (assumed shape); after a rejection "
+        f"miss(F) = {c:.3f} F^-{r:g} (r assumed, miss_at_one solved so the optimal fan-out of budget {budget} at K={K} "
+        f"reproduces p_hit {h['p_hit']}; the family alone would give hit(1) = {fam_reject[1]:.3f}); after a fast "
+        "backup, the all-accepted row")
+    return table(c), HitTable(reject=(accepted,), accepted=(accepted,))

@@ -151,24 +151,24 @@ class DrawnAcceptance:
     def response(self) -> str:
         return self.base.response
 
-    def at(self, temperature: float, saguaro_c: float = 1.0) -> AcceptancePoint:
+    def at(self, temperature: float, saguaro_c: float = 1.0, downweight: str | None = None) -> AcceptancePoint:
         """The drawn point at (T, C); kept per draw (by value and type of the arguments), so the SD and the SSD
         prediction of one draw share it."""
-        key = (type(temperature), temperature, type(saguaro_c), saguaro_c)
+        key = (type(temperature), temperature, type(saguaro_c), saguaro_c, downweight)
         memo = self.__dict__.setdefault("_points", {})
         if key not in memo:
-            memo[key] = self._at(temperature, saguaro_c)
+            memo[key] = self._at(temperature, saguaro_c, downweight)
         return memo[key]
 
-    def _at(self, temperature: float, saguaro_c: float) -> AcceptancePoint:
-        pt = self.base.at(temperature, saguaro_c)
+    def _at(self, temperature: float, saguaro_c: float, downweight: str | None) -> AcceptancePoint:
+        pt = self.base.at(temperature, saguaro_c, downweight)
         if self.saguaro_w < 1.0 and saguaro_c < 1.0 and pt.source == "assumed" and self.base.response == "synthetic":
             moved = lerp_point(self.base.at(temperature, 1.0), pt, self.saguaro_w, temperature, saguaro_c)
             pt = replace(moved, source=pt.source, hit_source=pt.hit_source)
         return self._draw(pt)
 
-    def at_positions(self, temperature: float, cs) -> AcceptancePoint:
-        return self._draw(self.base.at_positions(temperature, cs))
+    def at_positions(self, temperature: float, cs, downweight: str | None = None) -> AcceptancePoint:
+        return self._draw(self.base.at_positions(temperature, cs, downweight))
 
     def _draw(self, pt: AcceptancePoint) -> AcceptancePoint:
         primary, backup = pt.primary_hit, pt.backup_hit
@@ -214,7 +214,7 @@ def drawn_profile(profile, u: Uncertainty, d: dict[str, np.ndarray], i: int):
 
     def scaled(f, s: float):
         return replace(f, **{k: getattr(f, k) * s for k in ("fixed_ms", "memory_ms", "compute_ms_per_token",
-                                                             "token_ms", "multi_token_ms")})
+                                                             "token_ms", "multi_token_ms", "row_ms", "expert_ms")})
 
     if "interference" in d:
         one = rows = float(d["interference"][i])

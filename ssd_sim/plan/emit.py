@@ -13,7 +13,7 @@ import re
 import shlex
 
 from ssd_sim.model.profile import Profile
-from ssd_sim.plan.engine_rules import REFERENCE_COMMIT, REFERENCE_FAMILY_SIZES
+from ssd_sim.plan.engine_rules import ENGINE_SOURCES, REFERENCE_COMMIT, REFERENCE_FAMILY_SIZES
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import Prediction, predict_ssd
 from ssd_sim.plan.whatif import fan_outs
@@ -25,7 +25,6 @@ ENGINES = ("ssd-engine", "vllm", "sglang")
 # (bench_helpers.get_model_paths). Both families are named explicitly in the commands we emit.
 _REFERENCE_TARGETS = REFERENCE_FAMILY_SIZES
 _REFERENCE_DRAFTS = {"llama": ("1", "3", "8", "70"), "qwen": ("0.6",)}
-REFERENCE_UNIFORM_ABOVE_B = 8  # mask_helpers.get_custom_mask: every fan-out must equal F above batch 8
 REFERENCE_MAX_GPUS = 8  # Config: 1 <= num_gpus <= 8 (one node)
 
 
@@ -50,33 +49,26 @@ def _reference_model_args(profile: Profile) -> tuple[list[str], str | None]:
 def reference_plan(profile: Profile, plan: Plan, max_budget: int | None = None) -> tuple[Plan, list[str]]:
     """The plan restricted to what the reference engine runs, and what changed.
 
-    The engine holds F (K + 1) branches per sequence with F >= 1 (--f; its buffers and, with --x, an assert),
-    the same fan-out at every position above b = 8, one C and jit or fast: the budget moves to the multiple of
+    The engine holds F (K + 1) branches per sequence with F >= 1 (--f; its buffers and, with --x, an assert), any
+    fan-out lists summing to that (above b = 8 too: mask_helpers.get_custom_mask_vectorized takes lists), one C
+    and jit or fast: the budget moves to the multiple of
     K + 1 below or above it (above only within max_budget), whichever this profile predicts faster, with fan-outs
     re-optimised at that budget.
     """
     K, b = plan.K, plan.batch_size
     base = plan.replace(backup=plan.backup_for(b), backup_threshold=math.inf, saguaro_c_list=())
-    uniform_only = b > REFERENCE_UNIFORM_ABOVE_B
-    fits = plan.budget % (K + 1) == 0 and plan.budget > 0 and (
-        not uniform_only or len(set(plan.fan_out + plan.fan_out_miss)) == 1)
-    if fits:
+    if plan.budget % (K + 1) == 0 and plan.budget > 0:
         return base, []
     options = []
     up = -(-plan.budget // (K + 1))
     if max_budget is not None and up * (K + 1) > max_budget:
         up = plan.budget // (K + 1)
     for F in sorted({max(1, plan.budget // (K + 1)), max(1, up)}):
-        if uniform_only:
-            hit = miss = (F,) * (K + 1)
-        else:
-            hit, miss = fan_outs(profile, K, F * (K + 1), plan.temperature, plan.saguaro_c, base.backup)
+        hit, miss = fan_outs(profile, K, F * (K + 1), plan.temperature, plan.saguaro_c, base.backup)
         cand = base.replace(fan_out=hit, fan_out_miss=miss)
         options.append((predict_ssd(profile, cand).per_seq_tok_s, F, cand))
     tok_s, F, best = max(options, key=lambda o: o[0])
-    why = "F (K + 1) guesses with F >= 1" + (f" and one fan-out at every position above b = {REFERENCE_UNIFORM_ABOVE_B}"
-                                            if uniform_only else "")
-    return best, [f"the reference engine needs {why}: budget {plan.budget} -> {best.budget} (F = {F}), fan-out "
+    return best, [f"the reference engine needs F (K + 1) guesses with F >= 1: budget {plan.budget} -> {best.budget} (F = {F}), fan-out "
                   f"{list(best.fan_out)}; predicted {tok_s:.1f} tok/s per sequence vs the plan's "
                   f"{predict_ssd(profile, plan).per_seq_tok_s:.1f}"]
 
@@ -122,13 +114,17 @@ def ssd_engine_flags(profile: Profile, plan: Plan, max_budget: int | None = None
 
 def vllm_flags(profile: Profile, sd: Prediction) -> dict:
     """vLLM serve flags for plain draft-model SD at the best SD K (--speculative-config JSON)."""
+    tp = profile.latency.target_devices
+    # vLLM's draft-model proposer runs the draft with the target's tensor-parallel size (it rejects any other)
     cfg = {"method": "draft_model", "model": profile.draft_model or "DRAFT_MODEL",
-           "num_speculative_tokens": sd.num_speculative_tokens, "draft_tensor_parallel_size": 1}
-    args = ["serve", profile.target_model or "TARGET_MODEL",
-            "--tensor-parallel-size", str(profile.latency.target_devices),
+           "num_speculative_tokens": sd.num_speculative_tokens, "draft_tensor_parallel_size": tp}
+    args = ["serve", profile.target_model or "TARGET_MODEL", "--tensor-parallel-size", str(tp),
             "--speculative-config", json.dumps(cfg, separators=(",", ":"))]
-    return {"engine": "vllm", "args": args, "command": shlex.join(["vllm", *args]),
-            "notes": ["plain SD fallback (vLLM has no SSD); temperature is a per-request sampling parameter"]}
+    notes = ["plain SD fallback (vLLM has no SSD); temperature is a per-request sampling parameter",
+             f"checked against {ENGINE_SOURCES['vllm'].split(':')[0]}"]
+    if tp > 1:
+        notes.append(f"the draft runs sharded over the target's {tp} GPUs (no separate draft GPU, unlike SSD)")
+    return {"engine": "vllm", "args": args, "command": shlex.join(["vllm", *args]), "notes": notes}
 
 
 def sglang_flags(profile: Profile, sd: Prediction) -> dict:
@@ -141,7 +137,8 @@ def sglang_flags(profile: Profile, sd: Prediction) -> dict:
             "--speculative-num-draft-tokens", str(K + 1)]
     return {"engine": "sglang", "args": args,
             "command": shlex.join(["python", "-m", "sglang.launch_server", *args]),
-            "notes": ["plain SD fallback (SGLang has no SSD); temperature is a per-request sampling parameter"]}
+            "notes": ["plain SD fallback (SGLang has no SSD); temperature is a per-request sampling parameter",
+                      f"checked against {ENGINE_SOURCES['sglang'].split(':')[0]} (server_args, read 2026-12-01)"]}
 
 
 def engine_flags(profile: Profile, plan: Plan, sd: Prediction, max_budget: int | None = None) -> dict[str, dict]:

@@ -2,7 +2,7 @@
 
 Each checker takes the argument list an emitter produced and returns the violations the engine would raise
 (an argparse error, an assert, a config validation error), [] if it would start. The rules are transcribed
-from the engines' sources and docs as read on 2026-12-01; the version each follows is in ENGINE_SOURCES.
+from the engines' sources as read on 2026-12-01; the repository and version each follows is in ENGINE_SOURCES.
 They are deliberately strict: where an engine silently rewrites a value (SGLang's draft-token count with
 top-k 1), a command that relies on the rewrite is reported, so we never emit one that runs other than it reads.
 """
@@ -19,10 +19,13 @@ ENGINE_SOURCES = {
     "ssd-engine": "github.com/tanishqkumar/ssd at 6ed3022 (2026-03-05): bench/bench.py parse_arguments, "
                   "bench/bench_helpers.py get_model_paths, ssd/config.py Config.__post_init__, "
                   "ssd/engine/model_runner.py ModelRunner.__init__ / setup_and_warmup_model_and_cudagraphs",
-    "vllm": "vllm/config/speculative.py SpeculativeConfig (pydantic, extra='forbid'), docs.vllm.ai "
-            "features/speculative_decoding/draft_model (method draft_model; vLLM >= the release with PR #24322)",
-    "sglang": "python/sglang/srt/server_args.py + arg_groups/speculative_hook.py _handle_eagle_family "
-              "(STANDALONE; all three of steps / topk / draft tokens or none; topk 1 -> draft tokens = steps + 1)",
+    "vllm": "github.com/vllm-project/vllm at 9b849b1: vllm/v1/spec_decode/draft_model.py DraftModelProposer.__init__ "
+            "(_raise_if_draft_tp_mismatch: draft TP must equal the target's; _raise_if_padded_drafter_batch_disabled), "
+            "vllm/config/speculative.py SpeculativeConfig (pydantic, extra='forbid'; _verify_and_get_draft_tp: 1 or "
+            "the target's TP, unset = the target's)",
+    "sglang": "github.com/sgl-project/sglang: python/sglang/srt/server_args.py + arg_groups/speculative_hook.py "
+              "_handle_eagle_family (STANDALONE; all three of steps / topk / draft tokens or none; topk 1 -> draft "
+              "tokens = steps + 1), read 2026-12-01",
 }
 
 
@@ -133,8 +136,6 @@ def check_reference(args: list[str]) -> list[str]:
         if sum(fl) != F * (K + 1):
             errs.append(f"{name} sums to {sum(fl)}: the engine's buffers hold F (K + 1) = {F * (K + 1)} branches "
                         "(and with --x it asserts sum == F (K + 1))")
-    if ns.b > 8 and any(f != F for f in hit + miss):
-        errs.append(f"--b {ns.b} with a non-uniform fan-out: mask_helpers asserts all entries equal F = {F} above b = 8")
     if not any(f > 0 for f in hit):
         errs.append("--flh: the engine asserts any(f > 0 for f in fan_out_list)")
     if sum(miss) != sum(hit):
@@ -197,6 +198,11 @@ def check_vllm(args: list[str]) -> list[str]:
     dtp = cfg.get("draft_tensor_parallel_size")
     if dtp is not None and dtp not in (1, tp):
         errs.append(f"draft_tensor_parallel_size {dtp} cannot be other than 1 or the target's tensor_parallel_size {tp}")
+    elif cfg.get("method") in (None, "draft_model") and dtp not in (None, tp):  # DraftModelProposer.__init__
+        errs.append(f"Currently, 'draft_tensor_parallel_size' and 'tensor_parallel_size' must be the same. Got {dtp} "
+                    f"and {tp} (DraftModelProposer)")
+    if cfg.get("method") in (None, "draft_model") and cfg.get("disable_padded_drafter_batch"):
+        errs.append("draft models only support the padded drafter batch: drop disable_padded_drafter_batch")
     return errs
 
 

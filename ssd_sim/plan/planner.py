@@ -273,7 +273,7 @@ def _search(profile: Profile, b: int, temperature: float, knobs: Knobs, k_range,
     times: dict = {}  # round_times per (K, budgets): the same for every C and backup
     for K, fit in fits.items():
         for C in _c_range(knobs, temperature):
-            acc = profile.acceptance.at(temperature, C)
+            acc = profile.acceptance.at(temperature, C, knobs.downweight)
             for backup in backups:
                 scored.add(*_evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_cap,
                                       best_only, memo, times))
@@ -443,7 +443,9 @@ def _evaluate(profile, acc, b, K, C, backup, fit, knobs, draft_devices, budget_c
         budgets = np.array([sum(knobs.fan_out_miss)])
     else:
         fixed = None
-        budgets = np.arange(1, min(max(fit, 1), budget_cap) + 1)
+        # every budget up to the cap: one that does not fit inside T_v makes the target wait T_p - T_v, which can
+        # still pay when its extra hits are worth more (ssd_rates prices the wait)
+        budgets = np.arange(1, budget_cap + 1)
     top = int(budgets.max())
     tab_p = dp_tables(K, pmf_p, acc.primary_hit, top, memo)
     tab_b = dp_tables(K, pmf_b, curve_b, top, memo)
@@ -591,9 +593,14 @@ def _binding(plan: Plan, ssd: Prediction, fit: int, knobs: Knobs, user_cap: int,
                f"the timed range: the calibration timed draft forwards of up to {timed_cap // TIMED_FACTOR * plan.batch_size} "
                "rows, larger caches would be extrapolated (an SSD trace of a larger cache measures them)")
         return f"budget cap: {plan.budget} guesses ({why}); up to {fit} would fit inside one verify"
-    if fit == 0:
+    if fit == 0 and plan.budget == 1:
         return (f"draft time: even a budget of 1 takes T_p = {ssd.draft_ms:.1f} ms > T_v = {ssd.verify_ms:.1f} ms, "
                 f"so the target waits for the draft every round")
+    if plan.budget > fit:
+        fits = f"a budget of at most {fit} fits inside one verify" if fit else "even a budget of 1 does not fit at this K"
+        return (f"draft time: budget {plan.budget} takes T_p = {ssd.draft_ms:.1f} ms > T_v = {ssd.verify_ms:.1f} ms, so "
+                f"the target waits {ssd.draft_ms - ssd.verify_ms:.1f} ms for the draft every round, which the extra "
+                f"hits pay for ({fits})")
     if plan.budget >= min(fit, cap):
         which = "budget cap" if cap < fit else "draft time"
         return (f"{which}: budget {plan.budget} is the most the draft finishes inside one verify "

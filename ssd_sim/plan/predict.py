@@ -144,11 +144,11 @@ def plan_point(profile: Profile, plan: Plan) -> AcceptancePoint:
     (AcceptanceModel.at_positions). A position caching no guess (and with nothing down-weighted) drafts
     as C = 1 does there."""
     if not plan.saguaro_c_list or plan.temperature == 0:
-        return profile.acceptance.at(plan.temperature, effective_saguaro_c(plan))
+        return profile.acceptance.at(plan.temperature, effective_saguaro_c(plan), plan.downweight)
     extra = 1 if plan.downweight == "top_f_plus_1" else 0
     cs = [c if plan.fan_out[k] + extra or plan.fan_out_miss[k] + extra else 1.0
           for k, c in enumerate(plan.saguaro_c_list)]
-    return profile.acceptance.at_positions(plan.temperature, cs)
+    return profile.acceptance.at_positions(plan.temperature, cs, plan.downweight)
 
 
 def predict_ssd(profile: Profile, plan: Plan) -> Prediction:

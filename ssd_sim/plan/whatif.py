@@ -35,7 +35,7 @@ from ssd_sim.plan.planner import (
 from ssd_sim.plan.predict import backup_outcomes, plan_point, predict_ar, predict_sd, predict_ssd
 from ssd_sim.theory.fanout import allocation_tables, backtrack, uniform_fanout
 
-_SCALED_FIELDS = ("fixed_ms", "memory_ms", "compute_ms_per_token", "token_ms")
+_SCALED_FIELDS = ("fixed_ms", "memory_ms", "compute_ms_per_token", "token_ms", "multi_token_ms", "row_ms", "expert_ms")
 
 
 # --- profile overrides -----------------------------------------------------------------------------

@@ -102,6 +102,17 @@ _ENGINE_FLAGS = ("the ssd-engine command names its family (--qwen / --llama) as 
 for _cid in ('plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-emit', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-file', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h200-json', 'plan-llama70b-1b-h200', 'plan-qwen32-emit-engine', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen32b-0.6b-h100', 'plan-write'):
     DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ENGINE_FLAGS
 
+# Issue 25: what moved the planner's numbers (each a model change, none fitted to a published result).
+_ISSUE_25 = ("issue 25: GPU presets are spec + measured inputs (model.roofline's KV reads per row, FLOPs and all-reduce "
+             "bytes per token at the preset's context, so latencies grow with batch; the measured steps fix only the "
+             "overhead); hit rates per stopping position (after all K accepted the bonus is a plain target sample; "
+             "after a fast backup too); Saguaro's C leaves the all-accepted hits alone and follows the plan's "
+             "down-weighted set; the budget search covers caches past what fits inside one verify; the vLLM command "
+             "shards the draft like the target (its draft-model proposer requires it) and both SD commands name the "
+             "engine version they were checked against; the reference engine keeps fan-out lists above b = 8")
+for _cid in ['plan-file', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200', 'plan-llama70b-1b-h200-json', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100', 'plan-qwen32b-0.6b-h100-json', 'plan-write', 'sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4']:
+    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_25
+
 
 def fixed_host():
     from ssd_sim.io.host import Host

@@ -84,6 +84,8 @@ def test_plan_file_round_trip_and_reevaluation(capsys, tmp_path):
     (["--preset", "llama70b-1b-h100", "-k", "3", "--fan-out", "300"], "fan_out: caches 1200 guesses"),
     (["--preset", "llama70b-1b-h100", "--fan-out", "0,0,0,5000"], "at most 1024"),
     ([], "profile"),
+    (["--profile", "traces/cpu-fp32-grid/profile.json", "--context", "100"], "--context re-derives a preset"),
+    (["--preset", "llama70b-1b-h100", "--context", "0"], "--context"),
 ])
 def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
     with pytest.raises(SystemExit) as e:
@@ -202,3 +204,14 @@ def test_risk_must_be_a_low_quantile(capsys):
     assert len(err) == 1 and "--risk" in err[0]
     code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "-t", "1", "--risk", "0.1", "--json")
     assert code == 0 and json.loads(out)["plan"]["num_speculative_tokens"] >= 1
+
+
+def test_context_re_derives_a_preset_and_the_plan_file_keeps_it(capsys, tmp_path):
+    code, short, _ = run(capsys, "--preset", "llama70b-1b-h100", "-b", "8", "--json")
+    code2, long, _ = run(capsys, "--preset", "llama70b-1b-h100", "-b", "8", "--context", "32768", "--json",
+                         "-o", str(tmp_path / "p.json"))
+    assert code == code2 == 0
+    assert json.loads(long)["predicted"]["sd_tok_s"] < json.loads(short)["predicted"]["sd_tok_s"]  # longer KV reads
+    assert json.loads((tmp_path / "p.json").read_text())["profile"]["context"] == 32768
+    code3, again, _ = run(capsys, "--plan", str(tmp_path / "p.json"), "--json")
+    assert code3 == 0 and json.loads(again)["predicted"] == json.loads(long)["predicted"]

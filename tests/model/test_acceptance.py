@@ -94,9 +94,18 @@ def test_synthetic_saguaro_moves_a_table_like_the_curve_it_tabulates():
     as_curve = AcceptanceModel((AcceptancePoint(1.0, (0.7,), curve, curve),)).at(1.0, 0.5)
     as_table = AcceptanceModel((AcceptancePoint(1.0, (0.7,), HitTable((row,), (row,)), curve),)).at(1.0, 0.5)
     assert as_table.acceptance == as_curve.acceptance
-    want = as_curve.primary_hit.hit(np.arange(9))
+    want = as_curve.primary_hit.reject[0][:9]
     assert as_table.primary_hit.reject[0] == pytest.approx(want)
-    assert as_table.primary_hit.accepted[0] == pytest.approx(want)
+    assert want[1] > row[1]  # C < 1 moves the residual into the cache
+
+
+def test_saguaro_c_leaves_the_all_accepted_hit_alone():
+    # after all K are accepted the bonus is a plain target sample at a position the draft never sampled
+    curve = HitCurve(0.4, 0.8)
+    moved = AcceptanceModel((AcceptancePoint(1.0, (0.7,), curve, curve),)).at(1.0, 0.3).primary_hit
+    assert moved.accepted[0][:4] == pytest.approx([0.0, 0.6, 1 - 0.4 * 2**-0.8, 1 - 0.4 * 3**-0.8])
+    assert moved.reject[0][1] > 0.6
+    assert moved.hit([1, 1])[1] == pytest.approx(0.6)  # K = 1: position 1 is the all-accepted one
 
 
 # A logged grid: T in {0.5, 1.0} x C in {0.5, 1.0}; acceptance and hit rates move linearly with both.

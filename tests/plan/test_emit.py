@@ -55,12 +55,15 @@ def test_plans_the_engine_cannot_hold_are_padded_or_cut_to_f_times_k_plus_1(budg
     assert check("ssd-engine", args) == []
 
 
-def test_above_batch_8_the_engine_gets_one_fan_out_everywhere():
+def test_above_batch_8_the_engine_keeps_the_plans_fan_out_lists():
+    # bench.py at the checked commit: mask_helpers.get_custom_mask_vectorized (B > 8) takes non-uniform lists
     prof = get_preset("qwen32b-0.6b-h100")
     plan = Plan(num_speculative_tokens=3, fan_out=(4, 3, 2, 3), batch_size=16, **engine_defaults(prof.engine))
     run, notes = reference_plan(prof, plan)
-    assert set(run.fan_out) == set(run.fan_out_miss) and len(set(run.fan_out)) == 1
-    assert "one fan-out at every position above b = 8" in notes[0]
+    assert (run.fan_out, notes) == ((4, 3, 2, 3), [])
+    sd = make_plan(prof, PlanRequest(batch_size=16, b_star=BStar.CHOSEN)).sd
+    args = engine_flags(prof, plan, sd)["ssd-engine"]["args"]
+    assert args[args.index("--flh") + 1:args.index("--flh") + 5] == ["4", "3", "2", "3"] and check("ssd-engine", args) == []
 
 
 def test_cpu_profiles_are_not_emitted_for_the_reference_engine():
@@ -81,7 +84,7 @@ BASE = ["--llama", "--size", "70", "--draft", "1", "--gpus", "5", "--spec", "--a
     (["--k", "3", "--f", "1", "--flh", "1", "0", "0", "2", "--flm", "1", "0", "0", "2"], "sums to 3"),
     (["--k", "3", "--f", "0", "--flh", "0", "0", "0", "1", "--flm", "0", "0", "0", "1"], "needs F >= 1"),
     (["--k", "3", "--f", "2", "--flh", "2", "2", "2"], "has 3 entries"),
-    (["--k", "3", "--f", "2", "--flh", "2", "2", "2", "2", "--flm", "8", "0", "0", "0", "--b", "16"], "above b = 8"),
+    (["--k", "3", "--f", "2", "--flh", "2", "2", "2", "2", "--flm", "8", "0", "0", "1", "--b", "16"], "sums to 9"),
     (["--k", "3", "--backup", "adaptive"], "argparse"),
     (["--k", "3", "--qwen"], "mutually exclusive"),  # BASE names --llama
     (["--k", "3", "--ttemp", "1.0"], "argparse"),  # gone from bench.py at the checked commit
@@ -106,14 +109,27 @@ def test_reference_rules_accept_the_engines_own_default_run():
 
 
 def test_vllm_rules():
-    ok = {"method": "draft_model", "model": "d", "num_speculative_tokens": 4, "draft_tensor_parallel_size": 1}
+    ok = {"method": "draft_model", "model": "d", "num_speculative_tokens": 4, "draft_tensor_parallel_size": 4}
     good = ["serve", "t", "--tensor-parallel-size", "4", "--speculative-config", json.dumps(ok)]
     assert check("vllm", good) == []
     for change, needle in (({"num_speculative_tokens": 0}, "int > 0"), ({"method": "draft"}, "is not one of"),
                            ({"draft_tensor_parallel_size": 2}, "1 or the target"), ({"k": 1}, "unknown"),
-                           ({"tensor_parallel_size": 1}, "draft_tensor_parallel_size")):
+                           ({"tensor_parallel_size": 1}, "draft_tensor_parallel_size"),
+                           # the draft-model proposer rejects a draft TP other than the target's (vLLM 9b849b1)
+                           ({"draft_tensor_parallel_size": 1}, "must be the same. Got 1 and 4"),
+                           ({"disable_padded_drafter_batch": True}, "padded drafter batch")):
         bad = good[:-1] + [json.dumps({**ok, **change})]
         assert any(needle in e for e in check("vllm", bad)), change
+
+
+def test_emitted_vllm_and_sglang_commands_name_the_engine_version_and_shard_the_draft_like_the_target():
+    prof = get_preset("llama70b-1b-h100")
+    r = make_plan(prof, PlanRequest(b_star=BStar.CHOSEN))
+    flags = engine_flags(prof, r.plan, r.sd)
+    cfg = json.loads(flags["vllm"]["args"][-1])
+    assert cfg["draft_tensor_parallel_size"] == 4 == prof.latency.target_devices
+    assert any("vllm-project/vllm at 9b849b1" in n for n in flags["vllm"]["notes"])
+    assert any("sgl-project/sglang" in n for n in flags["sglang"]["notes"])
 
 
 def test_sglang_rules():

@@ -38,7 +38,7 @@ def test_planner_matches_brute_force_over_all_fan_outs():
     best = 0.0
     for K in (1, 2, 3):
         fit = budget_fit(prof, 1, K)
-        for budget in range(1, fit + 1):
+        for budget in range(1, fit + 4):  # past what fits too: the planner prices the wait for the draft
             for fan in compositions(budget, K + 1):
                 if sum(fan) == 0:
                     continue
@@ -68,13 +68,24 @@ def test_planner_with_a_per_position_table_matches_brute_force():
     assert result.plan.fan_out == tuple(arg)
 
 
-def test_budget_never_exceeds_what_the_draft_finishes_inside_a_verify():
+def test_a_cache_whose_rows_cost_more_than_their_hits_stays_inside_the_verify():
     prof = rowed_profile()
     for b in (1, 2, 4):
         r = make_plan(prof, PlanRequest(batch_size=b))
         assert r.plan.budget <= r.budget_fit
         assert r.ssd.draft_ms <= r.ssd.verify_ms + 1e-9
         assert "draft time" in r.binding
+
+
+@pytest.mark.parametrize("name,K", [("llama70b-1b-h100", 7), ("qwen32b-0.6b-h100", 4)])
+def test_with_k_fixed_and_nothing_fitting_the_budget_is_still_searched(name, K):
+    # no budget fits inside T_v at this K: the planner used to score budget 1 only (issue 25: [0, ..., 0, 1])
+    prof = get_preset(name)
+    r = make_plan(prof, PlanRequest(knobs=Knobs(num_speculative_tokens=K), b_star=BStar.SKIP))
+    assert r.budget_fit == 0 and r.plan.budget > K + 1
+    uniform3 = predict_ssd(prof, r.plan.replace(fan_out=(3,) * (K + 1), fan_out_miss=(3,) * (K + 1)))
+    assert r.ssd.per_seq_tok_s >= uniform3.per_seq_tok_s
+    assert r.ssd.draft_ms > r.ssd.verify_ms and "the target waits" in r.binding and "extra hits pay" in r.binding
 
 
 def test_fixed_knobs_are_kept_and_the_rest_searched():

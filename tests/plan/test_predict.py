@@ -4,6 +4,7 @@ from dataclasses import replace
 
 import pytest
 
+from ssd_sim.model.presets import get_preset
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
 from ssd_sim.theory.analytic import expected_tokens, sd_speedup, ssd_speedup
@@ -86,3 +87,13 @@ def test_hit_tables_give_per_position_hit_rates():
     h_p = pmf @ [0.5, 0.3, 0.9]
     h_b = 0.85  # after the fast backup k = 0: backup reject row 0 at F = 3 (the rest of the list is unused)
     assert got.p_hit == pytest.approx(h_b / (1 - h_p + h_b))
+
+
+def test_the_plans_downweight_set_moves_the_prediction_only_below_c_1():
+    # the reference engine down-weights its F forked tokens plus the sampled one (top_f_plus_1); the paper, top F
+    prof = get_preset("llama70b-1b-h100")
+    plan = Plan(num_speculative_tokens=5, fan_out=(3,) * 6, temperature=1.0, saguaro_c=0.5, backup="jit")
+    a, b = (predict_ssd(prof, plan.replace(downweight=d)) for d in ("top_f", "top_f_plus_1"))
+    assert a.per_seq_tok_s != b.per_seq_tok_s and a.p_hit != b.p_hit
+    at_one = [predict_ssd(prof, plan.replace(saguaro_c=1.0, downweight=d)).per_seq_tok_s for d in ("top_f", "top_f_plus_1")]
+    assert at_one[0] == at_one[1]

@@ -5,7 +5,10 @@ AcceptanceModel learned per-position HitTables and logged grids; HitCurve models
 The profiles are frozen copies of those presets (fixtures/*-synthetic.json), so re-deriving a preset's
 inputs does not move these numbers. b* changed meaning in issue 11 (was: where fast wins for good with this
 plan's budget; now: the first batch size at which fast beats jit, each re-planned per batch), and with it the
-backup of two CPU plans (fast -> adaptive, which is fast at their batch sizes).
+backup of two CPU plans (fast -> adaptive, which is fast at their batch sizes). In issue 25 Saguaro's C stopped
+moving the all-accepted hit rates (that bonus is a plain target sample at a position the draft never sampled): every
+value at C < 1 moved, and make_plan at T > 0 picks larger C; the budget search also covers budgets past what fits
+inside one verify (none of these plans uses one).
 """
 
 from pathlib import Path
@@ -27,42 +30,42 @@ PLAN = Plan(num_speculative_tokens=3, fan_out=(2, 1, 1, 4), fan_out_miss=(3, 1, 
 MAKE_PLAN = {
     ("qwen-coder-1.5b-0.5b-cpu", 0.0, 1): (3, (0, 0, 0, 1), (0, 0, 0, 1), 1.0, "adaptive",
         5.333360973169355, 0.8725184378959998, 2.0),
-    ("qwen-coder-1.5b-0.5b-cpu", 1.0, 4): (1, (1, 2), (3, 0), 0.7, "adaptive",
-        2.763432875739953, 0.93422106204143, 2.0),
-    ("qwen-coder-1.5b-0.5b-cpu", 0.7, 16): (1, (0, 1), (1, 0), 0.8, "adaptive",
-        1.3121277513222225, 0.7907989758824249, 2.0),
+    ("qwen-coder-1.5b-0.5b-cpu", 1.0, 4): (1, (1, 2), (3, 0), 1.0, "adaptive",
+        2.7305591041395902, 0.885324288636695, 2.0),
+    ("qwen-coder-1.5b-0.5b-cpu", 0.7, 16): (1, (0, 1), (1, 0), 1.0, "adaptive",
+        1.3051619563022785, 0.7745268019240622, 2.0),
     ("llama70b-1b-h100", 0.0, 1): (5, (3, 3, 2, 2, 2, 6), (3, 3, 2, 2, 2, 6), 1.0, "adaptive",
         221.13691512908827, 0.8642215997080969, 2.0),
-    ("llama70b-1b-h100", 1.0, 4): (3, (11, 9, 8, 14), (42, 0, 0, 0), 0.7, "adaptive",
-        132.85296991178174, 0.8695020477993324, 2.0),
-    ("llama70b-1b-h100", 0.7, 16): (3, (2, 2, 1, 3), (8, 0, 0, 0), 0.6, "adaptive",
-        125.12631088008804, 0.7226324962860661, 2.0),
+    ("llama70b-1b-h100", 1.0, 4): (3, (11, 9, 7, 15), (42, 0, 0, 0), 0.8, "adaptive",
+        132.02884784085143, 0.8516040043191212, 2.0),
+    ("llama70b-1b-h100", 0.7, 16): (3, (2, 2, 2, 3), (9, 0, 0, 0), 0.8, "adaptive",
+        125.58274458825753, 0.7159603512990713, 2.0),
 }
 # preset -> (predict_ssd(PLAN) tok/s per sequence, p_hit)
 PREDICT = {
-    "qwen-coder-1.5b-0.5b-cpu": (1.9982876095682995, 0.9610509121141274),
-    "llama70b-1b-h100": (108.87582687356841, 0.6175251552050076),
+    "qwen-coder-1.5b-0.5b-cpu": (1.9565395765796714, 0.9315204266093824),
+    "llama70b-1b-h100": (107.43507101907163, 0.6013283835306285),
 }
 # preset -> OutcomeTables of PLAN at (T = 1, C = 0.6): hit_after_cache, hit_after_jit, hit_after_fast
 OUTCOMES = {
-    "qwen-coder-1.5b-0.5b-cpu": ([0.9648815195919722, 0.9260789383112549, 0.9260789383112549, 0.9833158826727618],
-        [0.9772774621480786, 0.9260789383112549, 0.9260789383112549, 0.9772774621480786],
+    "qwen-coder-1.5b-0.5b-cpu": ([0.9648815195919722, 0.9260789383112549, 0.9260789383112549, 0.9421349332213242],
+        [0.9772774621480786, 0.9260789383112549, 0.9260789383112549, 0.9288176455099326],
         0.7872821730272581),
-    "llama70b-1b-h100": ([0.5992645364603609, 0.3558633607596714, 0.3558633607596714, 0.7506912323327515],
-        [0.6964115988540129, 0.3558633607596714, 0.3558633607596714, 0.6964115988540129],
+    "llama70b-1b-h100": ([0.5992645364603609, 0.3558633607596714, 0.3558633607596714, 0.6722268474430093],
+        [0.6964115988540129, 0.3558633607596714, 0.3558633607596714, 0.6104738483977616],
         0.6883790787182092),
 }
 # preset -> whatif.fan_outs(K=4, budget=20, T=0.8, C=0.5, jit)
 FAN_OUTS = {
-    "qwen-coder-1.5b-0.5b-cpu": ((4, 4, 3, 3, 6), (4, 4, 3, 3, 6)),
-    "llama70b-1b-h100": ((5, 4, 3, 3, 5), (5, 4, 3, 3, 5)),
+    "qwen-coder-1.5b-0.5b-cpu": ((3, 3, 2, 2, 10), (3, 3, 2, 2, 10)),
+    "llama70b-1b-h100": ((4, 4, 3, 3, 6), (4, 4, 3, 3, 6)),
 }
 # preset -> hit_rate_vs_budget(K=4, T=0.8, C=0.5)["optimal"] for budgets 1..6
 HIT_VS_BUDGET = {
-    "qwen-coder-1.5b-0.5b-cpu": [0.4809770064144817, 0.6408937255141627, 0.7661203615934885,
-        0.8709161033922745, 0.9615754027029368, 0.973836280244069],
-    "llama70b-1b-h100": [0.13697598745589146, 0.2562955406013351, 0.3445319887718644,
-        0.40978257495416637, 0.4750009109558271, 0.5318124941620692],
+    "qwen-coder-1.5b-0.5b-cpu": [0.43317048916196144, 0.5930872082616425, 0.7183138443409682,
+        0.8231095861397543, 0.9137688854504166, 0.9479717672031229],
+    "llama70b-1b-h100": [0.11931955314544362, 0.216152601092916, 0.30438904926344534,
+        0.37684120678682265, 0.4420917929691246, 0.49890337617536684],
 }
 
 

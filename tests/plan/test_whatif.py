@@ -11,7 +11,7 @@ from ssd_sim.model.presets import get_preset
 from ssd_sim.plan import whatif
 from ssd_sim.plan.planner import PlanRequest, critical_batch, make_plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
-from ssd_sim.theory.fanout import integer_fanout, miss_rate, uniform_fanout
+from ssd_sim.theory.fanout import allocation_tables, backtrack, uniform_fanout
 
 LLAMA = "llama70b-1b-h100"
 
@@ -60,7 +60,7 @@ def test_profile_values_are_the_profiles(prof):
 def test_build_plan_uses_the_exact_integer_fanout(prof):
     plan = whatif.build_plan(prof, K=5, budget=24, temperature=0.0, backup="jit")
     pt = prof.acceptance.at(0.0, 1.0)
-    want = integer_fanout(24, pt.acceptance, 5, pt.primary_hit.r, pt.primary_hit.miss_at_one)
+    want = backtrack(allocation_tables(24, pt.pmf(5), pt.primary_hit.miss_matrix(5, 24)), 24)  # per-position hits
     assert plan.fan_out == tuple(int(x) for x in want) == plan.fan_out_miss
     assert plan.budget == 24 and plan.saguaro_c == 1.0  # greedy ignores C
 
@@ -83,7 +83,10 @@ def test_knobs_of_make_plan_rebuild_its_plan(prof, b, T):
     res = make_plan(prof, PlanRequest(batch_size=b, temperature=T))
     p = res.plan
     rebuilt = whatif.build_plan(prof, p.K, p.budget, T, p.saguaro_c, p.backup, b)
-    assert rebuilt == p
+    # the adaptive threshold: make_plan's b* re-plans every batch size, build_plan's is this plan's own (critical_batch);
+    # both put this batch on the same side
+    assert rebuilt == p.replace(backup_threshold=rebuilt.backup_threshold)
+    assert (b >= rebuilt.backup_threshold) == (b >= p.backup_threshold)
     assert predict_ssd(prof, rebuilt).per_seq_tok_s == res.ssd.per_seq_tok_s
 
 
@@ -111,12 +114,12 @@ def test_heatmap_cell_equals_predict(prof):
 
 def test_hit_rate_vs_budget_matches_the_fanout_module(prof):
     pt = prof.acceptance.at(0.0, 1.0)
-    a, r, c = pt.acceptance, pt.primary_hit.r, pt.primary_hit.miss_at_one
     hv = whatif.hit_rate_vs_budget(prof, K=5, max_budget=30)
     assert hv["budgets"][23] == 24
-    assert hv["optimal"][23] == pytest.approx(1 - miss_rate(integer_fanout(24, a, 5, r, c), a, r, c))
+    best = backtrack(allocation_tables(24, pt.pmf(5), pt.primary_hit.miss_matrix(5, 24)), 24)
+    assert hv["optimal"][23] == pytest.approx(float(pt.pmf(5) @ pt.primary_hit.hit(best)))
     assert hv["uniform_budgets"][:2] == [6, 12]
-    assert hv["uniform"][3] == pytest.approx(1 - miss_rate(uniform_fanout(4, 5), a, r, c))
+    assert hv["uniform"][3] == pytest.approx(float(pt.pmf(5) @ pt.primary_hit.hit(uniform_fanout(4, 5))))
     assert all(o >= u - 1e-12 for o, u in zip([hv["optimal"][b - 1] for b in hv["uniform_budgets"]],
                                              hv["uniform"], strict=True))
     assert hv["fits"] >= 1
