@@ -14,6 +14,9 @@ A run is predicted by the discrete-event simulator with the calibrated profile, 
 and its workload replayed exactly: the runtime's static batches of plan.batch_size and each sequence's decode
 tokens (prefill excluded on both sides). Outcomes are drawn from the calibrated acceptance model, never replayed
 from the predicted trace. Goal (issue 10), on each split marked "goal": median |tok/s error| <= 5%, worst <= 10%.
+A split must hold out text, not only files: a predicted run that shares more than 5% of its text with the
+calibration (ssd_sim.io.overlap: logged contexts, else prompts at T = 0 or the same seed) makes the split a leak,
+which is refused (skipped with a line on stderr when every split runs); --allow-leaks reports it marked, without a goal.
 Each run also gets a 90% prediction interval (plan.intervals over the calibrated profile's uncertainty, for a run of
 its number of sequences); a split reports the share of its runs inside theirs (issue 16's goal: 80-95%) and the
 mean interval width.
@@ -23,10 +26,11 @@ from __future__ import annotations
 
 import argparse
 import json
-import re
 import statistics
+import sys
 from pathlib import Path
 
+from ssd_sim.io.overlap import LEAK_SHARE, overlap, prompt_ids
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import Profile
@@ -36,7 +40,8 @@ from ssd_sim.sim.des import simulate
 from ssd_sim.sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
-MANIFESTS = (ROOT / "traces" / "cpu-fp32-splits" / "manifest.json", ROOT / "traces" / "cpu-fp32-grid" / "manifest.json")
+MANIFESTS = (ROOT / "traces" / "cpu-fp32-splits" / "manifest.json", ROOT / "traces" / "cpu-fp32-grid" / "manifest.json",
+             ROOT / "traces" / "cpu-fp32-halves" / "manifest.json")
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
 
@@ -56,18 +61,6 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
                              "goal": True, "calibrate": [m.parent / f for f in spec["calibrate"]], "acceptance_from": None,
                              "predict": [m.parent / f for f in spec["holdout"]]}
     return out
-
-
-def prompt_ids(trace: Trace) -> set[str]:
-    """The prompts a trace ran, as 'set:index' labels (from its header's prompt_source, e.g. prompt-set:code[8:16])."""
-    src = str(trace.header.prompt_source)
-    m = re.fullmatch(r"(?:prompt-set|calibrate-here):(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
-    if not m:
-        return {src}
-    name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
-    lo = int(lo or 0)
-    hi = int(hi) if hi else lo + int(trace.header.num_prompts)
-    return {f"{name}:{i}" for i in range(lo, hi, int(step or 1))}
 
 
 def shared(cal: list[Trace], pred: list[Trace]) -> dict[str, list]:
@@ -132,10 +125,33 @@ def err_pct(pred: float | None, meas: float | None) -> float | None:
     return 100.0 * (pred - meas) / meas
 
 
-def run_split(name: str, split: dict) -> dict:
-    """Calibrate on the split's traces, predict its runs; per-run and summary errors (%)."""
+class LeakingSplit(ValueError):
+    """A split whose predicted runs share text with its calibration (ssd_sim.io.overlap)."""
+
+
+def check_holdout(name: str, cal: list[Trace], pred: dict[str, Trace]) -> dict[str, str]:
+    """{run: how much text it shares} for every predicted run; LeakingSplit naming the runs above LEAK_SHARE."""
+    found = {run: overlap(cal, t) for run, t in pred.items()}
+    leaks = [f"{run} ({o.describe()})" for run, o in found.items() if o.leaks]
+    if leaks:
+        raise LeakingSplit(f"split {name}: {len(leaks)} of {len(pred)} predicted runs share more than "
+                           f"{LEAK_SHARE:.0%} of their text with the calibration: {'; '.join(leaks)}")
+    return {run: o.describe() for run, o in found.items()}
+
+
+def run_split(name: str, split: dict, allow_leaks: bool = False) -> dict:
+    """Calibrate on the split's traces, predict its runs; per-run and summary errors (%). A split whose runs share
+    text with its calibration is refused (LeakingSplit) unless allow_leaks, which reports it marked as leaking."""
     cal = [read_trace(p) for p in split["calibrate"]]
     pred_traces = [read_trace(p) for p in split["predict"]]
+    leak = None
+    try:
+        text = check_holdout(name, cal, {p.name: t for p, t in zip(split["predict"], pred_traces, strict=True)})
+    except LeakingSplit as e:
+        if not allow_leaks:
+            raise
+        leak, text = str(e), {p.name: overlap(cal, t).describe() for p, t in zip(split["predict"], pred_traces,
+                                                                                  strict=True)}
     profile, report = calibrate(split["calibrate"], name=f"fidelity-{name}", acceptance_from=split["acceptance_from"])
     runs = []
     for path, trace in zip(split["predict"], pred_traces, strict=True):
@@ -149,11 +165,11 @@ def run_split(name: str, split: dict) -> dict:
             "measured_tok_s": meas.tok_s, "predicted_tok_s": pred["tok_s"], "tok_s_err_pct": err_pct(pred["tok_s"], meas.tok_s),
             "measured_mean_accept_len": meas.mean_accept_len, "predicted_mean_accept_len": pred["mean_accept_len"],
             "mean_accept_len_err_pct": err_pct(pred["mean_accept_len"], meas.mean_accept_len),
-            "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": pred["hit_rate"],
+            "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": pred["hit_rate"], "shared_text": text[path.name],
         })
     errs = [abs(r["tok_s_err_pct"]) for r in runs]
     widths = [(r["interval_90"][1] - r["interval_90"][0]) / r["predicted_tok_s"] * 100 for r in runs]
-    return {"name": name, "what": split["what"], "goal": split["goal"],
+    return {"name": name, "what": split["what"], "goal": split["goal"] and leak is None, "leak": leak,
             "coverage_90": sum(r["inside"] for r in runs) / len(runs), "mean_width_pct": statistics.mean(widths),
             "calibrate": [p.name for p in split["calibrate"]],
             "acceptance_from": [p.name for p in split["acceptance_from"] or []], "shared": shared(cal, pred_traces),
@@ -166,6 +182,8 @@ def print_table(res: dict) -> None:
         return "-" if v is None else format(v, fmt)
 
     print(f"\n## split {res['name']}: {res['what']}")
+    if res["leak"]:
+        print(f"NOT A HOLD-OUT (reported with --allow-leaks, no goal): {res['leak']}")
     print(f"calibrated on {len(res['calibrate'])} traces: {', '.join(res['calibrate'])}")
     if res["acceptance_from"]:
         print(f"acceptance and hit rates from {', '.join(res['acceptance_from'])} only")
@@ -194,8 +212,19 @@ def main(argv: list[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--split", action="append", choices=sorted(every), help="run only this split (repeatable)")
     ap.add_argument("--json", action="store_true", help="print one JSON object: {\"splits\": [...]}")
+    ap.add_argument("--allow-leaks", action="store_true",
+                    help="report splits whose predicted runs share text with the calibration (marked, no goal) "
+                         "instead of refusing them")
     args = ap.parse_args(argv)
-    results = [run_split(n, every[n]) for n in (args.split or every)]
+    results = []
+    for n in args.split or every:
+        try:
+            results.append(run_split(n, every[n], args.allow_leaks))
+        except LeakingSplit as e:
+            if args.split:  # asked for by name: refuse in one line
+                raise SystemExit(f"fidelity: {e}; a hold-out must share no text (--allow-leaks reports it anyway)") \
+                    from None
+            print(f"refused: {e}", file=sys.stderr)
     runs = [r for res in results if res["goal"] for r in res["runs"]]
     pooled = {"runs": len(runs), "coverage_90": sum(r["inside"] for r in runs) / len(runs)} if runs else {}
     if args.json:

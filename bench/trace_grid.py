@@ -6,7 +6,7 @@
 The grid file is JSON: {"out": "traces/cpu-fp32-grid", "num_prompts": 8, "max_new_tokens": 64, "runs": [{"name", "mode",
 plus any Plan field (num_speculative_tokens, fan_out, fan_out_miss, saguaro_c, backup, batch_size,
 temperature, ...) or "plan_file": a plan written by ssd-plan}]}. "prompt_set" (code | chat), "prompt_offset",
-"num_prompts", "max_new_tokens" and "log_topn" (ssd-run --log-topn; 0 if absent) may be set grid-wide or per run.
+"prompt_stride" (2 with offsets 0 / 1: the even / odd prompts), "num_prompts", "max_new_tokens" and "log_topn" (ssd-run --log-topn; 0 if absent) may be set grid-wide or per run.
 All runs share one process pair (models loaded once, one warm-up job) and seed 0. Existing traces are kept unless
 --force. Prints one line per run and writes <out>/grid.json with the summaries. A new trace must also be
 listed in <out>/manifest.json and described in <out>/README.md (tests/test_traces.py checks it).
@@ -26,7 +26,7 @@ from ssd_runtime.prompts import encode, prompt_set
 from ssd_runtime.run import Job, Session
 from ssd_sim.plan.plan import Plan, load_plan
 
-RUN_KEYS = ("prompt_set", "prompt_offset", "num_prompts", "max_new_tokens", "log_topn")  # per run or grid-wide
+RUN_KEYS = ("prompt_set", "prompt_offset", "prompt_stride", "num_prompts", "max_new_tokens", "log_topn")  # per run or grid-wide
 
 
 def run_prompts(grid: dict, spec: dict, tokenizer) -> tuple[list[list[int]], str]:
@@ -34,10 +34,12 @@ def run_prompts(grid: dict, spec: dict, tokenizer) -> tuple[list[list[int]], str
     name = spec.get("prompt_set", grid.get("prompt_set", "code"))
     off = int(spec.get("prompt_offset", grid.get("prompt_offset", 0)))
     n = int(spec.get("num_prompts", grid.get("num_prompts", 8)))
+    stride = int(spec.get("prompt_stride", grid.get("prompt_stride", 1)))
     every = prompt_set(name)
-    if off + n > len(every):
-        raise SystemExit(f"{spec['name']}: prompts {off}..{off + n - 1} but the {name} set has {len(every)}")
-    return encode(every[off:off + n], tokenizer), f"prompt-set:{name}" + slice_label(list(range(off, off + n)))
+    index = list(range(off, off + n * stride, stride))
+    if index[-1] >= len(every):
+        raise SystemExit(f"{spec['name']}: prompts {index[0]}..{index[-1]} but the {name} set has {len(every)}")
+    return encode([every[i] for i in index], tokenizer), f"prompt-set:{name}" + slice_label(index)
 
 
 def run_plan(spec: dict) -> tuple[Plan, str]:
@@ -87,7 +89,7 @@ def main(argv: list[str] | None = None) -> int:
                                            "wall_s": time.time() - t}
                 (out / "grid.json").write_text(json.dumps(summaries, indent=2) + "\n")
                 hit = "-" if s.hit_rate is None else f"{s.hit_rate:.2f}"
-                print(f"{spec['name']:28s} {s['tok_s']:6.3f} tok/s  acc.len {s['mean_accept_len']:.2f}  hit {hit}  "
+                print(f"{spec['name']:28s} {s.tok_s:6.3f} tok/s  acc.len {s.mean_accept_len:.2f}  hit {hit}  "
                       f"({time.time() - t:.0f} s)", flush=True)
     return 0
 

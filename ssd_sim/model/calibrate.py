@@ -190,9 +190,11 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
         raise ConfigError("traces", "need sd or ssd traces with draft timings to fit the draft latency")
     target, trep = fit_forward_latency(tw, tms, free=FREE)
     report.latency["target"] = _fit_dict(trep, len(tms), target)
+    _warn_at_bound(report, "target", trep)
     if any(every.draft_concurrent):
         draft, drep = fit_forward_latency(every.draft_work, every.draft_ms, free=FREE, concurrent=every.draft_concurrent)
         report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
+        _warn_at_bound(report, "draft", drep)
     else:  # SD drafting only: one token per row, so the draft's multi-token / multi-row curve is not seen
         draft, drep = fit_scaled_latency(target, every.draft_work, every.draft_ms)
         report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
@@ -289,6 +291,14 @@ def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds
                                     "target fit and a slowdown predict: are all traces from one setup and host?")
     return {"one_row": float(s_one), "rows": float(s_rows), "source": note, "samples": n_one + n_rows,
             "median_abs_rel_err": float(np.median(np.abs(residuals(fit.x))))}
+
+
+def _warn_at_bound(report, role: str, rep) -> None:
+    """A warning for every fitted latency parameter that ended on a bound of its fit (the traces do not pin it)."""
+    for name in rep.at_bound:
+        report.warnings.append(f"{role} latency: {name} = {rep.params[name]:.4g} sits at a bound of its fit, so the "
+                               f"traces do not pin it; predictions at shapes the traces did not time (rows x tokens) "
+                               f"are extrapolated: record runs at more K and batch sizes")
 
 
 def _fit_dict(rep: FitReport, n: int, model: ForwardLatency) -> dict:

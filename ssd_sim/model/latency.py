@@ -301,7 +301,7 @@ def fit_forward_latency(
     # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the fit
     sol = least_squares(lambda x: predicted(x) / y - 1.0, x0, bounds=(lo, hi), method="trf", loss="soft_l1",
                         f_scale=0.05)
-    return build(sol.x), FitReport.from_prediction(y, predicted(sol.x), names, sol)
+    return build(sol.x), FitReport.from_prediction(y, predicted(sol.x), names, sol, lo, hi)
 
 
 def fit_scaled_latency(shape: ForwardLatency, workloads: Sequence[Workload], measured_ms: ArrayLike):
@@ -330,9 +330,10 @@ class FitReport:
     rel_residuals: tuple[float, ...]
     params: dict
     stderr: dict
+    at_bound: tuple[str, ...] = ()  # fitted parameters that ended on a bound: the data do not pin them
 
     @classmethod
-    def from_prediction(cls, y, pred, names, sol) -> FitReport:
+    def from_prediction(cls, y, pred, names, sol, lower=None, upper=None) -> FitReport:
         ss_res = float(((y - pred) ** 2).sum())
         ss_tot = float(((y - y.mean()) ** 2).sum())
         r2 = 1.0 - ss_res / ss_tot if ss_tot > 0 else (1.0 if ss_res < 1e-12 else 0.0)
@@ -349,4 +350,17 @@ class FitReport:
             rel_residuals=tuple(float(v) for v in rel),
             params={n: float(v) for n, v in zip(names, sol.x, strict=True)},
             stderr={n: float(v) for n, v in zip(names, se, strict=True)},
+            at_bound=_at_bound(names, sol.x, lower, upper),
         )
+
+
+def _at_bound(names, x, lower, upper) -> tuple[str, ...]:
+    """Names of the parameters within 1e-6 (relative) of a bound they were fitted under, other than a 0 lower bound
+    (an ms term or a slowdown may vanish): an exponent on 0.05 or 1.5 is not identified by the data."""
+    if lower is None:
+        return ()
+    def near(v: float, b: float) -> bool:
+        return math.isfinite(b) and abs(v - b) <= 1e-6 * max(1.0, abs(b))
+
+    return tuple(n for n, v, lo, hi in zip(names, x, lower, upper, strict=True)
+                 if (near(v, lo) and lo > 0) or near(v, hi))

@@ -97,3 +97,13 @@ def test_ssd_verify_is_slowed_by_the_kind_of_branch_step():
     assert float(LatencyModel(lat.target, lat.draft).ssd_verify_ms(1, 2, 1)) == float(lat.verify_ms(1, 2))
     with pytest.raises(ConfigError, match="verify_slowdown_rows"):
         LatencyModel(lat.target, lat.draft, verify_slowdown_rows=-0.1)
+
+
+def test_a_fit_that_ends_on_a_bound_says_so():
+    # times that grow faster than any allowed exponent (bound 1.5): the curve is not identified by these shapes
+    work = [[(1, n, 1)] for n in (1, 2, 4, 8)]
+    steep, rep = fit_forward_latency(work, [10.0, 30.0, 120.0, 700.0])
+    assert steep.token_exponent == pytest.approx(1.5) and rep.at_bound == ("token_exponent",)
+    # a curve inside the bounds: nothing flagged (a 0 ms term is a value, not a bound hit)
+    _, ok = fit_forward_latency(work, [ForwardLatency(fixed_ms=5.0, token_ms=2.0)(1, n) for n in (1, 2, 4, 8)])
+    assert ok.at_bound == ()

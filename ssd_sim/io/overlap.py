@@ -1,0 +1,88 @@
+"""Text two sets of runs share: the check that a hold-out holds out text, not only file names.
+
+At T = 0 every run on the same prompts generates the same tokens, whatever its mode, K or fan-out, so a
+"prediction" of such a run from traces of another tests bookkeeping, not prediction. Two measurements:
+- logged contexts (traces made with ssd-run --log-topn): each committed position is keyed by the target's top-N
+  token ids and its top-1 log-prob (to 1e-3); the share of a run's positions whose key occurs in the other side is
+  the text they share. On the shipped traces different prompts share 0.000 and the same prompts at T = 0 1.000;
+  runs at T = 1 with the same seed share 20-37% of their positions with the greedy runs.
+- prompts (traces without logged distributions, e.g. AR): the share of a run's prompts the other side also ran,
+  unless both sampled (T > 0) with different seeds; a greedy and a sampled run of one prompt share part of their
+  text, two runs with the same seed more.
+A run's share is the larger of the two. `LEAK_SHARE` is the share above which a split is refused.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Iterable
+from dataclasses import dataclass
+
+from ssd_sim.io.trace import Trace
+
+LEAK_SHARE = 0.05  # a predicted run sharing more than this share of its text with the calibration leaks
+_LP_DIGITS = 3
+
+
+def prompt_ids(trace: Trace) -> set[str]:
+    """The prompts a trace ran, as 'set:index' labels (from its header's prompt_source, e.g. prompt-set:code[8:16])."""
+    src = str(trace.header.prompt_source)
+    m = re.fullmatch(r"(?:prompt-set|calibrate-here):(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
+    if not m:
+        return {src}
+    name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
+    lo = int(lo or 0)
+    hi = int(hi) if hi else lo + int(trace.header.num_prompts)
+    return {f"{name}:{i}" for i in range(lo, hi, int(step or 1))}
+
+
+def context_keys(trace: Trace) -> list[tuple] | None:
+    """One key per committed position with logged distributions (target top-N ids, top-1 log-prob), or None if the
+    trace logged none."""
+    keys = []
+    for r in trace.rounds:
+        for s in r.seqs:
+            if s.dists:
+                keys.extend((tuple(d[0]), round(float(d[1][0]), _LP_DIGITS)) for d in s.dists[: s.committed])
+    return keys or None
+
+
+@dataclass(frozen=True)
+class Overlap:
+    """How much of one predicted run's text the calibration side holds."""
+
+    share: float  # 0..1: the larger of the context and the prompt share
+    contexts: float | None  # share of the run's logged positions found on the other side (None: not measurable)
+    prompts: float  # share of the run's prompts the other side ran where text can repeat (see the module)
+
+    @property
+    def leaks(self) -> bool:
+        return self.share > LEAK_SHARE
+
+    def describe(self) -> str:
+        ctx = "no logged contexts to compare" if self.contexts is None else f"{self.contexts:.0%} of its contexts"
+        return f"{self.share:.0%} shared ({ctx}; {self.prompts:.0%} of its prompts)"
+
+
+def _same_text_possible(a: Trace, b: Trace) -> bool:
+    """Runs of one prompt repeat text unless both sampled (T > 0) with different seeds."""
+    sampled = float(a.plan.get("temperature", 0.0)) > 0 and float(b.plan.get("temperature", 0.0)) > 0
+    return not sampled or int(a.header.seed) == int(b.header.seed)
+
+
+def overlap(calibration: Iterable[Trace], run: Trace) -> Overlap:
+    """The text `run` shares with the calibration traces."""
+    cal = list(calibration)
+    keys = context_keys(run)
+    cal_keys = [k for t in cal for k in (context_keys(t) or ())]
+    contexts = None
+    if keys is not None and cal_keys:
+        have = set(cal_keys)
+        contexts = sum(k in have for k in keys) / len(keys)
+    # prompts: only sides whose contexts cannot be compared decide by prompt (a greedy and a greedy run of the same
+    # prompt are the same text; with sampling on either side the same seed repeats part of it)
+    undecided = cal if keys is None else [t for t in cal if context_keys(t) is None]
+    mine = prompt_ids(run)
+    shared = set().union(set(), *(prompt_ids(t) for t in undecided if _same_text_possible(t, run))) & mine
+    prompts = len(shared) / len(mine) if mine else 0.0
+    return Overlap(max(contexts or 0.0, prompts), contexts, prompts)
