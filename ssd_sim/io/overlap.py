@@ -5,7 +5,7 @@ At T = 0 every run on the same prompts generates the same tokens, whatever its m
 - logged contexts (traces made with ssd-run --log-topn): each committed position is keyed by the target's top-N
   token ids and its top-1 log-prob (to 1e-3); the share of a run's positions whose key occurs in the other side is
   the text they share. On the shipped traces different prompts share 0.000 and the same prompts at T = 0 1.000;
-  runs at T = 1 with the same seed share 20-37% of their positions with the greedy runs.
+  runs at T = 1 with the same seed share 20-71% of their positions with the other runs on those prompts.
 - prompts (traces without logged distributions, e.g. AR): the share of a run's prompts the other side also ran,
   unless both sampled (T > 0) with different seeds; a greedy and a sampled run of one prompt share part of their
   text, two runs with the same seed more.
@@ -79,10 +79,9 @@ def overlap(calibration: Iterable[Trace], run: Trace) -> Overlap:
     if keys is not None and cal_keys:
         have = set(cal_keys)
         contexts = sum(k in have for k in keys) / len(keys)
-    # prompts: only sides whose contexts cannot be compared decide by prompt (a greedy and a greedy run of the same
-    # prompt are the same text; with sampling on either side the same seed repeats part of it)
+    # traces whose contexts cannot be compared with the run's decide by their prompts
     undecided = cal if keys is None else [t for t in cal if context_keys(t) is None]
     mine = prompt_ids(run)
-    shared = set().union(set(), *(prompt_ids(t) for t in undecided if _same_text_possible(t, run))) & mine
+    shared = set().union(*(prompt_ids(t) for t in undecided if _same_text_possible(t, run))) & mine
     prompts = len(shared) / len(mine) if mine else 0.0
     return Overlap(max(contexts or 0.0, prompts), contexts, prompts)
