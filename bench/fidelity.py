@@ -30,7 +30,7 @@ import statistics
 import sys
 from pathlib import Path
 
-from ssd_sim.io.overlap import LEAK_SHARE, overlap, prompt_ids
+from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import Profile
@@ -129,14 +129,23 @@ class LeakingSplit(ValueError):
     """A split whose predicted runs share text with its calibration (ssd_sim.io.overlap)."""
 
 
+def shared_text(name: str, cal: list[Trace], pred: dict[str, Trace]) -> tuple[dict[str, str], str | None]:
+    """({run: how much text it shares}, None) for every predicted run, or with the reason the split leaks: the runs
+    above LEAK_SHARE."""
+    text = CalibrationText(cal)
+    found = {run: text.overlap(t) for run, t in pred.items()}
+    leaks = [f"{run} ({o.describe()})" for run, o in found.items() if o.leaks]
+    reason = (f"split {name}: {len(leaks)} of {len(pred)} predicted runs share more than {LEAK_SHARE:.0%} of their "
+              f"text with the calibration: {'; '.join(leaks)}") if leaks else None
+    return {run: o.describe() for run, o in found.items()}, reason
+
+
 def check_holdout(name: str, cal: list[Trace], pred: dict[str, Trace]) -> dict[str, str]:
     """{run: how much text it shares} for every predicted run; LeakingSplit naming the runs above LEAK_SHARE."""
-    found = {run: overlap(cal, t) for run, t in pred.items()}
-    leaks = [f"{run} ({o.describe()})" for run, o in found.items() if o.leaks]
-    if leaks:
-        raise LeakingSplit(f"split {name}: {len(leaks)} of {len(pred)} predicted runs share more than "
-                           f"{LEAK_SHARE:.0%} of their text with the calibration: {'; '.join(leaks)}")
-    return {run: o.describe() for run, o in found.items()}
+    text, leak = shared_text(name, cal, pred)
+    if leak:
+        raise LeakingSplit(leak)
+    return text
 
 
 def run_split(name: str, split: dict, allow_leaks: bool = False) -> dict:
@@ -144,14 +153,9 @@ def run_split(name: str, split: dict, allow_leaks: bool = False) -> dict:
     text with its calibration is refused (LeakingSplit) unless allow_leaks, which reports it marked as leaking."""
     cal = [read_trace(p) for p in split["calibrate"]]
     pred_traces = [read_trace(p) for p in split["predict"]]
-    leak = None
-    try:
-        text = check_holdout(name, cal, {p.name: t for p, t in zip(split["predict"], pred_traces, strict=True)})
-    except LeakingSplit as e:
-        if not allow_leaks:
-            raise
-        leak, text = str(e), {p.name: overlap(cal, t).describe() for p, t in zip(split["predict"], pred_traces,
-                                                                                  strict=True)}
+    text, leak = shared_text(name, cal, {p.name: t for p, t in zip(split["predict"], pred_traces, strict=True)})
+    if leak and not allow_leaks:
+        raise LeakingSplit(leak)
     profile, report = calibrate(split["calibrate"], name=f"fidelity-{name}", acceptance_from=split["acceptance_from"])
     runs = []
     for path, trace in zip(split["predict"], pred_traces, strict=True):

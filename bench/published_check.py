@@ -20,18 +20,18 @@ from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import BStar, PlanRequest, make_plan
 from ssd_sim.plan.predict import predict_ssd
 
+_CHECKS = {"llama70b-1b-h100": "avg draft step", "qwen32b-0.6b-h100": "primary speculation"}  # preset -> its check
+
 
 def _draft_steps() -> list[tuple[str, float, float, str]]:
-    name = "llama70b-1b-h100"
-    p = get_preset(name)
+    """The presets' [[check]] entries (reported times they are not derived from) against what they derive."""
     out = []
-    for check in preset_source(name)["check"]:
-        for b, ms, derived, _, _ in check_rows(check, p.latency, p.acceptance):
-            out.append((f"{name}: avg draft step, K=6 F=3, b={b} (ms)", ms, derived, check["source"]))
-    q = get_preset("qwen32b-0.6b-h100")
-    for check in preset_source("qwen32b-0.6b-h100")["check"]:
-        for b, ms, derived, _, _ in check_rows(check, q.latency, q.acceptance):
-            out.append((f"qwen32b-0.6b-h100: primary speculation, K=4 F=3, b={b} (ms)", ms, derived, check["source"]))
+    for name, what in _CHECKS.items():
+        p = get_preset(name)
+        for check in preset_source(name)["check"]:
+            for b, ms, derived, _, _ in check_rows(check, p.latency, p.acceptance):
+                out.append((f"{name}: {what}, K={check['K']} F={check['fan_out']}, b={b} (ms)", ms, derived,
+                            check["source"]))
     return out
 
 

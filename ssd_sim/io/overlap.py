@@ -70,18 +70,27 @@ def _same_text_possible(a: Trace, b: Trace) -> bool:
     return not sampled or int(a.header.seed) == int(b.header.seed)
 
 
+class CalibrationText:
+    """The text of a set of calibration traces, read once: their logged contexts, and the traces without any."""
+
+    def __init__(self, calibration: Iterable[Trace]):
+        self.traces = list(calibration)
+        keys = [(t, context_keys(t)) for t in self.traces]
+        self.contexts = {k for _, ks in keys for k in ks or ()}
+        self.unlogged = [t for t, ks in keys if ks is None]
+
+    def overlap(self, run: Trace) -> Overlap:
+        """The text `run` shares with these traces."""
+        keys = context_keys(run)
+        contexts = sum(k in self.contexts for k in keys) / len(keys) if keys is not None and self.contexts else None
+        # traces whose contexts cannot be compared with the run's decide by their prompts
+        undecided = self.traces if keys is None else self.unlogged
+        mine = prompt_ids(run)
+        shared = set().union(*(prompt_ids(t) for t in undecided if _same_text_possible(t, run))) & mine
+        prompts = len(shared) / len(mine) if mine else 0.0
+        return Overlap(max(contexts or 0.0, prompts), contexts, prompts)
+
+
 def overlap(calibration: Iterable[Trace], run: Trace) -> Overlap:
-    """The text `run` shares with the calibration traces."""
-    cal = list(calibration)
-    keys = context_keys(run)
-    cal_keys = [k for t in cal for k in (context_keys(t) or ())]
-    contexts = None
-    if keys is not None and cal_keys:
-        have = set(cal_keys)
-        contexts = sum(k in have for k in keys) / len(keys)
-    # traces whose contexts cannot be compared with the run's decide by their prompts
-    undecided = cal if keys is None else [t for t in cal if context_keys(t) is None]
-    mine = prompt_ids(run)
-    shared = set().union(*(prompt_ids(t) for t in undecided if _same_text_possible(t, run))) & mine
-    prompts = len(shared) / len(mine) if mine else 0.0
-    return Overlap(max(contexts or 0.0, prompts), contexts, prompts)
+    """The text `run` shares with the calibration traces (CalibrationText(calibration).overlap(run))."""
+    return CalibrationText(calibration).overlap(run)

@@ -29,12 +29,14 @@ from __future__ import annotations
 
 import math
 from collections.abc import Sequence
-from dataclasses import asdict, dataclass, fields
+from dataclasses import asdict, dataclass, fields, replace
 
 import numpy as np
 from numpy.typing import ArrayLike
 
 from ssd_sim.io.errors import ConfigError
+
+MS_TERMS = ("fixed_ms", "memory_ms", "compute_ms_per_token", "token_ms", "multi_token_ms", "row_ms", "expert_ms")
 
 
 @dataclass(frozen=True)
@@ -96,6 +98,10 @@ class ForwardLatency:
         memory_ms = params_b * 1e9 * bytes_per_param / devices / (hbm_tb_s * 1e12) * 1e3
         compute = 2.0 * params_b * 1e9 / devices / (peak_tflops * 1e12 * mfu) * 1e3
         return cls(fixed_ms, memory_ms, compute, token_ms, token_exponent)
+
+    def scaled(self, factor: float) -> ForwardLatency:
+        """This forward `factor` times slower: every ms term scaled, the exponent and the expert share kept."""
+        return replace(self, **{f: getattr(self, f) * factor for f in MS_TERMS})
 
     def to_dict(self) -> dict:
         """The fields; the spec-only terms (row_ms, expert_ms, expert_share) only when set, so measured profiles
@@ -316,9 +322,7 @@ def fit_scaled_latency(shape: ForwardLatency, workloads: Sequence[Workload], mea
     sol = least_squares(lambda x: x[0] * base / y - 1.0, [float(np.median(y / base))], bounds=([1e-6], [np.inf]),
                         loss="soft_l1", f_scale=0.05)
     k = float(sol.x[0])
-    scaled = ForwardLatency(**{f.name: getattr(shape, f.name) * (1.0 if f.name == "token_exponent" else k)
-                               for f in fields(shape)})
-    return scaled, FitReport.from_prediction(y, k * base, ["scale"], sol)
+    return shape.scaled(k), FitReport.from_prediction(y, k * base, ["scale"], sol)
 
 
 @dataclass(frozen=True)
@@ -359,6 +363,7 @@ def _at_bound(names, x, lower, upper) -> tuple[str, ...]:
     (an ms term or a slowdown may vanish): an exponent on 0.05 or 1.5 is not identified by the data."""
     if lower is None:
         return ()
+
     def near(v: float, b: float) -> bool:
         return math.isfinite(b) and abs(v - b) <= 1e-6 * max(1.0, abs(b))
 

@@ -130,28 +130,28 @@ def _uncertainty(sec: dict | None, prov: dict) -> Uncertainty | None:
     return Uncertainty.from_dict(sec)
 
 
-def _spec_forward(sec: dict, context: float) -> ForwardLatency:
-    """The terms of one model's forward that come from specs, with no fixed overhead (measured inputs set it).
+def _spec_forward(sec: dict, context: float) -> tuple[ForwardLatency, float]:
+    """(the terms of one model's forward that come from specs, with no fixed overhead; the roofline's own floor).
 
     With `arch` (a model.architecture shape): model.roofline's weights, KV reads per row at `context` tokens, FLOPs
-    and all-reduce bytes per token. With only params_b: weights and FLOPs (the older form). Without a GPU (CPU
-    profiles): zeros.
+    and all-reduce bytes per token, and its assumed launch floor. With only params_b: weights and FLOPs (the older
+    form), floor 0. Without a GPU (CPU profiles): zeros. A measured step replaces the floor (`_forward`).
     """
     if "gpu" not in sec:
-        return ForwardLatency()
+        return ForwardLatency(), 0.0
     gpu = get_gpu(sec["gpu"])
     if "arch" in sec:
         f = forward_latency(load_architecture(sec["arch"]), gpu, int(sec.get("devices", 1)), sec.get("dtype", "bf16"),
                             context)
-        return replace(f, fixed_ms=0.0)
+        return replace(f, fixed_ms=0.0), f.fixed_ms
     return ForwardLatency.roofline(sec["params_b"], sec.get("bytes_per_param", 2), sec.get("devices", 1),
-                                   gpu.hbm_tb_s, gpu.bf16_tflops, sec.get("mfu", 0.6))
+                                   gpu.hbm_tb_s, gpu.bf16_tflops, sec.get("mfu", 0.6)), 0.0
 
 
 def _forward(sec: dict, role: str, prov: dict, round_overhead: float, context: float) -> ForwardLatency:
     """Derive one model's ForwardLatency from whichever inputs its section has: specs give the terms that grow
     with rows and tokens (`_spec_forward`), a measured step the fixed overhead per forward."""
-    spec = _spec_forward(sec, context)
+    spec, floor = _spec_forward(sec, context)
     if spec.memory_ms:
         prov[f"{role}.roofline"] = (f"derived from specs: weights {spec.memory_ms:.3f} ms, KV {spec.row_ms * 1e3:.2f} "
                                     f"us per row at context {context:g}, compute "
@@ -180,11 +180,9 @@ def _forward(sec: dict, role: str, prov: dict, round_overhead: float, context: f
         return _measured_step(sec, role, prov, round_overhead, spec)
     if "overhead_from" in sec:  # another model's measured step in the same engine (on its own GPU)
         return _borrowed_overhead(sec, role, prov, context, spec)
-    if "fixed_ms" in sec or not spec.memory_ms:
+    if "fixed_ms" in sec or not floor:
         prov[f"{role}.latency"] = "assumed: roofline from specs plus the assumed fixed_ms / token_ms"
         return replace(spec, fixed_ms=float(sec.get("fixed_ms", 0.0)))
-    floor = forward_latency(load_architecture(sec["arch"]), get_gpu(sec["gpu"]), int(sec.get("devices", 1)),
-                            sec.get("dtype", "bf16"), context).fixed_ms
     prov[f"{role}.latency"] = f"assumed: roofline from specs with its own floor {floor:.2f} ms (model.roofline)"
     return replace(spec, fixed_ms=floor)
 
@@ -197,7 +195,7 @@ def _at_context(src: dict, role: str, prov: dict, round_overhead: float) -> Forw
     want = float(src.get("context", own))
     if want == own or not f.row_ms:
         return f
-    spec = _spec_forward(src[role], want)
+    spec, _ = _spec_forward(src[role], want)
     prov[f"{role}.context"] = (f"KV reads per row and attention FLOPs at context {want:g} instead of the preset's "
                                f"{own:g} tokens (the measured overhead is kept)")
     return replace(f, row_ms=spec.row_ms, compute_ms_per_token=spec.compute_ms_per_token)
@@ -234,7 +232,7 @@ def _borrowed_overhead(sec: dict, role: str, prov: dict, context: float, spec: F
     model-independent (launches, attention planning, sampling)."""
     o = sec["overhead_from"]
     shape = {"arch": o["arch"]} if "arch" in o else {"params_b": o["params_b"], "mfu": sec.get("mfu", 0.6)}
-    other = _spec_forward({"gpu": o.get("gpu", sec["gpu"]), "dtype": sec.get("dtype", "bf16"), **shape}, context)
+    other, _ = _spec_forward({"gpu": o.get("gpu", sec["gpu"]), "dtype": sec.get("dtype", "bf16"), **shape}, context)
     rows = int(o.get("rows", 1))
     fixed = float(o["ms"]) - other(rows, 1)
     if fixed < 0:
@@ -381,7 +379,7 @@ def _positional_hits(h: dict, alpha, T: float, prov: dict) -> tuple[HitTable, Hi
     r, K = float(h["r"]), int(h["K"])
     budget = int(h["budget_per_position"]) * (K + 1)
     mean_alpha = float(np.mean(alpha))
-    fam_reject, accepted = hit_rows(round(mean_alpha, 4), T if effective_temperature(T) else 0.0, HIT_ROW_F)
+    fam_reject, accepted = hit_rows(round(mean_alpha, 4), effective_temperature(T), HIT_ROW_F)
     accepted = _rounded(accepted)
     pmf = accept_count_pmf(alpha, K)
 
@@ -394,8 +392,9 @@ def _positional_hits(h: dict, alpha, T: float, prov: dict) -> tuple[HitTable, Hi
         return 1.0 - float(best[K, budget]) - float(h["p_hit"])
 
     lo, hi = 1e-6, 1.0
-    if gap(hi) >= 0 or gap(lo) <= 0:  # the all-accepted rounds alone give more (or the best reject curve less)
-        c = hi if gap(hi) >= 0 else lo
+    gap_lo, gap_hi = gap(lo), gap(hi)
+    if gap_hi >= 0 or gap_lo <= 0:  # the all-accepted rounds alone give more (or the best reject curve less)
+        c = hi if gap_hi >= 0 else lo
         prov[f"conflict.acceptance.T{T:g}.hit"] = (f"conflict: p_hit {h['p_hit']} is not reachable with the derived "
                                                    f"all-accepted row; reject miss_at_one clamped to {c:g}")
     else:

@@ -88,24 +88,34 @@ def _synthetic_stats(sigma: float, temperature: float, c: float, downweight: str
     """
     p = _synthetic_target(sigma, temperature)
     qs = _saguaro_table(temperature, c, downweight)  # [F or 1, contexts, vocab]
-    n_f = len(_FANOUTS)
-    head = n_f + 1  # tokens 0..8: every top-F and top-(F+1) set
+    hit, _ = _reject_hits(p, qs, _FANOUTS)
+    acc = float(np.minimum(p, qs[0]).sum(axis=-1).mean())
+    return acc, np.clip(1.0 - hit.mean(axis=-1), 1e-6, 1.0)
+
+
+def _reject_hits(p: np.ndarray, qs: np.ndarray, fs: np.ndarray) -> tuple[np.ndarray, np.ndarray]:
+    """(P(bonus in the engine's cache of F | a rejection), P(rejection)) per F in fs and context: [len(fs), contexts].
+
+    p [contexts, vocab]; qs [len(fs) or 1, contexts, vocab], the draft as it sampled for each F, its tokens rank-sorted
+    so every top set is a prefix. The bonus is a residual sample of max(0, p - q); rejecting s has joint probability
+    max(0, q(s) - p(s)) and the cache is top-F, or top-(F+1) minus s when s is in the top F. Only sums run over the
+    whole vocabulary: the caches read the first max(fs) + 1 tokens of the residual and of the rejection weights.
+    """
+    n_f, head = len(fs), int(fs.max()) + 1
     excess = np.maximum(0.0, p - qs)
     mass = excess.sum(axis=-1, keepdims=True)
     cum = np.cumsum(np.where(mass > 0, excess[..., :head] / np.where(mass > 0, mass, 1.0), 0.0), axis=-1)
     cum = np.broadcast_to(cum, (n_f, *cum.shape[1:]))
-    idx = np.broadcast_to((_FANOUTS - 1)[:, None, None], cum.shape[:2] + (1,))
+    idx = np.broadcast_to((fs - 1)[:, None, None], cum.shape[:2] + (1,))
     in_f, in_f1 = np.take_along_axis(cum, idx, -1)[..., 0], np.take_along_axis(cum, idx + 1, -1)[..., 0]
-    # Rejecting s has joint probability max(0, q_C(s) - p(s)); the cache is top-F, or top-(F+1) minus s.
     reject_at = np.maximum(0.0, qs - p)
     w_all = np.broadcast_to(reject_at.sum(axis=-1), in_f.shape)
-    # Summing the first 8 tokens (zeros past F) gives the whole-vocabulary masked sum bit for bit: numpy's pairwise
-    # sum keeps 8 partial sums, and past token F every one of them only adds zeros.
-    w_in = np.where(np.arange(n_f) < _FANOUTS[:, None, None], reject_at[..., :n_f], 0.0).sum(axis=-1)
+    # Summing the first max(fs) tokens (zeros past F) gives the whole-vocabulary masked sum bit for bit: numpy's
+    # pairwise sum keeps 8 partial sums, and past token F every one of them only adds zeros.
+    w_in = np.where(np.arange(head - 1) < fs[:, None, None], reject_at[..., : head - 1], 0.0).sum(axis=-1)
     with np.errstate(invalid="ignore", divide="ignore"):
         hit = np.where(w_all > 0, ((w_all - w_in) * in_f + w_in * in_f1) / w_all, 0.0)
-    acc = float(np.minimum(p, qs[0]).sum(axis=-1).mean())
-    return acc, np.clip(1.0 - hit.mean(axis=-1), 1e-6, 1.0)
+    return hit, w_all
 
 
 def _power_law(misses: np.ndarray) -> tuple[float, float]:
@@ -195,33 +205,22 @@ def _greedy_rows(acceptance: float, max_f: int) -> tuple[np.ndarray, np.ndarray]
     f = np.arange(max_f + 1)
     accepted = (ranks[None, :] < f[:, None]).mean(axis=1)
     missed = ranks[ranks > 0]
-    reject = (missed[None, :] <= f[:, None]).mean(axis=1) if missed.size else np.ones(max_f + 1)
-    reject[0] = 0.0
+    reject = (missed[None, :] <= f[:, None]).mean(axis=1) if missed.size else (f > 0).astype(float)
     return reject, accepted
 
 
 def _sampled_rows(acceptance: float, temperature: float, max_f: int) -> tuple[np.ndarray, np.ndarray]:
     """(reject, accepted) hit rates for F = 0..max_f at temperature T > 0 and C = 1.
 
-    accepted[F] = E[sum of p over the draft's top F] (a plain target sample); reject[F]: the bonus is a residual
-    sample of max(0, p - q), the cache top-F of q without the rejected token s, weighted by P(reject s) =
-    max(0, q(s) - p(s)) (the same sums as `_synthetic_stats`, for every F up to max_f), contexts weighted by their
-    rejection probability.
+    accepted[F] = E[sum of p over the draft's top F] (a plain target sample); reject[F] = P(bonus in the engine's cache
+    | a rejection) (`_reject_hits`), contexts weighted by their rejection probability, as the rounds that stop there.
     """
     sigma = _fitted_family(acceptance, temperature, 1.0, "top_f")[0]
     p, q = _synthetic_pair(sigma, temperature)
     zero = np.zeros((p.shape[0], 1))
     accepted = np.concatenate([zero, np.cumsum(p[:, :max_f], axis=-1)], axis=-1).mean(axis=0)
-    excess = np.maximum(0.0, p - q)
-    mass = excess.sum(axis=-1, keepdims=True)
-    cum = np.cumsum(np.where(mass > 0, excess[:, : max_f + 1] / np.where(mass > 0, mass, 1.0), 0.0), axis=-1)
-    w = np.maximum(0.0, q - p)
-    w_all = w.sum(axis=-1, keepdims=True)
-    w_in = np.cumsum(w[:, :max_f], axis=-1)  # rejected token inside the top F, F = 1..max_f
-    with np.errstate(invalid="ignore", divide="ignore"):
-        hit = np.where(w_all > 0, ((w_all - w_in) * cum[:, :max_f] + w_in * cum[:, 1 : max_f + 1]) / w_all, 0.0)
-    # P(hit | rejection): contexts weigh by how often they reject (w_all), as rounds that stop there do
-    reject = np.concatenate([[0.0], (hit * w_all).sum(axis=0) / max(float(w_all.sum()), 1e-12)])
+    hit, w = _reject_hits(p, q[None], np.arange(1, max_f + 1))
+    reject = np.concatenate([[0.0], (hit * w).sum(axis=1) / np.maximum(w.sum(axis=1), 1e-12)])
     return reject, accepted
 
 

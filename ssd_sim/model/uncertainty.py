@@ -212,10 +212,6 @@ def drawn_profile(profile, u: Uncertainty, d: dict[str, np.ndarray], i: int):
     """The profile of draw i (a Profile with scaled latencies, its interference and a DrawnAcceptance)."""
     lat = profile.latency
 
-    def scaled(f, s: float):
-        return replace(f, **{k: getattr(f, k) * s for k in ("fixed_ms", "memory_ms", "compute_ms_per_token",
-                                                             "token_ms", "multi_token_ms", "row_ms", "expert_ms")})
-
     if "interference" in d:
         one = rows = float(d["interference"][i])
         drf = float(d["interference_draft"][i])
@@ -223,8 +219,8 @@ def drawn_profile(profile, u: Uncertainty, d: dict[str, np.ndarray], i: int):
         e = float(d["interference_noise"][i])
         one, rows = max(0.0, lat.verify_slowdown_one_row + e), max(0.0, lat.verify_slowdown_rows + e)
         drf = max(0.0, lat.draft_slowdown + e)
-    lat = replace(lat, target=scaled(lat.target, float(d["target_scale"][i])),
-                  draft=scaled(lat.draft, float(d["draft_scale"][i])),
+    lat = replace(lat, target=lat.target.scaled(float(d["target_scale"][i])),
+                  draft=lat.draft.scaled(float(d["draft_scale"][i])),
                   verify_slowdown_one_row=one, verify_slowdown_rows=rows, draft_slowdown=drf)
     hit = HitCurve(float(d["miss_at_one"][i]), float(d["r"][i])) if u.hit_assumed else None
     acc = DrawnAcceptance(profile.acceptance, float(d["delta"][i]), hit, float(d["saguaro_w"][i]))

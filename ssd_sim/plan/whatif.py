@@ -19,7 +19,6 @@ from dataclasses import replace
 import numpy as np
 
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.latency import ForwardLatency
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.knobs import Knobs
 from ssd_sim.plan.plan import Plan, engine_defaults
@@ -34,9 +33,6 @@ from ssd_sim.plan.planner import (
 )
 from ssd_sim.plan.predict import backup_outcomes, plan_point, predict_ar, predict_sd, predict_ssd
 from ssd_sim.theory.fanout import allocation_tables, backtrack, uniform_fanout
-
-_SCALED_FIELDS = ("fixed_ms", "memory_ms", "compute_ms_per_token", "token_ms", "multi_token_ms", "row_ms", "expert_ms")
-
 
 # --- profile overrides -----------------------------------------------------------------------------
 
@@ -54,11 +50,6 @@ def profile_values(profile: Profile, temperature: float = 0.0, K: int = 8) -> di
     pt = profile.acceptance.at(temperature, 1.0)
     return {"acceptance": pt.mean_acceptance(K), "r": pt.primary_hit.r,
             "miss_at_one": pt.primary_hit.miss_at_one, "draft_latency_ratio": latency_ratio(profile)}
-
-
-def scale_forward(fwd: ForwardLatency, factor: float) -> ForwardLatency:
-    """A forward-latency model `factor` times slower (every ms term scaled; the exponent kept)."""
-    return replace(fwd, **{f: getattr(fwd, f) * factor for f in _SCALED_FIELDS})
 
 
 def with_overrides(
@@ -85,7 +76,7 @@ def with_overrides(
         if not draft_latency_ratio > 0:
             raise ValueError(f"draft_latency_ratio must be > 0, got {draft_latency_ratio}")
         factor = draft_latency_ratio / latency_ratio(profile)
-        out = replace(out, latency=replace(out.latency, draft=scale_forward(out.latency.draft, factor)))
+        out = replace(out, latency=replace(out.latency, draft=out.latency.draft.scaled(factor)))
     return out
 
 
