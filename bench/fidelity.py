@@ -19,7 +19,10 @@ calibration (ssd_sim.io.overlap: logged contexts, else prompts at T = 0 or the s
 which is refused (skipped with a line on stderr when every split runs); --allow-leaks reports it marked, without a goal.
 Each run also gets a 90% prediction interval (plan.intervals over the calibrated profile's uncertainty, for a run of
 its number of sequences); a split reports the share of its runs inside theirs (issue 16's goal: 80-95%) and the
-mean interval width.
+mean interval width. A split may name a probe of its host ("probe": ssd-run probe's file): its latencies then come
+from the probe's measured tables (model.probed); --no-probe calibrates them from the traces' rounds instead.
+Decisions are judged by regret: among a split's predicted runs of one workload (same prompts, T, b), the run the
+prediction ranks first against the run that measured fastest; a choice is good within 5% of the best.
 """
 
 from __future__ import annotations
@@ -31,6 +34,7 @@ import sys
 from pathlib import Path
 
 from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids
+from ssd_sim.io.probe import load_probe
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import Profile
@@ -54,12 +58,13 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
             out[name] = {"what": s["what"], "goal": s.get("goal", True),
                          "calibrate": [m.parent / f for f in s["calibrate"]],
                          "acceptance_from": [m.parent / f for f in s["acceptance_from"]] if "acceptance_from" in s else None,
+                         "probe": m.parent / s["probe"] if "probe" in s else None,
                          "predict": [m.parent / f for f in s["predict"]]}
         if "calibrate" in spec and "holdout" in spec:
             out["config"] = {"what": "configuration hold-out: same 8 prompts (and at T = 0 the same tokens), "
                                      "other K / fan-out / batch / mode (traces without logged distributions)",
                              "goal": True, "calibrate": [m.parent / f for f in spec["calibrate"]], "acceptance_from": None,
-                             "predict": [m.parent / f for f in spec["holdout"]]}
+                             "probe": None, "predict": [m.parent / f for f in spec["holdout"]]}
     return out
 
 
@@ -148,15 +153,18 @@ def check_holdout(name: str, cal: list[Trace], pred: dict[str, Trace]) -> dict[s
     return text
 
 
-def run_split(name: str, split: dict, allow_leaks: bool = False) -> dict:
-    """Calibrate on the split's traces, predict its runs; per-run and summary errors (%). A split whose runs share
-    text with its calibration is refused (LeakingSplit) unless allow_leaks, which reports it marked as leaking."""
+def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool = True) -> dict:
+    """Calibrate on the split's traces (and its probe, unless use_probe is False), predict its runs; per-run and
+    summary errors (%). A split whose runs share text with its calibration is refused (LeakingSplit) unless
+    allow_leaks, which reports it marked as leaking."""
     cal = [read_trace(p) for p in split["calibrate"]]
     pred_traces = [read_trace(p) for p in split["predict"]]
     text, leak = shared_text(name, cal, {p.name: t for p, t in zip(split["predict"], pred_traces, strict=True)})
     if leak and not allow_leaks:
         raise LeakingSplit(leak)
-    profile, report = calibrate(split["calibrate"], name=f"fidelity-{name}", acceptance_from=split["acceptance_from"])
+    probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
+    profile, report = calibrate(split["calibrate"], name=f"fidelity-{name}", acceptance_from=split["acceptance_from"],
+                                probe=probe)
     runs = []
     for path, trace in zip(split["predict"], pred_traces, strict=True):
         meas, pred = summarize(trace), predict(profile, trace)
@@ -171,14 +179,37 @@ def run_split(name: str, split: dict, allow_leaks: bool = False) -> dict:
             "mean_accept_len_err_pct": err_pct(pred["mean_accept_len"], meas.mean_accept_len),
             "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": pred["hit_rate"], "shared_text": text[path.name],
         })
+    for r, trace in zip(runs, pred_traces, strict=True):
+        r["workload"] = (tuple(sorted(prompt_ids(trace))), r["temperature"], r["batch_size"])
     errs = [abs(r["tok_s_err_pct"]) for r in runs]
     widths = [(r["interval_90"][1] - r["interval_90"][0]) / r["predicted_tok_s"] * 100 for r in runs]
     return {"name": name, "what": split["what"], "goal": split["goal"] and leak is None, "leak": leak,
             "coverage_90": sum(r["inside"] for r in runs) / len(runs), "mean_width_pct": statistics.mean(widths),
-            "calibrate": [p.name for p in split["calibrate"]],
+            "calibrate": [p.name for p in split["calibrate"]], "probe": probe.path if probe else None,
             "acceptance_from": [p.name for p in split["acceptance_from"] or []], "shared": shared(cal, pred_traces),
-            "warnings": report.warnings, "runs": runs,
+            "warnings": report.warnings, "runs": runs, "choices": choices(runs),
             "median_abs_err_pct": statistics.median(errs), "worst_abs_err_pct": max(errs)}
+
+
+REGRET_OK = 5.0  # a choice is good when the run it picks measured within this % of the best measured run
+
+
+def choices(runs: list[dict]) -> list[dict]:
+    """Per workload (same prompts, T, b) with two or more predicted runs: the run the prediction ranks first, the run
+    that measured fastest, and the regret = the % of tok/s lost by taking the predicted pick."""
+    groups: dict[tuple, list[dict]] = {}
+    for r in runs:
+        groups.setdefault(r["workload"], []).append(r)
+    out = []
+    for rs in groups.values():
+        if len(rs) < 2:
+            continue
+        pick = max(rs, key=lambda r: r["predicted_tok_s"])
+        best = max(rs, key=lambda r: r["measured_tok_s"])
+        regret = 100.0 * (1.0 - pick["measured_tok_s"] / best["measured_tok_s"])
+        out.append({"pick": pick["trace"], "best": best["trace"], "regret_pct": regret, "ok": regret <= REGRET_OK,
+                    "candidates": len(rs)})
+    return out
 
 
 def print_table(res: dict) -> None:
@@ -188,7 +219,8 @@ def print_table(res: dict) -> None:
     print(f"\n## split {res['name']}: {res['what']}")
     if res["leak"]:
         print(f"NOT A HOLD-OUT (reported with --allow-leaks, no goal): {res['leak']}")
-    print(f"calibrated on {len(res['calibrate'])} traces: {', '.join(res['calibrate'])}")
+    print(f"calibrated on {len(res['calibrate'])} traces: {', '.join(res['calibrate'])}"
+          + (f"; latencies from the probe {res['probe']}" if res["probe"] else ""))
     if res["acceptance_from"]:
         print(f"acceptance and hit rates from {', '.join(res['acceptance_from'])} only")
     print("shared with the predicted runs: " + "; ".join(f"{k} {v}" for k, v in res["shared"].items() if v))
@@ -209,6 +241,9 @@ def print_table(res: dict) -> None:
     goal = f"goal: median <= {GOAL_MEDIAN:g}%, worst <= {GOAL_WORST:g}%" if res["goal"] else "no goal (reported)"
     print(f"tok/s: median |error| {res['median_abs_err_pct']:.1f}%, worst {res['worst_abs_err_pct']:.1f}% ({goal}); "
           f"90% intervals hold {res['coverage_90']:.0%} of the runs (goal 80-95%), mean width {res['mean_width_pct']:.0f}%")
+    for c in res["choices"]:
+        print(f"choice among {c['candidates']} runs of one workload: predicted best {c['pick']}, measured best "
+              f"{c['best']}: regret {c['regret_pct']:.1f}% ({'within' if c['ok'] else 'beyond'} {REGRET_OK:g}%)")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -219,18 +254,22 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--allow-leaks", action="store_true",
                     help="report splits whose predicted runs share text with the calibration (marked, no goal) "
                          "instead of refusing them")
+    ap.add_argument("--no-probe", action="store_true",
+                    help="calibrate latencies from the traces' rounds only, ignoring the splits' probes (to compare)")
     args = ap.parse_args(argv)
     results = []
     for n in args.split or every:
         try:
-            results.append(run_split(n, every[n], args.allow_leaks))
+            results.append(run_split(n, every[n], args.allow_leaks, use_probe=not args.no_probe))
         except LeakingSplit as e:
             if args.split:  # asked for by name: refuse in one line
                 raise SystemExit(f"fidelity: {e}; a hold-out must share no text (--allow-leaks reports it anyway)") \
                     from None
             print(f"refused: {e}", file=sys.stderr)
     runs = [r for res in results if res["goal"] for r in res["runs"]]
-    pooled = {"runs": len(runs), "coverage_90": sum(r["inside"] for r in runs) / len(runs)} if runs else {}
+    picks = [c for res in results if res["goal"] for c in res["choices"]]
+    pooled = {"runs": len(runs), "coverage_90": sum(r["inside"] for r in runs) / len(runs),
+              "choices": len(picks), "choices_within_5pct": sum(c["ok"] for c in picks)} if runs else {}
     if args.json:
         print(json.dumps({"splits": results, "pooled_goal_splits": pooled}, indent=2, default=str))
     else:
@@ -238,7 +277,8 @@ def main(argv: list[str] | None = None) -> int:
             print_table(res)
         if pooled:
             print(f"\nall splits with a goal: 90% intervals hold {pooled['coverage_90']:.0%} of {pooled['runs']} runs "
-                  "(a run in several splits counts in each)")
+                  f"(a run in several splits counts in each); the predicted best run measured within {REGRET_OK:g}% of "
+                  f"the best in {pooled['choices_within_5pct']} of {pooled['choices']} workloads")
     return 0
 
 

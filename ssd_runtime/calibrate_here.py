@@ -16,12 +16,15 @@ command runs a small fixed grid on this host, in one process pair (models loaded
     ssd-k2  b = 2, fan-out [1, 1, 1]  two sequences: how latencies grow with the batch
 
 (per --temperatures value but AR and b = 2), the latency-only runs on the first 4 selected prompts, then
-fits a profile as `ssd-plan calibrate` does (it records this host), with acceptance and hit curves from the
-runs on every prompt only (a few prompts would bias them), and plans with it as `ssd-plan --profile`.
+probes (ssd_runtime.probe: the target and the draft timed at every shape the planner asks about, b in
+--probe-batch and K up to --probe-max-k, both at once, and the transfer; at the prompts' median length + half the
+output), then fits a profile as `ssd-plan calibrate --probe` does (it records this host): latencies from the
+probe's tables, acceptance and hit curves from the runs on every prompt only (a few prompts would bias them), and
+plans with it as `ssd-plan --profile`.
 Acceptance varies more between prompts than between hosts (per prompt, 0.45 to 0.98 of the drafted tokens
 on the built-in code set), so the default samples every other prompt of the set
 (12 x 32 tokens; about 5 minutes on a 2-core CPU host): pass --prompts with a sample of your own workload
-to plan for it. Writes into --out: one trace per run, manifest.json, profile.json and plan.json.
+to plan for it. Writes into --out: one trace per run, probe.json, manifest.json, profile.json and plan.json.
 """
 
 from __future__ import annotations
@@ -38,6 +41,7 @@ from ssd_sim.cli.plan import print_report
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, isa_summary
 from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.probe import load_probe
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan.plan import Plan
@@ -45,6 +49,7 @@ from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.report import build_report, plan_file
 
 from .cli import DEFAULT_LOG_TOPN, add_model_args, add_prompt_args, model_specs, prompt_ids, slice_label
+from .probe_cli import add_probe_args
 
 PROG = "ssd-run calibrate-here"
 
@@ -94,6 +99,9 @@ def build_parser() -> OneLineParser:
     o.add_argument("--name", help="profile name (default calibrated-here-<cpu>)")
     o.add_argument("--no-pin", action="store_true", help="do not pin the two processes to one core each")
     o.add_argument("--no-progress", action="store_true", help="no progress bar (one line per run instead)")
+    o.add_argument("--no-probe", action="store_true", help="skip the probe: latencies fitted to the grid's rounds only "
+                   "(curves, extrapolated beyond the grid's shapes)")
+    add_probe_args(p, with_temperature=False)
     return p
 
 
@@ -110,15 +118,17 @@ def main(argv: list[str]) -> int:
     print(f"{PROG}: {len(runs)} runs on {n} prompts ({job_kw['source']}; latency-only runs on {min(n, FEW)}) x "
           f"{args.max_new_tokens} tokens -> {out}/")
     paths = _measure(runs, specs, job_kw, args, out)
+    probe = None if args.no_probe else _probe(specs, job_kw, args, out)
     profile_path, plan_path = out / "profile.json", out / "plan.json"
     try:
         every = [str(p) for p, r in zip(paths, runs, strict=True) if r.all_prompts]
-        profile, report = calibrate([str(p) for p in paths], args.name, every)
+        profile, report = calibrate([str(p) for p in paths], args.name, every,
+                                    probe=load_probe(probe) if probe else None)
     except ConfigError as e:
         fail(PROG, e)
     profile = replace(profile, name=args.name or _default_name(profile.host))
     save_json_atomic(profile_path, json.dumps({**profile.to_dict(), "calibration": report.to_dict()}, indent=2))
-    _write_manifest(out, runs, paths, argv, profile.host)
+    _write_manifest(out, runs, paths, argv, profile.host, probe is not None)
     print(f"profile written to {profile_path} (measured on {profile.host.label()})\n")
     _plan(profile_path, args.temperatures[0], plan_path)
     print(f"\nnext: ssd-plan --profile {profile_path} [-b B -t T]   |   ssd-run --plan {plan_path} "
@@ -184,13 +194,30 @@ def _measure(runs: list[Run], specs: dict, job_kw: dict, args, out: Path) -> lis
     return paths
 
 
+def _probe(specs: dict, job_kw: dict, args, out: Path) -> Path:
+    """Time every shape the planner asks about at the workload's context (median prompt + half the output), at
+    the first temperature; writes out/probe.json."""
+    from statistics import median
+
+    from .probe import run_probe
+    from .probe_cli import grid_from_args, print_summary
+
+    context = int(median(len(p) for p in job_kw["prompts"])) + args.max_new_tokens // 2
+    grid = grid_from_args(args, context, args.temperatures[0])
+    res = run_probe(specs["target"], specs["draft"], grid, pin=not args.no_pin, say=lambda m: print(f"  {m}"))
+    path = out / "probe.json"
+    save_json_atomic(path, json.dumps(res.to_dict(), indent=1))
+    print_summary(res)
+    return path
+
+
 def _default_name(host: Host) -> str:
     """calibrated-here-<cpu words>-<widest ISA>, e.g. calibrated-here-amd-epyc-avx-512."""
     cpu = "-".join(host.cpu.lower().replace("(r)", "").replace("(tm)", "").split()[:3]) or "host"
     return f"calibrated-here-{cpu}" + (f"-{isa_summary(host.isa).lower()}" if host.isa else "")
 
 
-def _write_manifest(out: Path, runs: list[Run], paths: list[Path], argv: list[str], host: Host) -> None:
+def _write_manifest(out: Path, runs: list[Run], paths: list[Path], argv: list[str], host: Host, probed: bool) -> None:
     """manifest.json in the traces/ schema (ssd-traces-manifest/1), so the folder can be shipped as it is."""
     from ssd_sim.io.trace import read_trace
 
@@ -199,7 +226,11 @@ def _write_manifest(out: Path, runs: list[Run], paths: list[Path], argv: list[st
     files = {p.name: {"kind": "trace", "mode": r.plan.mode, "made_by": made_by,
                       "role": "calibrates profile.json: latencies" + (", acceptance and hit curves" if r.all_prompts else "")}
              for r, p in zip(runs, paths, strict=True)}
-    files["profile.json"] = {"kind": "profile", "made_by": made_by, "role": "fitted to every trace here"}
+    if probed:
+        files["probe.json"] = {"kind": "probe", "made_by": made_by,
+                               "role": "calibrates profile.json: latency tables, slowdowns, transfer"}
+    files["profile.json"] = {"kind": "profile", "made_by": made_by, "role": "fitted to every trace here"
+                             + (" and the probe" if probed else "")}
     files["plan.json"] = {"kind": "plan", "made_by": made_by, "role": "ssd-plan --profile profile.json"}
     manifest = {"schema": "ssd-traces-manifest/1",
                 "setup": {"machine": head.machine, "target": head.models["target"],

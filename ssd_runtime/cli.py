@@ -3,6 +3,7 @@
     ssd-run --plan plan.json --prompt-set code --max-new-tokens 64 --batch-size 1 --mode ssd \\
             --trace runs/ssd.jsonl
     ssd-run fetch-models            # download, verify and convert the default Qwen2.5-Coder pair once
+    ssd-run probe -o probe.json     # time every forward shape the planner asks about (ssd_runtime.probe)
 
 Knob flags (-k, --fan-out, --saguaro-c, --backup, -t, ...) merge with the plan file by the one rule ssd-plan and
 ssd-sim use (ssd_sim.plan.knobs.resolve); a fan-out that a new K no longer fits, which those two re-search, is
@@ -60,7 +61,8 @@ def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Run autoregressive, SD or SSD decoding on a target/draft pair "
                       "(two processes: two GPUs, or two CPU cores) and record a trace. Subcommands: "
                       f"`{PROG} fetch-models` downloads the default model pair; `{PROG} calibrate-here` "
-                      "measures this host and writes a calibrated profile and its plan.")
+                      f"measures this host and writes a calibrated profile and its plan; `{PROG} probe` times every "
+                      "forward shape the planner asks about (for `ssd-plan calibrate --probe`).")
     p.add_argument("--plan", metavar="FILE", help="plan file from ssd-plan; knob flags below override it")
     p.add_argument("--mode", choices=MODES, help="ar (target alone), sd (draft then verify) or ssd "
                    "(speculation cache, draft on its own device); default: the plan's mode (ssd)")
@@ -210,6 +212,10 @@ def main(argv: list[str] | None = None) -> int:
     argv = list(sys.argv[1:] if argv is None else argv)
     if argv and argv[0] == "fetch-models":
         return fetch_main(argv[1:])
+    if argv and argv[0] == "probe":
+        from .probe_cli import main as probe_main
+
+        return guarded(f"{PROG} probe", lambda: probe_main(argv[1:]), restore=restore)
     if argv and argv[0] == "calibrate-here":
         from .calibrate_here import main as calibrate_here_main
 

@@ -37,6 +37,19 @@ class Ctl(StrEnum):
     CONFIG_ERROR = "config_error"
 
 
+class ProbeCtl(StrEnum):
+    """The controller <-> probe process commands and answers (ssd_runtime.probe), beside Ctl's READY / ERROR /
+    CONFIG_ERROR / STOP."""
+
+    TIME = "time"  # time these shapes -> TIMES
+    TIMES = "times"
+    LOOP = "loop"  # run this shape until anything arrives -> LOOPING at once, LOOPED (its times) at the end
+    LOOPING = "looping"
+    LOOPED = "looped"
+    TRANSFER = "transfer"  # round trips with the other probe process -> TRANSFER (target-side ms)
+    EXIT = "exit"
+
+
 class Message:
     """Base of the target <-> draft messages: dataclasses whose tensors the Channel sends raw."""
 

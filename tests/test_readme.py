@@ -43,6 +43,7 @@ def test_python_api_example_runs(capsys):
 
 def test_every_cli_command_in_the_readme_exits_0(tmp_path, monkeypatch, capsys):
     shutil.copytree(ROOT / "traces", tmp_path / "traces")
+    shutil.copytree(ROOT / "docs" / "examples", tmp_path / "docs" / "examples")
     monkeypatch.chdir(tmp_path)
     commands = cli_commands()
     assert len(commands) >= 12

@@ -14,7 +14,7 @@ from ssd_sim.io.trace import read_trace
 
 TRACES = Path(__file__).resolve().parents[1] / "traces"
 SCHEMA = "ssd-traces-manifest/1"
-KINDS = {"trace", "profile", "plan", "bench-table", "grid"}
+KINDS = {"trace", "profile", "plan", "bench-table", "grid", "probe"}
 OWN = {"README.md", "manifest.json"}
 FOLDERS = sorted(p for p in TRACES.iterdir() if p.is_dir())
 

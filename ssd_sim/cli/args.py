@@ -94,11 +94,16 @@ def add_knob_args(p: argparse.ArgumentParser, workload: bool = True) -> None:
     titles = {"knob": "SSD knobs (fixed when given, otherwise searched / taken from --plan)", "workload": "workload"}
     groups = {g: p.add_argument_group(t) for g, t in titles.items() if g == "knob" or workload}
     for name, k in knob_fields().items():
-        if k.flag is None or k.group not in groups:
-            continue
-        names = [k.short, k.flag] if k.short else [k.flag]
-        kw = {"choices": k.choices} if k.choices else {"type": k.parse, "metavar": k.metavar}
-        groups[k.group].add_argument(*names, dest=name, help=k.help, **kw)
+        if k.flag is not None and k.group in groups:
+            add_knob_arg(groups[k.group], name)
+
+
+def add_knob_arg(group, name: str, **extra) -> None:
+    """One knob's flag as the schema declares it (flag, short flag, parser, help); `extra` e.g. a default."""
+    k = knob_fields()[name]
+    names = [k.short, k.flag] if k.short else [k.flag]
+    kw = {"choices": k.choices} if k.choices else {"type": k.parse, "metavar": k.metavar}
+    group.add_argument(*names, dest=name, help=k.help, **kw, **extra)
 
 
 def knob_flags(args: argparse.Namespace) -> dict[str, Any]:

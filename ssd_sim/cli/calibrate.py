@@ -16,6 +16,7 @@ from rich.table import Table
 from ssd_sim.cli.args import OneLineParser, cli_entry, fail
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.probe import load_probe
 from ssd_sim.model.calibrate import CalibrationReport, calibrate
 from ssd_sim.model.profile import Profile
 
@@ -31,11 +32,14 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("traces", nargs="+", help="JSONL traces written by ssd-run (one setup)")
     p.add_argument("-o", "--output", required=True, help="profile JSON to write")
     p.add_argument("--name", help="profile name (default: calibrated-<trace folder>)")
+    p.add_argument("--probe", metavar="FILE", help="a probe of the same setup and host (`ssd-run probe -o FILE`): its "
+                   "measured latency tables, slowdowns and transfer replace the curves fitted to the traces' rounds")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     args = p.parse_args(argv)
     try:
         check_writable(args.output, "output")  # before reading and fitting the traces
-        profile, report = calibrate(args.traces, args.name)
+        probe = load_probe(args.probe) if args.probe else None
+        profile, report = calibrate(args.traces, args.name, probe=probe)
         data = profile.to_dict()
         data["calibration"] = report.to_dict()
         save_json_atomic(args.output, json.dumps(data, indent=2), "output")
@@ -56,13 +60,19 @@ def print_report(profile: Profile, report: CalibrationReport) -> None:
     for col in ("model", "samples", "R^2", "median |err|", "max |err|", "fixed ms", "token ms", "exponent"):
         t.add_column(col, justify="left" if col == "model" else "right")
     for role, f in report.latency.items():
-        if role == "interference":
+        if role in ("interference", "probe"):
             continue
         pr = f["params"]
         t.add_row(role, str(f["samples"]), f"{f['r2']:.3f}", f"{f['median_abs_rel_err']:.1%}",
                   f"{f['max_abs_rel_err']:.1%}", f"{pr['fixed_ms']:.2f}", f"{pr['token_ms']:.3f}",
                   f"{pr['token_exponent']:.3f}")
     con.print(t)
+    if "probe" in report.latency:
+        pr = report.latency["probe"]
+        ratios = ", ".join(f"{v:.2f}" for v in pr["runs_vs_table"].values()) or "no AR / SD traces"
+        con.print(f"latency from the probe {pr['path']} (the fits above are the traces' own, for comparison): "
+                  f"target {report.latency['target']['table_range']}, draft {report.latency['draft']['table_range']}; "
+                  f"runs' verify / table: {ratios}")
     con.print("overheads (ms): " + ", ".join(f"{k}={v:.2f}" for k, v in report.overheads.items()))
     con.print(f"target beside the draft: {report.latency['interference']['source']}")
     con.print(f"draft beside the target: {report.latency['interference']['draft_source']}")

@@ -5,6 +5,7 @@
     ssd-plan --preset qwen32b-0.6b-h100 -k 4 --fan-out 3    # evaluate a fixed configuration
     ssd-plan --plan plan.json --emit ssd-engine             # flags for an existing plan file
     ssd-plan calibrate traces/*.jsonl -o profile.json       # fit a profile to runtime traces
+    ssd-plan workload metrics.txt --engine vllm -t 0 -o workload.json   # acceptance from an engine's metrics
 """
 
 from __future__ import annotations
@@ -46,7 +47,8 @@ def build_parser() -> argparse.ArgumentParser:
         description="Plan Speculative Speculative Decoding (SSD / Saguaro): search K, the cache budget, the "
                     "fan-out for the hit and miss case, Saguaro C and the backup policy, and predict tok/s "
                     "of autoregressive, the best synchronous SD and SSD. Knob flags fix a value; the rest "
-                    "is searched. `ssd-plan calibrate --help` fits a profile to runtime traces.",
+                    "is searched. `ssd-plan calibrate --help` fits a profile to runtime traces; `ssd-plan "
+                    "workload --help` reads an engine's speculative-decoding metrics into a workload profile.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__,
     )
@@ -95,6 +97,10 @@ def main(argv: list[str] | None = None) -> int:
         from ssd_sim.cli.calibrate import main as calibrate_main
 
         return calibrate_main(argv[1:])
+    if argv[:1] == ["workload"]:
+        from ssd_sim.cli.workload import main as workload_main
+
+        return workload_main(argv[1:])
     args = build_parser().parse_args(argv)
     if args.list_presets:
         return _print_presets()
@@ -113,8 +119,9 @@ def main(argv: list[str] | None = None) -> int:
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
         fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
                                        "choose vllm or sglang"))
-    if report["host"]["warning"]:
-        print(f"{PROG}: warning: {report['host']['warning']}", file=sys.stderr)
+    for warning in (report["host"]["warning"], report.get("latency_tables", {}).get("warning")):
+        if warning:
+            print(f"{PROG}: warning: {warning}", file=sys.stderr)
     if args.output:
         try:
             save_json_atomic(args.output, plan_file(result, report).to_json())

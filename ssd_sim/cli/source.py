@@ -3,7 +3,9 @@
     --preset NAME | --profile FILE | --target CFG|NAME --draft CFG|NAME --gpu NAME [--tp N] [--draft-gpu NAME]
                                       [--context TOKENS] [--dtype bf16|fp8] [--acceptance-from PRESET|FILE]
 The spec form builds the profile with ssd_sim.model.spec_profile (roofline from datasheets; acceptance from the
-named source, marked assumed). A plan file records which source made it, so `--plan FILE` alone reloads it.
+named source: a workload file of your engine's metrics, or another pair's, marked assumed). With --preset /
+--profile, --acceptance-from replaces their acceptance (model.workload_profile.with_acceptance). A plan file records
+which source made it, so `--plan FILE` alone reloads it.
 """
 
 from __future__ import annotations
@@ -34,15 +36,17 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
                             "with --preset: re-derives the preset at this context instead of its own)")
     group.add_argument("--dtype", choices=("bf16", "fp16", "fp8"), help="weight and KV dtype (default bf16)")
     group.add_argument("--acceptance-from", metavar="PRESET|FILE",
-                       help="whose acceptance and hit curves to assume (a preset or a calibrated profile; default "
-                            "llama70b-1b-h100, marked assumed)")
+                       help="whose acceptance and hit curves to use: a workload file from `ssd-plan workload` (your "
+                            "engine's metrics), a calibrated profile or a preset; with --preset / --profile it replaces "
+                            "theirs (specs: default llama70b-1b-h100, marked assumed)")
 
 
 def spec_of(args) -> dict[str, Any] | None:
     """The spec flags given (None if none); ConfigError if the spec is incomplete or mixed with a preset/profile."""
     given = {k: getattr(args, k, None) for k in SPEC_FLAGS if getattr(args, k, None) is not None}
-    if not given or (set(given) == {"context"} and (getattr(args, "preset", None) or getattr(args, "profile", None))):
-        return None  # --context alone re-derives a preset at that context (source_of)
+    named = getattr(args, "preset", None) or getattr(args, "profile", None)
+    if not given or (set(given) <= {"context", "acceptance_from"} and named):
+        return None  # --context re-derives a preset, --acceptance-from replaces its acceptance (source_of)
     missing = [f"--{k}" for k in ("target", "draft", "gpu") if k not in given]
     if missing:
         raise ConfigError(missing[0].lstrip("-"), f"planning from specs needs --target, --draft and --gpu; give "
@@ -61,7 +65,12 @@ def profile_of(source: dict[str, Any]) -> Profile:
     if source.get("context") is not None and source.get("path"):
         raise ConfigError("context", "a profile file's latencies were measured at its own contexts; --context "
                                      "re-derives a preset or a spec pair (drop --context, or use --preset / --target)")
-    return load_profile(source.get("preset"), source.get("path"), context=source.get("context"))
+    profile = load_profile(source.get("preset"), source.get("path"), context=source.get("context"))
+    if source.get("acceptance_from"):
+        from ssd_sim.model.workload_profile import acceptance_source, with_acceptance
+
+        profile = with_acceptance(profile, acceptance_source(source["acceptance_from"]))
+    return profile
 
 
 def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
@@ -69,15 +78,16 @@ def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
     spec = spec_of(args)
     if spec:
         return {"spec": spec}
-    context = getattr(args, "context", None)
+    context, accept = getattr(args, "context", None), getattr(args, "acceptance_from", None)
     if getattr(args, "preset", None) or getattr(args, "profile", None):
-        return {"preset": args.preset, "path": args.profile} | ({"context": context} if context else {})
+        return ({"preset": args.preset, "path": args.profile} | ({"context": context} if context else {})
+                | ({"acceptance_from": accept} if accept else {}))
     recorded = recorded or {}
     if recorded.get("spec"):
         return {"spec": recorded["spec"]}
     if recorded.get("preset") or recorded.get("path"):
-        context = context or recorded.get("context")
+        context, accept = context or recorded.get("context"), accept or recorded.get("acceptance_from")
         return ({"preset": recorded.get("preset"), "path": None if recorded.get("preset") else recorded["path"]}
-                | ({"context": context} if context else {}))
+                | ({"context": context} if context else {}) | ({"acceptance_from": accept} if accept else {}))
     raise ConfigError("profile", "give --preset NAME (see --list-presets), --profile FILE, or a pair from specs: "
                                  "--target CFG --draft CFG --gpu NAME")

@@ -28,6 +28,7 @@ import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
+from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
@@ -40,6 +41,7 @@ from ssd_sim.model.latency import (
     overlapped_ms,
 )
 from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
+from ssd_sim.model.probed import apply_probe, check_probe, probe_provenance, probed_uncertainty
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.uncertainty import (
     CPU_INTERFERENCE,
@@ -594,19 +596,22 @@ def _fitting(what: str):
 
 
 def calibrate(paths: Sequence[str | Path], name: str | None = None,
-              acceptance_from: Sequence[str | Path] | None = None) -> tuple[Profile, CalibrationReport]:
+              acceptance_from: Sequence[str | Path] | None = None,
+              probe: Probe | None = None) -> tuple[Profile, CalibrationReport]:
     """Fit a Profile to traces; returns it with the fit report.
 
-    Latencies come from every trace; acceptance and hit curves from `acceptance_from` (default: every trace),
-    e.g. only the runs made on a whole prompt sample when others ran on a few prompts to time shapes.
+    Latencies come from every trace (or, given a probe, from its measured tables: model.probed); acceptance and
+    hit curves from `acceptance_from` (default: every trace), e.g. only the runs made on a whole prompt sample when
+    others ran on a few prompts to time shapes.
     """
     if not paths:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
-    return calibrate_traces([read_trace(p) for p in paths], paths, name, acceptance_from)
+    return calibrate_traces([read_trace(p) for p in paths], paths, name, acceptance_from, probe)
 
 
 def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name: str | None = None,
-                     acceptance_from: Sequence[str | Path] | None = None) -> tuple[Profile, CalibrationReport]:
+                     acceptance_from: Sequence[str | Path] | None = None,
+                     probe: Probe | None = None) -> tuple[Profile, CalibrationReport]:
     """calibrate on traces already parsed (e.g. an upload held in memory); `paths` name them (one per trace: the
     profile's sources, the default name's folder and what acceptance_from refers to)."""
     if not parsed:
@@ -615,8 +620,12 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     setup = check_setup(traces)
     host, host_note = common_host(traces)
     report = CalibrationReport([str(p) for p in paths])
+    if probe is not None:
+        check_probe(probe, setup, host)
     with _fitting("latency"):
         latency = fit_latency(traces, report)
+        if probe is not None:
+            latency = apply_probe(latency, probe, traces, report)
     chosen = {str(p) for p in acceptance_from} if acceptance_from is not None else None
     unknown = sorted(chosen - {str(p) for p in paths}) if chosen is not None else []
     if unknown:
@@ -634,7 +643,10 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
             "latency.draft": report.latency["draft"].get("source", "measured: fitted to the draft's own phases"),
             "latency.interference": report.latency["interference"]["source"],
             "latency.draft_slowdown": report.latency["interference"]["draft_source"],
-            "host": host_note}
+            "host": host_note,
+            **(probe_provenance(probe, report) if probe is not None else {})}
+    if probe is not None:
+        uncertainty = probed_uncertainty(uncertainty, probe)
     profile = Profile(
         name=name or f"calibrated-{Path(paths[0]).parent.name or 'traces'}",
         latency=latency, acceptance=acceptance,

@@ -54,7 +54,7 @@ class ForwardLatency:
     expert_share: float = 0.0  # MoE: experts per token / experts per layer (each token touches this share)
 
     def __post_init__(self):
-        for f in fields(self):
+        for f in fields(ForwardLatency):  # a subclass's own fields check themselves (model.table)
             v = getattr(self, f.name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ConfigError(f.name, f"must be a finite number >= 0 (ms), got {v!r}")
@@ -196,20 +196,8 @@ class LatencyModel:
         return np.where(np.asarray(rows) > 0, self.branch_ms(rows, K), 0.0)
 
     def to_dict(self) -> dict:
+        """The fields as JSON; read back with model.table.latency_from_dict (which knows probed tables)."""
         return {**asdict(self), "target": self.target.to_dict(), "draft": self.draft.to_dict()}
-
-    @classmethod
-    def from_dict(cls, d: dict) -> LatencyModel:
-        if not isinstance(d, dict) or not all(isinstance(d.get(r), dict) for r in ("target", "draft")):
-            raise ConfigError("latency", "must be an object with 'target' and 'draft' forward latencies "
-                                         "(see ssd_sim/model/latency.py)")
-        d = dict(d)
-        try:
-            target = ForwardLatency(**d.pop("target"))
-            draft = ForwardLatency(**d.pop("draft"))
-            return cls(target=target, draft=draft, **d)
-        except TypeError as e:
-            raise ConfigError("latency", f"unknown or missing field ({e}); see ssd_sim/model/latency.py") from e
 
 
 def overlapped_ms(work_ms: ArrayLike, phases: Sequence[tuple[ArrayLike, ArrayLike]]):

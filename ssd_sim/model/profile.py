@@ -16,6 +16,7 @@ from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import read_json_object
 from ssd_sim.model.acceptance import AcceptanceModel
 from ssd_sim.model.latency import LatencyModel
+from ssd_sim.model.table import latency_from_dict
 from ssd_sim.model.uncertainty import Uncertainty
 
 PROFILE_SCHEMA = "ssd-profile/1"
@@ -73,7 +74,7 @@ class Profile:
                 raise ConfigError(key, "missing from the profile; write profiles with ssd-plan calibrate")
         return cls(
             name=d["name"],
-            latency=LatencyModel.from_dict(d["latency"]),
+            latency=latency_from_dict(d["latency"]),
             acceptance=AcceptanceModel.from_dict(d["acceptance"]),
             description=d.get("description", ""),
             target_model=d.get("target_model", ""),

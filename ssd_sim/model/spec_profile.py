@@ -15,7 +15,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-from pathlib import Path
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.architecture import BYTES, Architecture, describe, load_architecture
@@ -24,6 +23,7 @@ from ssd_sim.model.latency import LatencyModel
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.roofline import ASSUMED, RooflineAssumptions, forward_latency
 from ssd_sim.model.uncertainty import Uncertainty
+from ssd_sim.model.workload_profile import AcceptanceSource, acceptance_source
 
 DEFAULT_ACCEPTANCE = "llama70b-1b-h100"  # the paper's setting: its measured acceptance stands in, marked assumed
 OVERHEADS = {"round_overhead_ms": 0.3, "transfer_ms": 0.1, "lookup_ms": 0.05, "fast_backup_ms": 0.05}  # presets'
@@ -45,7 +45,7 @@ def profile_from_specs(target: str, draft: str, gpu: str, tp: int = 1, draft_gpu
                                    f"({t_arch.vocab}); speculative decoding needs one tokenizer")
     t_gpu, d_gpu = get_gpu(gpu), get_gpu(draft_gpu or gpu)
     latency = _latency(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, assumptions)
-    source = _acceptance_source(acceptance_from)
+    source = acceptance_source(acceptance_from)
     prov = _provenance(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, assumptions, source)
     return Profile(
         name=f"{_short(t_arch)}+{_short(d_arch)} on {tp}x{t_gpu.name}" + (f" + {d_gpu.name}" if draft_gpu else ""),
@@ -65,17 +65,6 @@ def profile_from_specs(target: str, draft: str, gpu: str, tp: int = 1, draft_gpu
 def _latency(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a) -> LatencyModel:
     return LatencyModel(target=forward_latency(t_arch, t_gpu, tp, dtype, context, a=a),
                         draft=forward_latency(d_arch, d_gpu, 1, dtype, context, a=a), target_devices=tp, **OVERHEADS)
-
-
-def _acceptance_source(name_or_path: str) -> Profile:
-    from ssd_sim.model.presets import list_presets, load_profile
-
-    if name_or_path in list_presets():
-        return load_profile(name_or_path, None)
-    if Path(name_or_path).exists():
-        return load_profile(None, name_or_path)
-    raise ConfigError("acceptance_from", f"{name_or_path!r} is neither a preset ({', '.join(list_presets())}) nor a "
-                                         "profile file; acceptance cannot come from specs, name where it comes from")
 
 
 def _max_batch(arch: Architecture, gpu: GpuSpec, tp: int, dtype: str, context: int) -> int:
@@ -107,7 +96,7 @@ def _uncertainty(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source) ->
                                         f"roofline assumptions' intervals: draft forward +-{d_sd:.0%} (1 SD)"})
 
 
-def _provenance(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source: Profile) -> dict[str, str]:
+def _provenance(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source: AcceptanceSource) -> dict[str, str]:
     return {
         "target.shape": describe(t_arch), "draft.shape": describe(d_arch),
         "target.latency": f"derived from specs: roofline of {t_arch.name} ({dtype}) on {tp} x {t_gpu.name} at context "
@@ -117,8 +106,7 @@ def _provenance(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source: Pro
         "roofline": "assumed: " + a.describe(),
         "overheads": "assumed: the presets' per-round overheads (" +
                      ", ".join(f"{k} {v:g}" for k, v in OVERHEADS.items()) + " ms)",
-        "acceptance": f"assumed: the acceptance and hit curves of {source.name} ({source.target_model} + "
-                      f"{source.draft_model}), another pair; pass --acceptance-from a calibrated profile of yours",
+        "acceptance": source.provenance,
         "max_batch_size": "derived: sequences whose KV cache fits beside the weights in 90% of device memory",
     }
 

@@ -37,6 +37,9 @@ SETTLE = {
                      "--mode ssd --trace T) and recalibrate (its latency is extrapolated past the timed shapes)",
     "interference": "run one SSD trace of this plan (ssd-run --plan PLAN --mode ssd --trace T) and recalibrate: "
                     "how much the two models slow each other is not measured",
+    "interference-measured": "record more SSD rounds of this plan (ssd-run --plan PLAN --mode ssd --trace T) or probe "
+                             "longer (ssd-run probe --probe-repeats N) and recalibrate: the measured slowdowns of "
+                             "the two models beside each other spread the most",
     "hit": "record SD or SSD traces with ssd-run --log-topn 20 (the default): the hit curve is assumed",
     "saguaro": "record traces with logged distributions (ssd-run --log-topn): C's effect is assumed",
 }
@@ -114,7 +117,9 @@ def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarra
     else:
         rec = "sd" if np.mean(samples["sd"] > samples["ar"]) >= 0.5 else "ar"
     from_specs = dominant == "latency" and profile.host is None and "roofline" in profile.provenance
-    return Decision(p, rec, threshold, dominant, SETTLE["latency-specs" if from_specs else dominant])
+    measured = dominant == "interference" and not uncertainty_of(profile).interference
+    key = "latency-specs" if from_specs else "interference-measured" if measured else dominant
+    return Decision(p, rec, threshold, dominant, SETTLE[key])
 
 
 def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, seed: int = 0) -> list[float]:

@@ -7,9 +7,10 @@ import math
 
 from ssd_sim.io.host import current_host, host_warning
 from ssd_sim.model.profile import Profile
+from ssd_sim.model.table import MeasuredForward
 from ssd_sim.plan.emit import engine_flags
 from ssd_sim.plan.intervals import uncertainty_report
-from ssd_sim.plan.plan import PlanFile
+from ssd_sim.plan.plan import Plan, PlanFile
 from ssd_sim.plan.planner import PlanResult
 
 
@@ -52,7 +53,33 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
     if unc["recommended_mode"] is not None:
         report["recommended_mode"] = unc["recommended_mode"]
     report["host"] = host_report(profile)
+    tables = table_report(profile, result.plan, sd.num_speculative_tokens)
+    if tables is not None:
+        report["latency_tables"] = tables
     return report
+
+
+def table_report(profile: Profile, plan: Plan, sd_k: int) -> dict | None:
+    """For a probed profile: the probed ranges and the forwards of this plan (and its baselines) that lie outside
+    them, whose latency is extrapolated (a curve fitted to the table); None for a profile without tables."""
+    lat = profile.latency
+    if not any(isinstance(m, MeasuredForward) for m in (lat.target, lat.draft)):
+        return None
+    b, K = plan.batch_size, plan.K
+    rows = -(-b * plan.budget // plan.draft_devices)
+    asks = [(lat.target, "AR step", b, 1), (lat.target, "SD verify", b, sd_k + 1), (lat.target, "SSD verify", b, K + 1),
+            (lat.draft, "SD draft step", b, 1), (lat.draft, "SSD glue", b, K + 1),
+            (lat.draft, "SSD branch step", rows, 1)]
+    outside = [f"{what} ({r} rows x {t} tokens)" for model, what, r, t in asks
+               if isinstance(model, MeasuredForward) and not bool(model.covers(r, t))]
+    out = {role: m.probed_range() for role, m in (("target", lat.target), ("draft", lat.draft))
+           if isinstance(m, MeasuredForward)}
+    out["outside"] = outside
+    out["warning"] = (f"latency extrapolated past the probed shapes for {', '.join(outside)} (probed: target "
+                      f"{out.get('target', '-')}, draft {out.get('draft', '-')}): probe these shapes "
+                      "(ssd-run probe --probe-batch / --probe-max-k / --probe-branch-rows) and recalibrate"
+                      if outside else None)
+    return out
 
 
 def plan_file(result: PlanResult, report: dict) -> PlanFile:

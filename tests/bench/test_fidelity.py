@@ -31,7 +31,7 @@ def reported(name: str) -> dict:
 
 def test_every_split_named_by_the_issue_is_there():
     assert {"config", "prompts", "ar-sd-to-ssd", "t0-to-t1", "c1-to-c", "b2-to-b4", "code-to-chat", "halves-t0",
-            "halves-t1"} <= set(SPLITS)
+            "halves-t1", "halves-probe"} <= set(SPLITS)
 
 
 
@@ -56,7 +56,7 @@ def test_each_split_holds_out_what_its_name_says():
     assert cal_prompts == {f"code:{i}" for i in range(8)}
 
 
-TEXT_HOLDOUTS = {"prompts", "code-to-chat", "halves-t0", "halves-t1"}  # the splits that share no text
+TEXT_HOLDOUTS = {"prompts", "code-to-chat", "halves-t0", "halves-t1", "halves-probe"}  # the splits that share no text
 
 
 @pytest.mark.parametrize("name", sorted(SPLITS))
@@ -95,7 +95,10 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.0, 10.0)
           "b2-to-b4": (11.0, 12.5), "code-to-chat": (45.0, 50.0),
           # text hold-outs on the AVX2 host: the host drifted 12% during the session and the odd prompts accept less
           # (traces/cpu-fp32-halves/README.md); pinned at the measured error so a regression still fails
-          "halves-t0": (36.0, 41.5), "halves-t1": (20.5, 20.5)}
+          "halves-t0": (36.0, 41.5), "halves-t1": (20.5, 20.5),
+          # latencies from a probe beside the predicted runs (median goal met; SD 12.4% high: its verifies ran 1.09x
+          # the probe table, the host's spread); 3 prompts x 16 tokens per run
+          "halves-probe": (4.0, 12.5)}
 
 
 def test_every_split_has_a_limit():
@@ -133,7 +136,24 @@ def test_interval_coverage_counts_text_hold_outs_only():
     # calibration never saw there are 7 goal runs (prompts 8-15 and the odd halves), too few to judge coverage well
     results = [reported(name) for name in sorted(SPLITS)]
     goal_runs = [r for res in results if res["goal"] for r in res["runs"]]
-    assert {res["name"] for res in results if res["goal"]} == {"prompts", "halves-t0", "halves-t1"}
-    assert len(goal_runs) == 7 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
-    # measured: 4 of those 7 inside their 90% intervals (the goal is 85-95%: not met, issue 26)
-    assert sum(r["inside"] for r in goal_runs) == 4
+    assert {res["name"] for res in results if res["goal"]} == {"prompts", "halves-t0", "halves-t1", "halves-probe"}
+    assert len(goal_runs) == 10 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
+    # measured: 7 of those 10 inside their 90% intervals (the goal is 85-95%: not met, issue 26); the probed split
+    # holds all 3 of its runs, the halves with latencies fitted 2.5 h before the runs none of their 4
+    assert sum(r["inside"] for r in goal_runs) == 7
+    assert sum(r["inside"] for r in reported("halves-probe")["runs"]) == 3
+
+
+def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():
+    w = (("code:1",), 0.0, 1)
+    runs = [{"trace": "a", "workload": w, "predicted_tok_s": 2.0, "measured_tok_s": 1.0},
+            {"trace": "b", "workload": w, "predicted_tok_s": 1.5, "measured_tok_s": 1.25},
+            {"trace": "c", "workload": (("code:3",), 0.0, 1), "predicted_tok_s": 9.0, "measured_tok_s": 1.0}]
+    (c,) = BENCH.choices(runs)  # "c" is alone in its workload: no choice there
+    assert (c["pick"], c["best"], c["ok"]) == ("a", "b", False) and c["regret_pct"] == pytest.approx(20.0)
+
+
+def test_the_probed_split_takes_its_latencies_from_the_probe():
+    res = reported("halves-probe")
+    assert res["probe"].endswith("probe.json") and res["choices"][0]["ok"]
+    assert any("probe table" in w for w in res["warnings"])  # the calibration runs drifted from the probe: said

@@ -113,6 +113,12 @@ _ISSUE_25 = ("issue 25: GPU presets are spec + measured inputs (model.roofline's
 for _cid in ['plan-file', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200', 'plan-llama70b-1b-h200-json', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100', 'plan-qwen32b-0.6b-h100-json', 'plan-write', 'sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4']:
     DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_25
 
+_ISSUE_26 = ("issue 26: where the interference is measured (SSD traces or a probe) and its spread dominates, the advice "
+             "to settle it no longer says it is not measured")
+for _cid in ['plan-cpu-fanout-miss', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json',
+             'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json']:
+    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_26
+
 
 def fixed_host():
     from ssd_sim.io.host import Host

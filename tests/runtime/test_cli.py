@@ -14,6 +14,7 @@ from ssd_runtime.models import tiny_model
 from ssd_sim.io.host import Host, current_host, host_differences
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.model.profile import load_profile_file
+from ssd_sim.model.table import MeasuredForward
 from ssd_sim.plan.plan import Plan, PlanFile, load_plan
 from tests.helpers.runtime import DRAFT, TARGET, make_prompts, reference_greedy, target_model
 
@@ -167,10 +168,14 @@ def test_calibrate_here_writes_traces_a_profile_of_this_host_and_its_plan(files,
             "--no-progress"]
     assert main(argv) == 0
     names = sorted(p.name for p in out.iterdir())
-    assert names == ["ar-b1-t0.jsonl", "manifest.json", "plan.json", "profile.json", "sd-k2-b1-t0.jsonl",
+    assert names == ["ar-b1-t0.jsonl", "manifest.json", "plan.json", "probe.json", "profile.json", "sd-k2-b1-t0.jsonl",
                      "sd-k4-b1-t0.jsonl", "sd-k6-b1-t0.jsonl", "ssd-k2-f001-b1-t0.jsonl", "ssd-k2-f111-b2-t0.jsonl",
                      "ssd-k2-f112-b1-t0.jsonl"]
     prof = load_profile_file(out / "profile.json")
+    # latencies are the probe's tables: every (b, tokens) the planner asks about at b <= 4, K <= 8 is measured
+    assert isinstance(prof.latency.target, MeasuredForward) and prof.latency.target.probed_range() == "rows 1..4 x tokens 1..9"
+    assert prof.latency.draft.probed_range() == "rows 1..32 x tokens 1..9"
+    assert prof.provenance["latency"].startswith(f"measured: probe {out / 'probe.json'}")
     assert prof.host is not None and host_differences(prof.host, current_host()) == []
     assert prof.host.kernels == {"target": "onednn-prepacked", "draft": "onednn-prepacked"}
     assert load_plan(out / "plan.json").extra["profile"]["path"] == str(out / "profile.json")

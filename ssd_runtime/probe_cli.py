@@ -1,0 +1,95 @@
+"""`ssd-run probe -o PROBE.json`: time every forward shape the planner asks about on this host (ssd_runtime.probe).
+
+    ssd-run probe -o runs/probe.json                       # the default pair, b = 1, 2, 4, K up to 8
+    ssd-plan calibrate runs/*.jsonl --probe runs/probe.json -o profile.json
+
+The probe file is what `ssd-plan calibrate --probe` turns into measured latency tables; `calibrate-here` probes
+by itself. Bad input: one line naming the flag, exit 2, nothing written.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import statistics
+
+from ssd_sim.cli.args import OneLineParser, add_knob_arg, fail, positive_int
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+
+from .probe import ProbeGrid, run_probe
+
+PROG = "ssd-run probe"
+
+
+def int_list(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): positive integers, ascending, no repeats."""
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not vals or any(v < 1 for v in vals) or list(vals) != sorted(set(vals)):
+        raise argparse.ArgumentTypeError(f"{text!r} must list integers >= 1 in ascending order, each once")
+    return vals
+
+
+def add_probe_args(p: OneLineParser, with_temperature: bool = True) -> None:
+    """The grid flags (shared with calibrate-here)."""
+    g = p.add_argument_group("probe grid")
+    d = ProbeGrid()
+    g.add_argument("--probe-batch", type=int_list, default=d.batch, metavar="B[,B..]",
+                   help=f"sequences per forward (default {','.join(map(str, d.batch))}; the batch sizes you will plan)")
+    g.add_argument("--probe-max-k", type=positive_int, default=d.max_k, metavar="K",
+                   help=f"verifies and glues of up to K + 1 tokens (default {d.max_k})")
+    g.add_argument("--probe-branch-rows", type=int_list, default=d.branch_rows, metavar="R[,R..]",
+                   help="draft tree-step rows, b x budget (default " + ",".join(map(str, d.branch_rows)) + ")")
+    g.add_argument("--probe-repeats", type=positive_int, default=d.repeats, metavar="N",
+                   help=f"timed samples per shape, interleaved (default {d.repeats})")
+    if with_temperature:
+        g.add_argument("--context", type=positive_int, default=d.context, metavar="TOKENS",
+                       help=f"cached tokens per row: your prompts' length + half the output (default {d.context})")
+        add_knob_arg(g, "temperature", default=0.0)  # the sampling the verify and the draft do (0: greedy)
+
+
+def grid_from_args(args, context: int, temperature: float) -> ProbeGrid:
+    return ProbeGrid(batch=args.probe_batch, max_k=args.probe_max_k, branch_rows=args.probe_branch_rows,
+                     context=context, repeats=args.probe_repeats, temperature=temperature,
+                     transfer_k=tuple(sorted({1, max(1, args.probe_max_k // 2), args.probe_max_k})))
+
+
+def main(argv: list[str]) -> int:
+    from .cli import add_model_args, model_specs
+
+    p = OneLineParser(prog=PROG, description="Time the target's and the draft's forwards at every shape the planner "
+                      "asks about, both models at once, and the transfer; write a probe file for `ssd-plan "
+                      "calibrate --probe`.")
+    add_model_args(p)
+    add_probe_args(p)
+    p.add_argument("-o", "--output", required=True, metavar="FILE", help="probe JSON to write")
+    p.add_argument("--no-pin", action="store_true", help="do not pin the two processes to one core each")
+    args = p.parse_args(argv)
+    try:
+        check_writable(args.output, "output")
+        specs = model_specs(args, with_draft=True)
+        grid = grid_from_args(args, args.context, args.temperature)
+    except ConfigError as e:
+        fail(PROG, e)
+    res = run_probe(specs["target"], specs["draft"], grid, pin=not args.no_pin)
+    save_json_atomic(args.output, json.dumps(res.to_dict(), indent=1), "output")
+    print_summary(res)
+    print(f"probe written to {args.output} ({res.wall_s:.0f} s); next: ssd-plan calibrate TRACES --probe {args.output}")
+    return 0
+
+
+def print_summary(res) -> None:
+    """A few lines: the probed ranges, the cheapest and dearest shapes, slowdowns, transfer."""
+    for role in ("target", "draft"):
+        med = {s: statistics.median(v) for s, v in getattr(res, role).items()}
+        lo, hi = min(med, key=med.get), max(med, key=med.get)
+        print(f"{role}: {len(med)} shapes, {med[lo]:.2f} ms ({lo[0]} {lo[1]}x{lo[2]}) .. {med[hi]:.2f} ms "
+              f"({hi[0]} {hi[1]}x{hi[2]})")
+    i = res.interference
+    print(f"both busy: verify +{i['one_row']:.0%} beside one-row draft steps, +{i['rows']:.0%} beside "
+          f"{i['rows_draft_shape'][1]}-row steps; draft +{i['draft']:.0%} beside a verify")
+    one = [statistics.median(v) for (b, _), v in res.transfer.items() if b == 1]
+    print(f"transfer: {statistics.median(one):.2f} ms per request + reply at b = 1")

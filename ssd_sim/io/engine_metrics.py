@@ -1,0 +1,176 @@
+"""Speculative-decoding counts from the metrics users already have, read without the engines.
+
+    vllm       the Prometheus text of /metrics (or LLM.get_metrics() printed the same way): the counters
+               vllm:spec_decode_num_drafts, vllm:spec_decode_num_accepted_tokens_per_pos{position="i"} (summed over
+               engines and models). Per position i: drafts that accepted at least i + 1 tokens (vLLM
+               v1/spec_decode/metrics.py), so per-position acceptance is counted, not assumed.
+    sglang     scheduler log lines "Decode batch. ... accept len: X ..." (sglang scheduler metrics): the mean
+               tokens per verify including the bonus, per logging interval. Per-position acceptance is not in
+               them: it is the constant a with a + a^2 + .. + a^K = accept len - 1 (assumed shape), and the spread
+               between intervals stands in for the spread between requests.
+    reference  the METRICS dict the reference engine's LLM.generate returns (tanishqkumar/ssd, llm_engine.py), as
+               JSON: accepted_suffix_lens_with_recovery (k + 1 per sequence and step) gives per-position acceptance;
+               cache_hits (per step) the measured p_hit at the run's fan-out.
+Each reader returns EngineCounts; what a source leaves unknown is named in its `assumed` list.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+import statistics
+from dataclasses import dataclass, field
+from pathlib import Path
+
+from ssd_sim.io.errors import ConfigError
+
+ENGINES = ("vllm", "sglang", "reference")
+
+
+@dataclass(frozen=True)
+class EngineCounts:
+    """Per-position acceptance counts of one engine's speculative decoding (a_i = passed[i] / tried[i])."""
+
+    engine: str
+    tried: tuple[float, ...]  # rounds that reached position i (i = 1..K)
+    passed: tuple[float, ...]  # ... and accepted it (float: sglang's are derived from means)
+    rounds: int  # verify rounds (drafts) counted
+    p_hit: float | None = None  # speculation-cache hit rate (reference engine in async mode), else None
+    spread: float | None = None  # SD of per-interval logit acceptance (sglang), else None
+    assumed: tuple[str, ...] = ()  # what the source leaves unknown
+    note: str = ""
+    extra: dict = field(default_factory=dict)
+
+    @property
+    def acceptance(self) -> tuple[float, ...]:
+        """Per-position conditional acceptance a_1..a_K."""
+        return tuple(p / t if t else 0.0 for t, p in zip(self.tried, self.passed, strict=True))
+
+    @property
+    def mean_accepted(self) -> float:
+        """Accepted draft tokens per round (the bonus not counted)."""
+        return sum(self.passed) / self.rounds if self.rounds else 0.0
+
+
+def read_engine_metrics(path: str | Path, engine: str, k: int | None = None) -> EngineCounts:
+    """Read `path` as `engine`'s metrics (see the module docstring); `k` (num_speculative_tokens) is needed where
+    the source does not say it (sglang). Any problem is one ConfigError line naming the file."""
+    if engine not in ENGINES:
+        raise ConfigError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
+    try:
+        text = Path(path).read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError) as e:
+        raise ConfigError("metrics", f"cannot read {path}: {type(e).__name__}: {e}") from e
+    reader = {"vllm": vllm_counts, "sglang": sglang_counts, "reference": reference_counts}[engine]
+    return reader(text, str(path), k)
+
+
+# ---- vLLM ------------------------------------------------------------------------------------------------
+_PROM = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
+
+
+def vllm_counts(text: str, source: str, k: int | None = None) -> EngineCounts:
+    """Per-position counts from vLLM's Prometheus counters (every label set summed)."""
+    drafts, per_pos = 0.0, {}
+    for line in text.splitlines():
+        m = _PROM.match(line.strip())
+        if not m or line.startswith("#"):
+            continue
+        name, value = m.group("name").removesuffix("_total"), _number(m.group("value"), source, m.group("name"))
+        if name == "vllm:spec_decode_num_drafts":
+            drafts += value
+        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
+            pos = re.search(r'position="(\d+)"', m.group("labels") or "")
+            if pos is None:
+                raise ConfigError("metrics", f"{source}: {m.group('name')} without a position label")
+            per_pos[int(pos.group(1))] = per_pos.get(int(pos.group(1)), 0.0) + value
+    if drafts <= 0 or not per_pos:
+        raise ConfigError("metrics", f"{source}: no vllm:spec_decode_num_drafts / ..._accepted_tokens_per_pos "
+                                     "counters with counts (is speculative decoding on? scrape /metrics after a run)")
+    K = max(per_pos) + 1
+    reached = [drafts] + [per_pos.get(i, 0.0) for i in range(K - 1)]
+    passed = [per_pos.get(i, 0.0) for i in range(K)]
+    return EngineCounts("vllm", tuple(reached), tuple(passed), int(round(drafts)),
+                        assumed=("hit curves (no speculation cache in vLLM)", "the spread between requests (counters "
+                                 "are totals)", "the temperature (not in the metrics: state it)"),
+                        note=f"vLLM counters: {int(drafts)} drafts, K = {K}")
+
+
+# ---- SGLang ----------------------------------------------------------------------------------------------
+_ACCEPT_LEN = re.compile(r"accept len:\s*([0-9.]+)")
+
+
+def sglang_counts(text: str, source: str, k: int | None = None) -> EngineCounts:
+    """A constant per-position acceptance from the mean accept length of each logged interval."""
+    if not k:
+        raise ConfigError("num_speculative_tokens", "SGLang's log does not say K: give -k (its speculative-num-steps)")
+    lens = [float(m.group(1)) for m in _ACCEPT_LEN.finditer(text)]
+    if not lens:
+        raise ConfigError("metrics", f"{source}: no 'accept len: X' in it (SGLang's 'Decode batch.' log lines)")
+    bad = [v for v in lens if not 1.0 <= v <= k + 1]
+    if bad:
+        raise ConfigError("metrics", f"{source}: accept len {bad[0]} is outside 1..K + 1 = {k + 1}: is -k right?")
+    per = [_constant_rate(v - 1.0, k) for v in lens]
+    a = _constant_rate(statistics.fmean(lens) - 1.0, k)
+    logits = [math.log(max(p, 1e-4) / max(1 - p, 1e-4)) for p in per]
+    n = len(lens)
+    tried = tuple(n * a**i for i in range(k))  # expected counts of n rounds at the constant rate a
+    passed = tuple(n * a ** (i + 1) for i in range(k))
+    return EngineCounts("sglang", tried, passed, n,
+                        spread=statistics.stdev(logits) if n >= 2 else None,
+                        assumed=("per-position acceptance (a constant rate solved from the mean accept length)",
+                                 "hit curves", "the temperature (not in the log: state it)"),
+                        note=f"SGLang log: {n} intervals, mean accept len {statistics.fmean(lens):.2f} at K = {k}")
+
+
+def _constant_rate(mean_accepted: float, K: int) -> float:
+    """a in [0, 1] with a + a^2 + ... + a^K = mean_accepted (bisection; monotone in a)."""
+    lo, hi = 0.0, 1.0
+    for _ in range(60):
+        mid = (lo + hi) / 2
+        if sum(mid**i for i in range(1, K + 1)) < mean_accepted:
+            lo = mid
+        else:
+            hi = mid
+    return (lo + hi) / 2
+
+
+# ---- the reference engine --------------------------------------------------------------------------------
+def reference_counts(text: str, source: str, k: int | None = None) -> EngineCounts:
+    """Per-position counts from accepted_suffix_lens_with_recovery (k + 1 per sequence-step), p_hit from cache_hits."""
+    try:
+        d = json.loads(text)
+    except json.JSONDecodeError as e:
+        raise ConfigError("metrics", f"{source}: not JSON ({e.msg} at line {e.lineno}); dump the METRICS dict that "
+                                     "LLM.generate returns with json.dump") from e
+    lens = d.get("accepted_suffix_lens_with_recovery") if isinstance(d, dict) else None
+    if not isinstance(lens, list) or not lens or not all(isinstance(x, int) and x >= 1 for x in lens):
+        raise ConfigError("metrics", f"{source}: accepted_suffix_lens_with_recovery must be a non-empty list of "
+                                     "integers >= 1 (the reference engine's METRICS dict)")
+    K = k or max(lens) - 1
+    if K < 1 or max(lens) - 1 > K:
+        raise ConfigError("num_speculative_tokens", f"{source}: {max(lens) - 1} tokens accepted in a round but K = {K}")
+    accepted = [x - 1 for x in lens]
+    tried = [sum(a >= i for a in accepted) for i in range(K)]
+    passed = [sum(a >= i + 1 for a in accepted) for i in range(K)]
+    hits = d.get("cache_hits")
+    p_hit = None
+    if isinstance(hits, list) and hits and all(isinstance(h, (int, float)) for h in hits):
+        p_hit = float(statistics.fmean(hits))
+    assumed = ["the spread between requests (the lists are pooled)", "the temperature (not in the dict: state it)"]
+    assumed += ["hit curves beyond the run's one p_hit"] if p_hit is not None else ["hit curves (no cache_hits: SD run)"]
+    return EngineCounts("reference", tuple(float(t) for t in tried), tuple(float(p) for p in passed), len(lens),
+                        p_hit=p_hit,
+                        assumed=tuple(assumed), note=f"reference engine METRICS: {len(lens)} sequence-steps, K = {K}"
+                        + (f", p_hit {p_hit:.3f}" if p_hit is not None else ""))
+
+
+def _number(text: str, source: str, name: str) -> float:
+    try:
+        v = float(text)
+    except ValueError:
+        raise ConfigError("metrics", f"{source}: {name} has value {text!r}, not a number") from None
+    if not math.isfinite(v) or v < 0:
+        raise ConfigError("metrics", f"{source}: {name} = {text} (a counter is finite and >= 0)")
+    return v

@@ -1,0 +1,112 @@
+"""Read a probe file (ssd-probe/1, written by `ssd-run probe` and `ssd-run calibrate-here`) without torch.
+
+The file holds, per role, one row [kind, rows, tokens, median ms, [samples]] per timed shape (kind "append": a
+forward of rows x tokens; "tree": one draft tree step of 1 sequence x rows branches, i.e. rows x 1 token), the
+slowdowns measured with both models busy, and transfer round trips [b, K, median ms, [samples]].
+"""
+
+from __future__ import annotations
+
+import math
+import statistics
+from dataclasses import dataclass
+from pathlib import Path
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host
+from ssd_sim.io.jsonfile import read_json_object
+
+PROBE_SCHEMA = "ssd-probe/1"
+KINDS = ("append", "tree")
+
+
+@dataclass(frozen=True)
+class Probe:
+    """A probe's measurements: tables {(rows, tokens): median ms}, slowdown fractions, transfer ms per (b, K)."""
+
+    path: str
+    target: dict[tuple[int, int], float]
+    draft: dict[tuple[int, int], float]
+    spread: dict[str, float]  # role -> median relative SD of a shape's samples (the table's own noise)
+    one_row: float  # the verify's slowdown while the draft decodes one branch row per step
+    rows: float  # ... while it decodes several rows per step
+    draft_slowdown: float  # the draft's steps and glue beside a verify
+    transfer: dict[tuple[int, int], float]
+    context: int
+    temperature: float
+    host: Host | None
+    models: dict
+
+    @property
+    def transfer_ms(self) -> float:
+        """One request + reply at b = 1 (median over the probed K; ms)."""
+        one = [ms for (b, _), ms in self.transfer.items() if b == 1] or list(self.transfer.values())
+        return float(statistics.median(one)) if one else 0.0
+
+    def max_rows_tokens(self) -> tuple[int, int]:
+        """The largest rows x tokens of one probed forward: (target, draft)."""
+        return tuple(max(r * t for r, t in tab) for tab in (self.target, self.draft))
+
+
+def load_probe(path: str | Path) -> Probe:
+    """Read and check a probe file; any problem is one ConfigError line naming the field."""
+    d = read_json_object(path, "probe", "write one with `ssd-run probe -o FILE`")
+    if d.get("schema") != PROBE_SCHEMA:
+        raise ConfigError("probe.schema", f"{path}: expected {PROBE_SCHEMA!r}, got {d.get('schema')!r}")
+    tables, spread = {}, {}
+    for role in ("target", "draft"):
+        tables[role], spread[role] = _table(d.get(role), f"probe.{role}", path)
+    inter = d.get("interference")
+    if not isinstance(inter, dict):
+        raise ConfigError("probe.interference", f"{path}: missing; rerun `ssd-run probe`")
+    grid = d.get("grid") if isinstance(d.get("grid"), dict) else {}
+    return Probe(str(path), tables["target"], tables["draft"], spread,
+                 *(_fraction(inter, k, path) for k in ("one_row", "rows", "draft")),
+                 transfer=_transfer(d.get("transfer", []), path), context=int(grid.get("context", 0)),
+                 temperature=float(grid.get("temperature", 0.0)),
+                 host=Host.from_dict(d["host"], "probe.host") if isinstance(d.get("host"), dict) else None,
+                 models=d.get("models") if isinstance(d.get("models"), dict) else {})
+
+
+def _table(rows, field: str, path) -> tuple[dict[tuple[int, int], float], float]:
+    """{(rows, tokens): median of the pooled samples}, and the median relative SD of a shape's samples."""
+    if not isinstance(rows, list) or len(rows) < 3:
+        raise ConfigError(field, f"{path}: must list at least 3 timed shapes; rerun `ssd-run probe`")
+    pooled: dict[tuple[int, int], list[float]] = {}
+    for i, row in enumerate(rows):
+        ok = (isinstance(row, list) and len(row) == 5 and row[0] in KINDS and all(_count(x) for x in row[1:3])
+              and isinstance(row[4], list) and row[4] and all(_ms(x) for x in row[4]))
+        if not ok:
+            raise ConfigError(f"{field}[{i}]", f"{path}: must be [\"append\"|\"tree\", rows, tokens, median ms, "
+                                               f"[ms, ...]] with positive finite ms, got {str(row)[:80]}")
+        shape = (int(row[1]), int(row[2])) if row[0] == "append" else (int(row[1]) * int(row[2]), 1)
+        pooled.setdefault(shape, []).extend(float(x) for x in row[4])
+    rel = [statistics.pstdev(v) / statistics.median(v) for v in pooled.values() if len(v) >= 2]
+    return ({s: float(statistics.median(v)) for s, v in pooled.items()},
+            float(statistics.median(rel)) if rel else 0.0)
+
+
+def _fraction(inter: dict, key: str, path) -> float:
+    v = inter.get(key)
+    if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= 3):
+        raise ConfigError(f"probe.interference.{key}", f"{path}: must be a slowdown fraction in [0, 3], got {v!r}")
+    return float(v)
+
+
+def _transfer(rows, path) -> dict[tuple[int, int], float]:
+    if not isinstance(rows, list):
+        raise ConfigError("probe.transfer", f"{path}: must be a list of [b, K, median ms, [ms, ...]]")
+    out = {}
+    for i, row in enumerate(rows):
+        if not (isinstance(row, list) and len(row) == 4 and _count(row[0]) and _count(row[1]) and _ms(row[2])):
+            raise ConfigError(f"probe.transfer[{i}]", f"{path}: must be [b, K, median ms, [ms, ...]], got {str(row)[:80]}")
+        out[(int(row[0]), int(row[1]))] = float(row[2])
+    return out
+
+
+def _count(x) -> bool:
+    return isinstance(x, int) and not isinstance(x, bool) and x >= 1
+
+
+def _ms(x) -> bool:
+    return isinstance(x, (int, float)) and not isinstance(x, bool) and math.isfinite(x) and x > 0

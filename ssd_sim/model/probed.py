@@ -1,0 +1,119 @@
+"""A calibration's latencies from a probe (measured tables) instead of curves fitted to the runs' rounds.
+
+With a probe (`ssd-plan calibrate TRACES --probe P`, `ssd-run calibrate-here`) every latency quantity the probe
+measures comes from it: the target's and the draft's forwards at every probed (rows, tokens) shape
+(model.table.MeasuredForward, interpolated inside, a curve fitted to the table outside), the verify's slowdown
+beside a busy draft and the draft's beside a verify, and (without SSD traces) the request + reply transfer. The
+traces keep what only a run shows (per-round commit, lookups, fast backups, acceptance and hits; the transfer of a
+whole round where SSD traces time it: the probe's channel round trip alone was 0.9 ms against 3.0 ms in an SSD
+run's rounds on one host) and cross-check the probe: each
+AR / SD trace's median verify against the table (the drift between the probe and the runs, reported per trace),
+and the traces' own fits of the slowdowns and the transfer beside the probe's.
+"""
+
+from __future__ import annotations
+
+import statistics
+from collections.abc import Sequence
+from dataclasses import replace
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host, host_differences
+from ssd_sim.io.probe import Probe
+from ssd_sim.io.records import Phase
+from ssd_sim.io.trace import Trace
+from ssd_sim.model.latency import LatencyModel
+from ssd_sim.model.table import MeasuredForward
+from ssd_sim.model.uncertainty import EXTRAPOLATION_SD, Uncertainty
+
+
+def check_probe(probe: Probe, setup: dict, host: Host | None) -> None:
+    """ConfigError when the probe timed other models, dtypes or devices than the traces ran, or another host."""
+    for role in ("target", "draft"):
+        info = probe.models.get(role) or {}
+        name = info.get("source") if info.get("source") != "tiny" else info.get("label")
+        for key, got in (("models", name), ("dtype", info.get("dtype")), ("devices", info.get("device"))):
+            want = (setup.get(key) or {}).get(role)
+            if want is not None and got is not None and str(want) != str(got):
+                raise ConfigError(f"probe.{key}", f"{probe.path} timed {role} {got!r} but the traces ran {want!r}: "
+                                                  "probe the same setup (ssd-run probe with the traces' model flags)")
+    if host is not None and probe.host is not None:
+        diffs = host_differences(host, probe.host)
+        if diffs:
+            raise ConfigError("probe.host", f"{probe.path} was measured on another host than the traces "
+                                            f"({'; '.join(diffs)}): probe and run on one host")
+
+
+def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], report) -> LatencyModel:
+    """`fitted` (from the traces) with the probe's tables, slowdowns and transfer; report.latency gains a
+    "probe" entry with the cross-checks, and its target / draft / interference entries say they are probed."""
+    target, draft = MeasuredForward.fit(probe.target), MeasuredForward.fit(probe.draft)
+    drift = {t.path: r for t in traces if t.mode != "ssd" and (r := _verify_ratio(t, target)) is not None}
+    report.latency["probe"] = {
+        "path": probe.path, "context": probe.context, "temperature": probe.temperature,
+        "target_shapes": len(probe.target), "draft_shapes": len(probe.draft),
+        "sample_sd": probe.spread, "runs_vs_table": drift,
+        "traces_fit": {"verify_slowdown_one_row": fitted.verify_slowdown_one_row,
+                       "verify_slowdown_rows": fitted.verify_slowdown_rows,
+                       "draft_slowdown": fitted.draft_slowdown, "transfer_ms": fitted.transfer_ms}}
+    for role, model in (("target", target), ("draft", draft)):
+        report.latency[role] = {**report.latency[role], "source": f"measured: probe table, {len(model.table)} shapes "
+                                f"({model.probed_range()}) at {probe.context} cached tokens; curve fitted to the table "
+                                "outside it", "table_range": model.probed_range()}
+    report.latency["interference"] = {
+        "one_row": probe.one_row, "rows": probe.rows, "draft": probe.draft_slowdown,
+        "median_abs_rel_err": max(probe.spread.values(), default=0.03),
+        "source": f"measured by the probe: verify +{probe.one_row:.0%} beside one-row draft steps, +{probe.rows:.0%} "
+                  "beside multi-row steps",
+        "draft_source": f"measured by the probe: draft steps and glue +{probe.draft_slowdown:.0%} beside a verify"}
+    far = {p: r for p, r in drift.items() if abs(r - 1) > 0.15}
+    if far:
+        worst = max(far, key=lambda p: abs(far[p] - 1))
+        report.warnings.append(f"the runs' verifies are {far[worst]:.2f}x the probe table in {worst} "
+                               f"({len(far)} of {len(drift)} AR / SD traces beyond 15%): host drift between probe and "
+                               "runs, or another context; probe again beside the runs")
+    # the probe's round trip is the channel alone; an SSD trace's rounds also carry the request and reply handling
+    ssd_rounds = any(t.mode == "ssd" for t in traces)
+    report.latency["probe"]["transfer_from"] = "traces" if ssd_rounds else "probe"
+    return replace(fitted, target=target, draft=draft, transfer_ms=fitted.transfer_ms if ssd_rounds else probe.transfer_ms,
+                   verify_slowdown_one_row=probe.one_row, verify_slowdown_rows=probe.rows,
+                   draft_slowdown=probe.draft_slowdown)
+
+
+def _verify_ratio(t: Trace, target: MeasuredForward) -> float | None:
+    """The trace's median (measured verify / probe table at the round's shape); None with fewer than 5 rounds."""
+    ratios = [r.timings_ms[Phase.VERIFY] / float(target(r.batch, (0 if t.mode == "ar" else r.K) + 1))
+              for r in t.rounds if r.timings_ms[Phase.VERIFY] > 0]
+    return float(statistics.median(ratios)) if len(ratios) >= 5 else None
+
+
+def probe_provenance(probe: Probe, report) -> dict[str, str]:
+    """The provenance lines a probed calibration replaces."""
+    lat = report.latency
+    return {"latency": f"measured: probe {probe.path} (target {lat['target']['table_range']}, draft "
+                       f"{lat['draft']['table_range']}; samples' SD {probe.spread.get('target', 0):.1%} / "
+                       f"{probe.spread.get('draft', 0):.1%})",
+            "latency.draft": lat["draft"]["source"],
+            "latency.interference": lat["interference"]["source"],
+            "latency.draft_slowdown": lat["interference"]["draft_source"],
+            "latency.transfer": _transfer_line(probe, lat["probe"])}
+
+
+def _transfer_line(probe: Probe, entry: dict) -> str:
+    traces_ms = entry["traces_fit"]["transfer_ms"]
+    if entry["transfer_from"] == "traces":
+        return (f"measured in the SSD traces' rounds: {traces_ms:.2f} ms per request + reply (the probe's channel round "
+                f"trip alone: {probe.transfer_ms:.2f} ms at T = {probe.temperature:g})")
+    return (f"measured by the probe: {probe.transfer_ms:.2f} ms per request + reply at b = 1, T = {probe.temperature:g} "
+            "(the channel alone: a lower bound; no SSD trace timed a whole round's handling)")
+
+
+def probed_uncertainty(u: Uncertainty, probe: Probe) -> Uncertainty:
+    """The spreads with the probe's timed range (latency is extrapolated only beyond the probed shapes)."""
+    probed = probe.max_rows_tokens()
+    timed = tuple(max(a, b) for a, b in zip(u.timed_rows_tokens or (1, 1), probed, strict=True))
+    src = {**u.sources, "timed_rows_tokens": f"measured: the probe timed forwards of up to {probed[0]} (target) and "
+                                              f"{probed[1]} (draft) rows x tokens, the traces {u.timed_rows_tokens}; "
+                                              f"beyond them latency is extrapolated (assumed +{EXTRAPOLATION_SD:.0%} SD "
+                                              "per doubling)"}
+    return replace(u, timed_rows_tokens=timed, sources=src)

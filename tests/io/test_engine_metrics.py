@@ -1,0 +1,68 @@
+"""Engine metrics -> per-position acceptance counts: vLLM's Prometheus counters, SGLang's log, the reference engine's
+METRICS dict; malformed files are one-line errors."""
+
+import json
+
+import pytest
+
+from ssd_sim.io.engine_metrics import read_engine_metrics
+from ssd_sim.io.errors import ConfigError
+
+VLLM = """# HELP vllm:spec_decode_num_drafts_total Number of spec decoding drafts.
+# TYPE vllm:spec_decode_num_drafts_total counter
+vllm:spec_decode_num_drafts_total{engine="0",model_name="m"} 600.0
+vllm:spec_decode_num_drafts_total{engine="1",model_name="m"} 400.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="0"} 500.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="1",model_name="m",position="0"} 300.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="1"} 600.0
+vllm:spec_decode_num_accepted_tokens_per_pos_total{engine="0",model_name="m",position="2"} 420.0
+vllm:spec_decode_num_accepted_tokens_per_pos_created{engine="0",model_name="m",position="2"} 1.7e9
+"""
+SGLANG = """[2026-11-30 10:00:01] Decode batch. #running-req: 4, #token: 900, token usage: 0.01, accept len: 3.00, gen throughput (token/s): 400.1, #queue-req: 0
+[2026-11-30 10:00:11] Decode batch. #running-req: 4, #token: 950, token usage: 0.01, accept len: 2.50, accept rate: 0.50, gen throughput (token/s): 380.0, #queue-req: 0
+"""
+
+
+def write(tmp_path, name, text):
+    (tmp_path / name).write_text(text)
+    return tmp_path / name
+
+
+def test_vllm_counters_sum_over_engines_and_give_counted_per_position_acceptance(tmp_path):
+    c = read_engine_metrics(write(tmp_path, "m.txt", VLLM), "vllm")
+    # drafts 1000; accepted >= 1: 800, >= 2: 600, >= 3: 420 -> conditional 0.8, 0.75, 0.7
+    assert c.rounds == 1000 and c.tried == (1000.0, 800.0, 600.0)
+    assert c.acceptance == pytest.approx((0.8, 0.75, 0.7))
+    assert c.mean_accepted == pytest.approx(1.82)
+    assert any("temperature" in a for a in c.assumed)
+
+
+def test_sglang_accept_len_gives_the_constant_rate_with_that_mean(tmp_path):
+    c = read_engine_metrics(write(tmp_path, "s.log", SGLANG), "sglang", k=3)
+    a = c.acceptance[0]
+    assert c.acceptance == pytest.approx((a, a, a)) and a + a**2 + a**3 == pytest.approx(2.75 - 1.0, abs=1e-6)
+    assert c.rounds == 2 and c.spread is not None and c.spread > 0
+
+
+def test_reference_metrics_count_positions_and_keep_the_measured_p_hit(tmp_path):
+    lens = [1, 2, 3, 4, 4, 2]  # k + 1 per sequence-step, K = 3: accepted 0, 1, 2, 3, 3, 1
+    path = write(tmp_path, "r.json", json.dumps({"accepted_suffix_lens_with_recovery": lens, "cache_hits": [1.0, 0.5]}))
+    c = read_engine_metrics(path, "reference")
+    assert c.tried == (6.0, 5.0, 3.0) and c.passed == (5.0, 3.0, 2.0)
+    assert c.p_hit == 0.75
+
+
+@pytest.mark.parametrize("engine,text,k,needle", [
+    ("vllm", "vllm:num_requests_running 3\n", None, "no vllm:spec_decode_num_drafts"),
+    ("vllm", 'vllm:spec_decode_num_drafts_total{engine="0"} nan\n', None, "finite"),
+    ("sglang", SGLANG, None, "give -k"),
+    ("sglang", SGLANG, 1, "outside 1..K + 1"),
+    ("sglang", "nothing here\n", 3, "accept len"),
+    ("reference", "{not json", None, "not JSON"),
+    ("reference", json.dumps({"accepted_suffix_lens_with_recovery": [0, 2]}), None, "integers >= 1"),
+    ("reference", json.dumps({"accepted_suffix_lens_with_recovery": [1, 5]}), 2, "K = 2"),
+])
+def test_malformed_metrics_are_one_line_errors(tmp_path, engine, text, k, needle):
+    with pytest.raises(ConfigError) as e:
+        read_engine_metrics(write(tmp_path, "bad", text), engine, k)
+    assert needle in str(e.value) and "\n" not in str(e.value)

@@ -1,0 +1,114 @@
+"""A calibration with a probe takes its latencies from the probe's tables, and the planner plans with them."""
+
+import json
+
+import pytest
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.probe import load_probe
+from ssd_sim.model.calibrate import calibrate
+from ssd_sim.model.table import MeasuredForward
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.planner import PlanRequest, make_plan
+from ssd_sim.plan.predict import predict_ar, predict_sd
+from tests.helpers.synthetic_traces import DRAFT, SETUP, TARGET, write_trace
+
+BATCH, TOKENS, BRANCH = (1, 2, 4), range(1, 10), (1, 2, 4, 8, 16, 32)
+
+
+def probe_dict(target=TARGET, draft=DRAFT, bump: dict | None = None, **over) -> dict:
+    """A probe file whose medians are the generating curves (x bump[(rows, tokens)] where given)."""
+    bump = bump or {}
+
+    def row(kind, model, r, t):
+        ms = float(model(r if kind == "append" else r, t)) * bump.get((r, t), 1.0)
+        return [kind, r, t, ms, [ms * 0.99, ms, ms * 1.01]]
+
+    models = {role: {"source": SETUP["models"][role], "dtype": "float32", "device": SETUP["devices"][role]}
+              for role in ("target", "draft")}
+    return {"schema": "ssd-probe/1", "grid": {"context": 256, "temperature": 0.0}, "models": models, "host": None,
+            "target": [row("append", target, b, t) for b in BATCH for t in TOKENS],
+            "draft": [row("append", draft, b, t) for b in BATCH for t in TOKENS]
+            + [row("tree", draft, r, 1) for r in BRANCH],
+            "interference": {"one_row": 0.3, "rows": 0.1, "draft": 0.05},
+            "transfer": [[1, 4, 2.5, [2.5]], [2, 4, 3.0, [3.0]]], **over}
+
+
+def write_probe(path, **kw):
+    path.write_text(json.dumps(probe_dict(**kw)))
+    return load_probe(path)
+
+
+@pytest.fixture(scope="module")
+def traces(tmp_path_factory):
+    d = tmp_path_factory.mktemp("probed")
+    plans = [Plan(mode="ar", batch_size=1), Plan(mode="sd", num_speculative_tokens=3, batch_size=1)]
+    return [write_trace(d / f"t{i}.jsonl", p, rounds=120, seed=i) for i, p in enumerate(plans)], d
+
+
+def test_the_probe_replaces_the_fitted_latencies_slowdowns_and_transfer(traces):
+    paths, d = traces
+    probe = write_probe(d / "probe.json")
+    prof, rep = calibrate(paths, probe=probe)
+    lat = prof.latency
+    assert isinstance(lat.target, MeasuredForward) and isinstance(lat.draft, MeasuredForward)
+    assert lat.target(2, 5) == pytest.approx(float(TARGET(2, 5)))
+    assert lat.draft(16, 1) == pytest.approx(float(DRAFT(16, 1)))
+    assert (lat.verify_slowdown_one_row, lat.verify_slowdown_rows, lat.draft_slowdown) == (0.3, 0.1, 0.05)
+    assert lat.transfer_ms == 2.5
+    assert prof.provenance["latency"].startswith("measured: probe") and "probe" in prof.provenance["latency.interference"]
+    assert prof.uncertainty.timed_rows_tokens == (4 * 9, 4 * 9) and prof.uncertainty.interference == ()
+    # the traces ran on the generating curves, so each run's verifies sit on the table (drift ~ 0)
+    assert all(r == pytest.approx(1.0, abs=0.03) for r in rep.latency["probe"]["runs_vs_table"].values())
+
+
+def test_the_planner_plans_with_the_probed_table(traces):
+    paths, d = traces
+    flat = calibrate(paths, probe=write_probe(d / "flat.json"))[0]
+    cheap4 = calibrate(paths, probe=write_probe(d / "cheap.json", bump={(1, 5): 0.5}))[0]
+    assert predict_ar(flat, 1).round_ms == pytest.approx(float(TARGET(1, 1)) + flat.latency.round_overhead_ms)
+    assert predict_sd(cheap4, 1, 4, 0.0).verify_ms == pytest.approx(0.5 * float(TARGET(1, 5))
+                                                                    + cheap4.latency.round_overhead_ms)
+    k_flat = make_plan(flat, PlanRequest()).sd.num_speculative_tokens
+    k_cheap = make_plan(cheap4, PlanRequest()).sd.num_speculative_tokens
+    assert k_flat != 4 and k_cheap == 4  # a verify of 5 tokens at half price makes K = 4 SD's best
+
+
+def test_a_probe_of_other_models_or_another_host_is_refused(traces, tmp_path):
+    paths, _ = traces
+    other = probe_dict()
+    other["models"]["draft"]["source"] = "another-draft"
+    (tmp_path / "other.json").write_text(json.dumps(other))
+    with pytest.raises(ConfigError, match="probe.models"):
+        calibrate(paths, probe=load_probe(tmp_path / "other.json"))
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"schema": "ssd-probe/0"}, "probe.schema"),
+    ({"target": [["append", 1, 1, 3.0, [3.0]]]}, "probe.target"),
+    ({"draft": [["scan", 1, 1, 3.0, [3.0]]] * 3}, "probe.draft[0]"),
+    ({"interference": {"one_row": -1, "rows": 0, "draft": 0}}, "probe.interference.one_row"),
+    ({"transfer": [[1, 4, "fast", []]]}, "probe.transfer[0]"),
+])
+def test_a_malformed_probe_file_is_one_line_naming_the_field(tmp_path, change, field):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**probe_dict(), **change}))
+    with pytest.raises(ConfigError) as e:
+        load_probe(path)
+    assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_tree_steps_are_pooled_with_one_token_appends_of_as_many_rows(tmp_path):
+    probe = write_probe(tmp_path / "p.json")
+    assert (8, 1) in probe.draft and (32, 1) in probe.draft and probe.draft[(2, 1)] == pytest.approx(float(DRAFT(2, 1)))
+
+
+def test_the_plan_report_names_the_forwards_outside_the_probed_table(traces):
+    from ssd_sim.plan.report import build_report
+
+    paths, d = traces
+    prof = calibrate(paths, probe=write_probe(d / "range.json"))[0]
+    inside = build_report(prof, make_plan(prof, PlanRequest()))["latency_tables"]
+    assert inside["target"] == "rows 1..4 x tokens 1..9" and inside["outside"] == [] and inside["warning"] is None
+    big = build_report(prof, make_plan(prof, PlanRequest(batch_size=8)))["latency_tables"]
+    assert "AR step (8 rows x 1 tokens)" in big["outside"] and "probe these shapes" in big["warning"]

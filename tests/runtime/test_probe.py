@@ -1,0 +1,51 @@
+"""The probe times every shape of its grid in the runtime's code, both models at once and the transfer; its file
+loads into measured tables."""
+
+import json
+
+import pytest
+
+from ssd_runtime.cli import main
+from ssd_runtime.probe import ProbeGrid
+from ssd_sim.io.probe import load_probe
+from tests.helpers.runtime import DRAFT, TARGET, spec
+
+GRID = ProbeGrid(batch=(1, 2), max_k=3, branch_rows=(1, 2, 4), context=24, repeats=2, temperature=1.0,
+                 transfer_k=(1, 3))
+
+
+@pytest.fixture(scope="module")
+def probed(tmp_path_factory):
+    from ssd_runtime.probe import run_probe
+
+    res = run_probe(spec(TARGET), spec(DRAFT), GRID, say=lambda m: None)
+    path = tmp_path_factory.mktemp("probe") / "probe.json"
+    path.write_text(json.dumps(res.to_dict()))
+    return res, path
+
+
+def test_every_shape_of_the_grid_is_timed_repeats_times(probed):
+    res, _ = probed
+    assert sorted(res.target) == sorted(GRID.target_shapes()) and len(res.target) == 2 * 4
+    assert sorted(res.draft) == sorted(GRID.draft_shapes()) and len(res.draft) == 8 + 3
+    assert all(len(v) == 2 and min(v) > 0 for d in (res.target, res.draft) for v in d.values())
+    assert sorted(res.transfer) == [(1, 1), (1, 3), (2, 1), (2, 3)]
+    assert {"one_row", "rows", "draft"} <= set(res.interference)
+    assert res.interference["rows_draft_shape"] == ["tree", 4, 1]
+
+
+def test_the_probe_file_loads_as_tables_of_this_host(probed):
+    res, path = probed
+    probe = load_probe(path)
+    assert set(probe.target) == {(b, t) for b in (1, 2) for t in range(1, 5)}
+    assert (4, 1) in probe.draft and probe.context == 24 and probe.temperature == 1.0
+    assert probe.host is not None and probe.host.cpu and probe.transfer_ms > 0
+    assert probe.models["target"]["label"].startswith("tiny(")
+
+
+def test_probe_cli_refuses_a_bad_grid_in_one_line(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["probe", "--probe-batch", "2,1", "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--probe-batch" in err and "ascending" in err
+    assert not (tmp_path / "p.json").exists()
