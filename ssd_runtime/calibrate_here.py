@@ -23,8 +23,8 @@ probe's tables, acceptance and hit curves from the runs on every prompt only (a 
 plans with it as `ssd-plan --profile`.
 Acceptance varies more between prompts than between hosts (per prompt, 0.45 to 0.98 of the drafted tokens
 on the built-in code set), so the default samples every other prompt of the set
-(12 x 32 tokens; about 5 minutes on a 2-core CPU host): pass --prompts with a sample of your own workload
-to plan for it. Writes into --out: one trace per run, probe.json, manifest.json, profile.json and plan.json.
+(12 x 32 tokens; about 5 minutes on a 2-core CPU host, plus 2-7 for the probe: --no-probe skips it): pass
+--prompts with a sample of your own workload to plan for it. Writes into --out: one trace per run, probe.json, manifest.json, profile.json and plan.json.
 """
 
 from __future__ import annotations
