@@ -84,11 +84,15 @@ class ProbeResult:
     wall_s: float = 0.0
 
     def to_dict(self) -> dict:
-        rows = lambda d: [[k, r, t, statistics.median(v), [round(x, 4) for x in v]] for (k, r, t), v in d.items()]  # noqa: E731
+        """The probe file (ssd-probe/1, read by ssd_sim.io.probe): per key its median and every sample."""
         return {"schema": PROBE_SCHEMA, "grid": asdict(self.grid), "models": self.models, "host": self.host,
-                "wall_s": round(self.wall_s, 1), "target": rows(self.target), "draft": rows(self.draft),
-                "interference": self.interference,
-                "transfer": [[b, k, statistics.median(v), [round(x, 4) for x in v]] for (b, k), v in self.transfer.items()]}
+                "wall_s": round(self.wall_s, 1), "target": _rows(self.target), "draft": _rows(self.draft),
+                "interference": self.interference, "transfer": _rows(self.transfer)}
+
+
+def _rows(samples: dict[tuple, list[float]]) -> list[list]:
+    """[*key, median ms, [ms, ...]] per key of `samples`."""
+    return [[*key, statistics.median(v), [round(x, 4) for x in v]] for key, v in samples.items()]
 
 
 # ---- the worker side -------------------------------------------------------------------------------------

@@ -44,6 +44,15 @@ class MeasuredForward(ForwardLatency):
         if len({(r, t) for r, t, _ in rows}) != len(rows):
             raise ConfigError("table", "lists a (rows, tokens) shape twice; give each probed shape once (its median)")
         object.__setattr__(self, "table", tuple(sorted(rows)))
+        # read on every call (the planner and the simulator ask thousands of times): built once, the object is frozen
+        cols: dict[int, tuple[list, list]] = {}
+        for r, t, ms in self.table:
+            cols.setdefault(t, ([], []))[0].append(r)
+            cols[t][1].append(ms)
+        object.__setattr__(self, "_cols", {t: (np.array(rs, dtype=float), np.array(v, dtype=float))
+                                           for t, (rs, v) in cols.items()})
+        object.__setattr__(self, "_ts", np.array(sorted(cols), dtype=float))
+        object.__setattr__(self, "_curve", ForwardLatency(**{f.name: getattr(self, f.name) for f in fields(ForwardLatency)}))
 
     @classmethod
     def fit(cls, table: dict[tuple[int, int], float], free=("fixed_ms", "token_ms", "token_exponent",
@@ -59,7 +68,7 @@ class MeasuredForward(ForwardLatency):
     @property
     def curve(self) -> ForwardLatency:
         """The extrapolation curve alone (the ForwardLatency fields)."""
-        return ForwardLatency(**{f.name: getattr(self, f.name) for f in fields(ForwardLatency)})
+        return self._curve
 
     def __call__(self, rows: ArrayLike, tokens: ArrayLike = 1):
         """Forward latency in ms (broadcasts like ForwardLatency): the probed value, interpolated between probed
@@ -74,8 +83,7 @@ class MeasuredForward(ForwardLatency):
     def covers(self, rows: ArrayLike, tokens: ArrayLike = 1) -> np.ndarray:
         """True where (rows, tokens) lies inside the probed shapes (interpolated, not extrapolated)."""
         r, t = np.broadcast_arrays(np.asarray(rows, dtype=float), np.asarray(tokens, dtype=float))
-        cols = self._columns()
-        ts = np.array(sorted(cols))
+        cols, ts = self._cols, self._ts
         inside = np.zeros(r.shape, dtype=bool)
         for j, tj in enumerate(ts):
             rj = cols[tj][0]
@@ -103,17 +111,9 @@ class MeasuredForward(ForwardLatency):
         return d
 
     # ---- interpolation -------------------------------------------------------------------------
-    def _columns(self) -> dict[int, tuple[np.ndarray, np.ndarray]]:
-        cols: dict[int, tuple[list, list]] = {}
-        for r, t, ms in self.table:
-            cols.setdefault(t, ([], []))
-            cols[t][0].append(r)
-            cols[t][1].append(ms)
-        return {t: (np.array(rs, dtype=float), np.array(ms, dtype=float)) for t, (rs, ms) in cols.items()}
-
-    def _column_at(self, tj: int, r: np.ndarray, cols) -> np.ndarray:
+    def _column_at(self, tj: int, r: np.ndarray) -> np.ndarray:
         """Latency at tokens = tj for rows r: interpolated between probed rows, the curve anchored at the ends."""
-        rj, mj = cols[tj]
+        rj, mj = self._cols[tj]
         inside = np.interp(r, rj, mj)
         c = _positive(self.curve)
         low = c(r, tj) * mj[0] / c(rj[0], tj)
@@ -121,8 +121,7 @@ class MeasuredForward(ForwardLatency):
         return np.where(r < rj[0], low, np.where(r > rj[-1], high, inside))
 
     def _values(self, r: np.ndarray, t: np.ndarray, curve: np.ndarray) -> np.ndarray:
-        cols = self._columns()
-        ts = np.array(sorted(cols), dtype=float)
+        ts = self._ts
         c = _positive(self.curve)
         curve = np.maximum(curve, EPS_MS)
         out = np.empty_like(curve)
@@ -132,13 +131,13 @@ class MeasuredForward(ForwardLatency):
             rk, tk = r[sel], t[sel]
             if k == 0 or k == len(ts):  # below the smallest or above the largest probed tokens: anchor on that column
                 edge = int(ts[0] if k == 0 else ts[-1])
-                out[sel] = curve[sel] * self._column_at(edge, rk, cols) / c(rk, edge)
+                out[sel] = curve[sel] * self._column_at(edge, rk) / c(rk, edge)
                 continue
             hi_t = int(ts[k])
-            hi = self._column_at(hi_t, rk, cols)
+            hi = self._column_at(hi_t, rk)
             exact = tk == hi_t
             lo_t = int(ts[k - 1])
-            lo = self._column_at(lo_t, rk, cols)
+            lo = self._column_at(lo_t, rk)
             w = (tk - lo_t) / (hi_t - lo_t)
             out[sel] = np.where(exact, hi, lo + w * (hi - lo))
         return out
