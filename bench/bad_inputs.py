@@ -3,9 +3,11 @@
     .venv/bin/python bench/bad_inputs.py            # every case, a markdown table
     .venv/bin/python bench/bad_inputs.py --only fan  # cases whose name contains "fan"
 
-Every case must end with exit status 2, exactly one line on stderr, no traceback and no file created or changed
-(tests/cli/test_bad_inputs.py runs the same CASES in-process). The runtime's faults and signals are tested in
-tests/runtime/test_supervision.py.
+CASES must end with exit status 2, exactly one line on stderr, no traceback and no file created or changed
+(tests/cli/test_bad_inputs.py runs the same CASES in-process); WARN_CASES (valid, but almost certainly not meant)
+with exit status 0 and a one-line warning, no input changed; RUN_CASES and CONCURRENT run ssd-run on tiny random
+models (outputs over inputs, one-token requests, vanishing temperatures, two runs at once). The runtime's faults and
+signals are tested in tests/runtime/test_supervision.py.
 """
 
 from __future__ import annotations
@@ -72,6 +74,61 @@ CASES: list[tuple[str, str, str]] = [
     ("-o in /proc", "ssd-plan", f"{PLAN} -o /proc/plan.json"),
     ("--chrome-trace under a file", "ssd-sim", f"{PLAN} --chrome-trace {{binary}}/t.json"),
     ("calibrate -o a folder", "ssd-plan calibrate", f"{TRACE} -o {{folder}}"),
+    # outputs over inputs, by any spelling, symlink or hard link (refused before the work; ssd_sim.io.outputs)
+    ("calibrate -o its trace", "ssd-plan calibrate", "{trace} -o {trace}"),
+    ("calibrate -o a hard link of its trace", "ssd-plan calibrate", "{trace} {ar} -o {ar_hard}"),
+    ("calibrate -o its trace via ..", "ssd-plan calibrate", "{trace} -o {folder}/../trace.jsonl"),
+    ("calibrate -o a symlink to its probe", "ssd-plan calibrate", "{trace} --probe {profile} -o {profile_sym}"),
+    ("plan -o its profile", "ssd-plan", "--profile {profile} -o {profile}"),
+    ("plan -o its plan", "ssd-plan", f"{PLAN} --plan {{plan}} -o {{plan}}"),
+    ("plan -o its acceptance source", "ssd-plan", f"{PLAN} --acceptance-from {{profile}} -o {{profile_sym}}"),
+    ("sim --chrome-trace its plan", "ssd-sim", f"{PLAN} --plan {{plan}} --chrome-trace {{plan}}"),
+    ("sim --chrome-trace its replay", "ssd-sim", "--profile {profile} -k 2 --fan-out 0,0,1 --replay {trace} "
+                                                  "--chrome-trace {trace_sym}"),
+    ("workload -o its metrics", "ssd-plan workload", "{metrics} --engine vllm -t 0 -o {metrics}"),
+    # arrival times the float clock cannot hold, and infinity however it is spelled where it means nothing
+    ("arrivals at 1e308 ms", "ssd-sim", f"{PLAN} --workload arrivals --arrivals {{arrivals_huge}}"),
+    ("arrivals at 5e12 ms (past 2**42)", "ssd-sim", f"{PLAN} --workload arrivals --arrivals {{arrivals_past}}"),
+    ("arrivals 'Infinity' as a string", "ssd-sim", f"{PLAN} --workload arrivals --arrivals {{arrivals_inf}}"),
+    ("--rate 1e-6 over 1e6 requests", "ssd-sim", f"{PLAN} --workload poisson --rate 1e-6 --num-requests 1000000"),
+    ("-k Infinity", "ssd-plan", f"{PLAN} -k Infinity"),
+    ("--tokens 1e999", "ssd-sim", f"{PLAN} --tokens 1e999"),
+    ("-t Infinity", "ssd-plan", f"{PLAN} -t Infinity"),
+    ("-t +INF", "ssd-plan", f"{PLAN} -t +INF"),
+    ("--backup-threshold=-Infinity", "ssd-plan", f"{PLAN} --backup adaptive --backup-threshold=-Infinity"),
+    ("--rate Infinity", "ssd-sim", f"{PLAN} --workload poisson --rate Infinity"),
+    ("plan temperature 'inf'", "ssd-plan", f"{PLAN} --plan {{plan_temp_inf}}"),
+    ("plan temperature Infinity", "ssd-plan", f"{PLAN} --plan {{plan_temp_inf_literal}}"),
+    ("profile fixed_ms 'Infinity'", "ssd-plan", "--profile {profile_inf}"),
+    ("profile max_batch_size 1e999", "ssd-plan", "--profile {profile_batch_inf}"),
+]
+
+# Valid input almost certainly not meant (ssd_sim.io.sanity): (name, command, arguments, text the `warning:` line
+# must contain); exit 0, and no existing file changed
+WARN_CASES: list[tuple[str, str, str, str]] = [
+    ("calibrate the same trace twice", "ssd-plan calibrate", "{trace} {trace} -o {warn_out1}", "is given twice"),
+    ("calibrate a trace and its copy", "ssd-plan calibrate", "{trace} {trace_copy} -o {warn_out2}",
+     "has the same records as"),
+    ("calibrate a trace and a symlink to it", "ssd-plan calibrate", "{trace} {trace_sym} -o {warn_out3}",
+     "counted once"),
+    ("--rate 1e-6 for 8 requests", "ssd-sim", f"{PLAN} --workload poisson --rate 1e-6 --num-requests 8 --tokens 16",
+     "spaces 8 requests over ~93 days"),
+    ("--rate 0.01 for 100 short requests", "ssd-sim",
+     f"{PLAN} --workload poisson --rate 0.01 --num-requests 100 --tokens 16", "requests per second"),
+    ("arrivals in epoch ms", "ssd-sim", f"{PLAN} --workload arrivals --arrivals {{arrivals_epoch}} --tokens 16",
+     "arrival_ms spans ~54 years"),
+    ("--replay a CPU trace on an H100 profile", "ssd-sim", f"{PLAN} -k 2 --fan-out 0,0,1 --replay {{trace}} --tokens 16",
+     "its predictions are for another setup"),
+]
+
+# Numeric extremes that are valid: exit 0, nothing on stderr, no traceback (a vanishing T is its T -> 0 limit,
+# ssd_sim.io.limits.GREEDY_BELOW_T; a sequence of one token has no decode round)
+OK_CASES: list[tuple[str, str, str]] = [
+    ("plan -t 1e-300 (greedy floor)", "ssd-plan", f"{PLAN} -t 1e-300 --saguaro-c 0.5"),
+    ("plan -t 4.9e-5 -b 64", "ssd-plan", f"{PLAN} -t 4.9e-5 -b 64"),
+    ("sim -t 5e-324", "ssd-sim", f"{PLAN} -t 5e-324 --tokens 16"),
+    ("sim every sequence one token", "ssd-sim", f"{PLAN} --tokens 1 -b 4"),
+    ("sim one request", "ssd-sim", f"{PLAN} --workload poisson --rate 5 --num-requests 1 --tokens 8"),
 ]
 
 
@@ -117,33 +174,156 @@ def make_files(d: Path) -> dict[str, str]:
     rnd = next(r for r in bad if r.get("type") == "round")
     rnd["timings_ms"]["verify"] = -1.0
     put("nan_timing.jsonl", "\n".join(json.dumps(r) for r in bad))
+    put("trace.jsonl", TRACE.read_text())
+    put("ar.jsonl", AR_TRACE.read_text())
+    put("metrics.txt", (ROOT / "docs" / "examples" / "vllm-metrics.txt").read_text())
+    put("plan.json", json.dumps({"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 2,
+                                                                   "fan_out": [1, 1, 1]}}))
+    for name, target, how in (("ar_hard", "ar.jsonl", "link"), ("trace_sym", "trace.jsonl", "symlink"),
+                              ("profile_sym", "profile.json", "symlink")):
+        (d / f"{name}.jsonl").hardlink_to(d / target) if how == "link" else (d / f"{name}.jsonl").symlink_to(target)
+        f[name] = str(d / f"{name}.jsonl")
+    put("arrivals_huge.json", '{"arrival_ms": [0, 1e308]}')
+    put("arrivals_past.json", '{"arrival_ms": [0, 5e12]}')
+    put("arrivals_inf.json", '{"arrival_ms": [0, "Infinity"]}')
+    put("arrivals_epoch.json", '{"arrival_ms": [0, 1.7e12, 1.7e12]}')
+    put("plan_temp_inf.json", '{"schema": "ssd-plan/1", "plan": {"temperature": "inf"}}')
+    put("plan_temp_inf_literal.json", '{"schema": "ssd-plan/1", "plan": {"temperature": Infinity}}')
+    put("profile_inf.json", json.dumps({**prof, "latency": {**prof["latency"], "target": {
+        **prof["latency"]["target"], "fixed_ms": "Infinity"}}}))
+    put("profile_batch_inf.json", json.dumps({**prof, "max_batch_size": "@"}).replace('"@"', "1e999"))
+    put("trace_copy.jsonl", TRACE.read_text())
+    for i in (1, 2, 3):
+        f[f"warn_out{i}"] = str(d / f"warn_out{i}.json")
     f["out"] = str(d / "out.json")
     return f
+
+
+# ssd-run on tiny random models built in the scratch folder ({run}/...): (name, arguments, expectation). "refuse":
+# exit 2, one line, nothing touched; "ok": exit 0, no traceback, a trace that parses.
+RUN_CASES: list[tuple[str, str, str]] = [
+    ("run --trace is its -o", "--trace {run}/x.jsonl -o {run}/x.jsonl", "refuse"),
+    ("run --trace is its prompts", "--trace {run}/prompts.jsonl", "refuse"),
+    ("run -o a hard link of its prompts", "-o {run}/prompts_hard.jsonl --trace {run}/t1.jsonl", "refuse"),
+    ("run --trace a file of its model", "--trace {run}/target/config.json", "refuse"),
+    ("run -o its plan via ..", "--plan {run}/plan.json -o {run}/target/../plan.json --trace {run}/t2.jsonl", "refuse"),
+    ("run every request one token", "--max-new-tokens 1 --trace {run}/one.jsonl -o {run}/one.out", "ok"),
+    ("run T = 1e-300 (greedy floor)", "-t 1e-300 --mode sd --trace {run}/tiny-t.jsonl", "ok"),
+]
+# two ssd-run at once: the same --trace (one refuses in one line, or both finish, never a broken trace), and default
+# names in the same second (both finish, each with its own trace)
+CONCURRENT: list[tuple[str, str]] = [
+    ("two runs, one --trace", "--trace {run}/both.jsonl"),
+    ("two runs, default names", ""),
+]
+
+
+def make_run_files(d: Path) -> dict[str, str]:
+    """A tiny target / draft pair (ssd_runtime.specs TINY_*), prompts, a hard link to them and a plan, under d/run."""
+    from ssd_runtime.models import tiny_model
+    from ssd_runtime.specs import TINY_DRAFT, TINY_TARGET
+    from ssd_sim.plan.plan import Plan, PlanFile
+
+    run = d / "run"
+    run.mkdir()
+    tiny_model(**TINY_TARGET).save_pretrained(run / "target")
+    tiny_model(**TINY_DRAFT).save_pretrained(run / "draft")
+    (run / "prompts.jsonl").write_text("".join(json.dumps({"prompt_ids": [1, 2, 3, i]}) + "\n" for i in range(3)))
+    (run / "prompts_hard.jsonl").hardlink_to(run / "prompts.jsonl")
+    (run / "plan.json").write_text(PlanFile(Plan(num_speculative_tokens=2, fan_out=(1, 1, 1)), {}).to_json())
+    return {"run": str(run)}
+
+
+def run_argv(args: str, files: dict[str, str]) -> list[str]:
+    r = files["run"]
+    return ["ssd-run", "--target", f"{r}/target", "--draft", f"{r}/draft", "--prompts", f"{r}/prompts.jsonl",
+            "--max-new-tokens", "4", "--no-progress", *argv_of(args, files)]
 
 
 def argv_of(args: str, files: dict[str, str]) -> list[str]:
     return [a.format(**files) for a in args.split()]
 
 
-def snapshot(d: Path) -> dict[str, tuple[int, float]]:
-    return {str(p): (p.stat().st_size, p.stat().st_mtime) for p in d.rglob("*")}
+def snapshot(d: Path) -> dict[str, tuple[int, float] | None]:
+    """Every path below d, with size and mtime for files (a folder's mtime moves with a write probe's come and go)."""
+    return {str(p): None if p.is_dir() else (p.stat().st_size, p.stat().st_mtime) for p in d.rglob("*")}
+
+
+def _exe(argv: list[str]) -> list[str]:
+    return [str(ROOT / ".venv" / "bin" / argv[0]), *argv[1:]]
+
+
+def _result(p, before: dict, after: dict, t0: float) -> dict:
+    """What a finished case did: exit status, stderr lines, traceback?, files created / changed, seconds."""
+    return {"rc": p.returncode, "lines": len(p.stderr.splitlines()), "traceback": "Traceback" in p.stderr,
+            "touched": sorted(set(after.items()) - set(before.items())),
+            "changed": sorted(k for k, v in before.items() if after.get(k) != v), "s": time.perf_counter() - t0,
+            "stderr": p.stderr.strip().splitlines()[-1][:160] if p.stderr.strip() else "", "err": p.stderr}
 
 
 def run_case(cmd: str, args: str, files: dict[str, str], d: Path) -> dict:
-    """Run one case in a subprocess: exit status, stderr lines, traceback?, files created or changed, seconds."""
-    exe = [str(ROOT / ".venv" / "bin" / cmd.split()[0]), *cmd.split()[1:]]
-    before = snapshot(d)
+    """Run one planning-CLI case in a subprocess (see _result)."""
+    return run_argv_case(cmd.split() + argv_of(args, files), d)
+
+
+def run_argv_case(argv: list[str], d: Path) -> dict:
+    before, t = snapshot(d), time.perf_counter()
+    p = subprocess.run(_exe(argv), capture_output=True, text=True, timeout=300, cwd=d)
+    return _result(p, before, snapshot(d), t)
+
+
+def refused(r: dict) -> bool:
+    """Exit 2, exactly one stderr line, no traceback, no file created or changed."""
+    return r["rc"] == 2 and r["lines"] == 1 and not r["traceback"] and not r["touched"]
+
+
+def warned(r: dict, needle: str) -> bool:
+    """Exit 0, a `warning:` line containing `needle`, no traceback, no existing file changed."""
+    lines = [x for x in r["err"].splitlines() if "warning:" in x]
+    return r["rc"] == 0 and any(needle in x for x in lines) and not r["traceback"] and not r["changed"]
+
+
+def finished(r: dict, trace: Path | None) -> bool:
+    """Exit 0, no traceback, and (if named) a trace that parses."""
+    from ssd_sim.io.errors import ConfigError
+    from ssd_sim.io.trace import read_trace
+
+    if r["rc"] != 0 or r["traceback"]:
+        return False
+    try:
+        return trace is None or bool(read_trace(trace).header)
+    except ConfigError:
+        return False
+
+
+def concurrent(args: str, files: dict[str, str], d: Path) -> dict:
+    """Start two identical ssd-run at once (cwd d/run); ok when each refuses in one line (exit 2) or finishes, at
+    least one finishes, and every trace either names parses (two finished runs name two different traces)."""
+    run = Path(files["run"])
     t = time.perf_counter()
-    p = subprocess.run(exe + argv_of(args, files), capture_output=True, text=True, timeout=300, cwd=d)
-    after = snapshot(d)
-    return {"rc": p.returncode, "lines": len(p.stderr.splitlines()), "traceback": "Traceback" in p.stderr,
-            "touched": sorted(set(after.items()) - set(before.items())), "s": time.perf_counter() - t,
-            "stderr": p.stderr.strip().splitlines()[-1][:160] if p.stderr.strip() else ""}
+    procs = [subprocess.Popen(_exe(run_argv(args, files)), cwd=run, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                              text=True) for _ in range(2)]
+    outs = [p.communicate(timeout=300) for p in procs]
+    traces = [next((ln.split("trace: ", 1)[1] for ln in o.splitlines() if ln.startswith("trace: ")), None)
+              for o, _ in outs]
+    rs = [{"rc": p.returncode, "lines": len(e.splitlines()), "traceback": "Traceback" in e, "touched": [], "err": e}
+          for p, (_, e) in zip(procs, outs, strict=True)]
+    done = [finished(r, run / tr) for r, tr in zip(rs, traces, strict=True) if r["rc"] == 0 and tr]
+    ok = (all(r["rc"] == 0 or refused(r) for r in rs) and done and all(done)
+          and len({tr for r, tr in zip(rs, traces, strict=True) if r["rc"] == 0}) == len(done))
+    return {"ok": bool(ok), "rc": "/".join(str(r["rc"]) for r in rs), "s": time.perf_counter() - t,
+            "stderr": " | ".join(r["err"].strip()[:70] for r in rs if r["err"].strip())}
+
+
+def _row(name: str, cmd: str, r: dict, ok: bool) -> str:
+    return (f"| {name} | `{cmd}` | {r['rc']} | {r.get('lines', '-')} | {'yes' if r.get('traceback') else 'no'} | "
+            f"{len(r.get('touched', []))} | {r['s']:.1f} | {r['stderr'].replace('|', '/')}{'' if ok else ' **FAIL**'} |")
 
 
 def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--only", default="", help="run cases whose name contains this text")
+    ap.add_argument("--no-runtime", action="store_true", help="skip the ssd-run cases (they need torch)")
     a = ap.parse_args()
     print("| case | command | exit | stderr lines | traceback | files touched | s | message |")
     print("|---|---|---|---|---|---|---|---|")
@@ -152,15 +332,44 @@ def main() -> int:
         d = Path(tmp)
         files = make_files(d)
         for name, cmd, args in CASES:
-            if a.only not in name:
-                continue
-            r = run_case(cmd, args, files, d)
-            ok = r["rc"] == 2 and r["lines"] == 1 and not r["traceback"] and not r["touched"]
-            bad += not ok
-            print(f"| {name} | `{cmd}` | {r['rc']} | {r['lines']} | {'yes' if r['traceback'] else 'no'} | "
-                  f"{len(r['touched'])} | {r['s']:.1f} | {r['stderr'].replace('|', '/')}{'' if ok else ' **FAIL**'} |")
+            if a.only in name:
+                r = run_case(cmd, args, files, d)
+                bad += not refused(r)
+                print(_row(name, cmd, r, refused(r)))
+        for name, cmd, args, needle in WARN_CASES:
+            if a.only in name:
+                r = run_case(cmd, args, files, d)
+                bad += not warned(r, needle)
+                print(_row(name, cmd, r, warned(r, needle)))
+        for name, cmd, args in OK_CASES:
+            if a.only in name:
+                r = run_case(cmd, args, files, d)
+                ok = r["rc"] == 0 and not r["err"].strip() and not r["changed"]
+                bad += not ok
+                print(_row(name, cmd, r, ok))
+        if not a.no_runtime:
+            bad += _runtime(a.only, files | make_run_files(d), d)
     print(f"\n{bad} case(s) failed")
     return 1 if bad else 0
+
+
+def _runtime(only: str, files: dict[str, str], d: Path) -> int:
+    """The ssd-run cases and the concurrent pairs; the number that failed."""
+    bad = 0
+    for name, args, expect in RUN_CASES:
+        if only in name:
+            r = run_argv_case(run_argv(args, files), d)
+            argv = argv_of(args, files)
+            trace = Path(argv[argv.index("--trace") + 1]) if "--trace" in argv else None
+            ok = refused(r) if expect == "refuse" else finished(r, trace)
+            bad += not ok
+            print(_row(name, "ssd-run", r, ok))
+    for name, args in CONCURRENT:
+        if only in name:
+            r = concurrent(args, files, d)
+            bad += not r["ok"]
+            print(_row(name, "ssd-run x2", r, r["ok"]))
+    return bad
 
 
 if __name__ == "__main__":

@@ -54,7 +54,7 @@ TARGET_MS = 300.0
 IMPORTS = ("numpy", "pandas", "scipy.optimize", "plotly.graph_objects", "plotly.subplots", "streamlit",
            "ssd_sim.plan.planner", "ssd_sim.plan.whatif", "ssd_sim.plan.intervals", "ssd_sim.plan.compare",
            "ssd_sim.model.presets", "ssd_sim.model.calibrate", "ssd_sim.sim.des", "app.state", "app.compute",
-           "app.charts", "app.sim", "app.tracematch", "app.planfile")
+           "app.charts", "app.sim", "ssd_sim.model.tracematch", "app.planfile")
 SSD_TRACE = "cpu-fp32-grid/ssd-k2-f112-b1-t1.jsonl"  # a calibrated profile ships beside it
 AR_TRACE = "cpu-fp32-bench/ar-b1.jsonl"
 

@@ -29,6 +29,7 @@ on the built-in code set), so the default samples every other prompt of the set
 
 from __future__ import annotations
 
+import contextlib
 import json
 import shlex
 import sys
@@ -41,6 +42,7 @@ from ssd_sim.cli.plan import print_report
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, isa_summary
 from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.outputs import claim_outputs
 from ssd_sim.io.probe import load_probe
 from ssd_sim.model.calibrate import calibrate
 from ssd_sim.model.profile import load_profile_file
@@ -107,12 +109,21 @@ def build_parser() -> OneLineParser:
 
 def main(argv: list[str]) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        specs = model_specs(args, with_draft=True)
-        job_kw = prompt_ids(args, Path(specs["target"].path))
-        out = _out_dir(args.out)
-    except ConfigError as e:
-        fail(PROG, e)
+    default = Path("runs") / time.strftime("calibrate-here-%Y%m%d-%H%M%S", time.gmtime())
+    with contextlib.ExitStack() as stack:  # this run is the only one writing its folder
+        try:
+            specs = model_specs(args, with_draft=True)
+            job_kw = prompt_ids(args, Path(specs["target"].path))
+            claimed = stack.enter_context(claim_outputs({"out": args.out or default},
+                                                        unique=[] if args.out else ["out"]))
+            out = _out_dir(claimed["out"])
+        except ConfigError as e:
+            fail(PROG, e)
+        return _calibrate_into(out, specs, job_kw, args, argv)
+
+
+def _calibrate_into(out: Path, specs: dict, job_kw: dict, args, argv: list[str]) -> int:
+    """The grid, the probe, the profile and the plan, written into the claimed folder `out`."""
     runs = grid(args.temperatures)
     n = len(job_kw["prompts"])
     print(f"{PROG}: {len(runs)} runs on {n} prompts ({job_kw['source']}; latency-only runs on {min(n, FEW)}) x "
@@ -158,8 +169,7 @@ def _temperatures(text: str) -> tuple[float, ...]:
     return values
 
 
-def _out_dir(text: str | None) -> Path:
-    out = Path(text) if text else Path("runs") / time.strftime("calibrate-here-%Y%m%d-%H%M%S", time.gmtime())
+def _out_dir(out: Path) -> Path:
     if out.exists() and (not out.is_dir() or any(out.iterdir())):
         raise ConfigError("out", f"{out} exists and is not an empty folder; choose another --out (nothing is overwritten)")
     out.mkdir(parents=True, exist_ok=True)

@@ -10,7 +10,8 @@ ssd-sim use (ssd_sim.plan.knobs.resolve); a fan-out that a new K no longer fits,
 refused here in one line (give --fan-out, or re-plan with ssd-plan), since ssd-run does not plan. Bad input prints one line naming the flag or field and exits with status 2, before any process
 starts (files that cannot be written, prompts that do not fit the model's context included); outputs are
 written atomically (a failed run leaves no half-written --output file; the trace stays as NAME.partial, whole
-lines only). A worker process that dies or fails ends the run with one line and status 1 (a draft that dies
+lines only); an output that is an input (prompts, plan, a model file) is refused, and a run holds its outputs for
+its duration, so a second run naming them is refused in one line (default names move on to NAME-2, ...). A worker process that dies or fails ends the run with one line and status 1 (a draft that dies
 mid-run does not: the run finishes autoregressively, exactly); Ctrl-C and SIGTERM stop every process at once,
 with one line and status 130 / 143.
 """
@@ -42,8 +43,10 @@ from ssd_sim.cli.args import (
     raise_terminated,
 )
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import check_writable, resolve_output, save_text_atomic
+from ssd_sim.io.jsonfile import resolve_output, save_text_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_TOKENS
+from ssd_sim.io.outputs import check_outputs, claim_outputs
+from ssd_sim.io.sanity import check_rate, rate_warning
 from ssd_sim.plan.knobs import resolve
 from ssd_sim.plan.plan import MODES, load_plan
 
@@ -84,7 +87,7 @@ def build_parser() -> OneLineParser:
     r.add_argument("--draft-timeout", type=_timeout, default=120.0, metavar="SECONDS",
                    help="if the draft does not answer within this time, finish autoregressively; at start-up, how "
                         "long the loaded target waits for the draft (default 120, at most "
-                        f"{MAX_DRAFT_TIMEOUT_S:g}; 0 = wait forever)")
+                        f"{MAX_DRAFT_TIMEOUT_S:g}; 0 or inf = wait forever)")
     r.add_argument("--max-batch", type=bounded_int(1, MAX_BATCH, "rows"), metavar="N",
                    help="continuous batching: at most N sequences decode together; a finished row is refilled from "
                         "the queue at once (default: the plan's batch size; sets it)")
@@ -185,9 +188,13 @@ def _request_rate(text: str) -> float:
 
 
 def _timeout(text: str) -> float:
-    """--draft-timeout: seconds in 0..MAX_DRAFT_TIMEOUT_S (0 = wait forever)."""
+    """--draft-timeout: seconds in 0..MAX_DRAFT_TIMEOUT_S (0 or any spelling of infinity = wait forever)."""
     import argparse
 
+    from ssd_sim.io.values import means_infinity
+
+    if means_infinity(text):
+        return 0.0
     v = nonneg_float(text)
     if v > MAX_DRAFT_TIMEOUT_S:
         raise argparse.ArgumentTypeError(f"{v:g} s is more than {MAX_DRAFT_TIMEOUT_S:g} s (a week); use 0 to wait "
@@ -226,11 +233,21 @@ def main(argv: list[str] | None = None) -> int:
 
 def _run_main(argv: list[str], files: _Files) -> int:
     args = build_parser().parse_args(argv)
-    try:
-        plan, job_kw, specs = _prepare(args, files)
-    except ConfigError as e:
-        fail(PROG, e)
-    return _execute(args, plan, job_kw, specs, files)
+    default = args.trace is None  # a default name moves on to NAME-2, ... when another run holds it
+    with contextlib.ExitStack() as stack:
+        try:
+            plan, job_kw, specs = _prepare(args, files)
+            claimed = stack.enter_context(claim_outputs({"trace": args.trace, "output": args.output},
+                                                        unique=["trace"] if default else []))
+        except ConfigError as e:
+            fail(PROG, e)
+        args.trace = str(claimed["trace"])
+        files.trace = claimed["trace"]
+        n = len(job_kw["prompts"])
+        warning = rate_warning(args.rate, n, n - 1) if args.rate is not None else None  # the first arrives at 0
+        if warning:  # before the run starts: it may wait that long
+            print(f"{PROG}: warning: {warning}", file=sys.stderr, flush=True)
+        return _execute(args, plan, job_kw, specs, files)
 
 
 # ---- one line for interrupts and dead workers ------------------------------------------------------------
@@ -341,10 +358,11 @@ def _prepare(args, files: _Files | None = None):
     job_kw = prompt_ids(args, Path(specs["target"].path), need_tokenizer=bool(args.output))
     limits = {role: context_length(model_config(Path(spec.path), role)) for role, spec in specs.items() if spec}
     check_context(job_kw["prompts"], args.max_new_tokens, mode, plan.num_speculative_tokens, limits)
+    if args.rate is not None:
+        check_rate(args.rate, len(job_kw["prompts"]), len(job_kw["prompts"]) - 1)
     args.trace = args.trace or str(default_trace_path(mode))
-    check_writable(args.trace, "trace")  # now, not after the run
-    if args.output:
-        check_writable(args.output, "output")
+    check_outputs({"trace": args.trace, "output": args.output},  # now, not after the run
+                  {"plan": args.plan, "prompts": args.prompts, **{role: s.path for role, s in specs.items() if s}})
     if files is not None:
         files.trace, files.output = Path(args.trace), Path(args.output) if args.output else None
     return plan, job_kw, specs
@@ -548,10 +566,14 @@ def print_summary(s, mode: str, trace_path: str | None) -> None:  # records.Summ
     t.add_column("metric")
     t.add_column("value", justify="right")
     hit = s.hit_rate
+
+    def per_round(v: float, fmt: str) -> str:  # undefined without rounds (every request ended at its first token)
+        return format(v, fmt) if s.rounds else "-"
+
     rows = [("tokens (decode)", f"{s.tokens}"), ("wall (s, decode)", f"{s.wall_s:.2f}"),
-            ("tok/s", f"{s.tok_s:.2f}"), ("rounds", f"{s.rounds}"),
-            ("mean acceptance length", f"{s.mean_accept_len:.2f}"),
-            ("acceptance rate", f"{s.acceptance_rate:.3f}"),
+            ("tok/s", per_round(s.tok_s, ".2f")), ("rounds", f"{s.rounds}"),
+            ("mean acceptance length", per_round(s.mean_accept_len, ".2f")),
+            ("acceptance rate", per_round(s.acceptance_rate, ".3f") if mode != "ar" else "-"),
             ("hit rate", "-" if hit is None else f"{hit:.3f}"), ("prefill (ms)", f"{s.prefill_ms:.0f}"),
             ("tok/s end to end (prefill, waits)", f"{s.e2e_tok_s:.2f}")]
     if s.ttft_ms_p50 is not None:

@@ -6,6 +6,7 @@ from dataclasses import dataclass, field
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.records import RoundRecord, Summary
+from ssd_sim.io.sanity import check_arrival_ms
 from ssd_sim.plan.plan import Mode, Plan
 
 from .hooks import TestHooks
@@ -66,5 +67,7 @@ def check_job(job: Job, target: dict, draft: dict | None) -> None:
     if arr is not None and (len(arr) != len(job.prompts) or not all(0 <= float(a) < float("inf") for a in arr)):
         raise ConfigError("arrivals_ms", f"needs one finite time >= 0 (ms) per prompt: {len(arr)} times for "
                                          f"{len(job.prompts)} prompts")
+    for i, t in enumerate(arr or ()):
+        check_arrival_ms(float(t), f"arrivals_ms[{i}]")  # a wait the clock can hold (ssd_sim.io.limits)
     limits = {"target": target.get("max_positions")} if draft is None else {"draft": draft.get("max_positions")}
     check_context(job.prompts, job.max_new_tokens, job.mode, job.plan.num_speculative_tokens, limits)

@@ -10,12 +10,14 @@ by itself. Bad input: one line naming the flag, exit 2, nothing written.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import statistics
 
 from ssd_sim.cli.args import OneLineParser, add_knob_arg, fail, positive_int
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.outputs import check_outputs, claim_outputs
 
 from .probe import ProbeGrid, run_probe
 
@@ -68,14 +70,16 @@ def main(argv: list[str]) -> int:
     p.add_argument("-o", "--output", required=True, metavar="FILE", help="probe JSON to write")
     p.add_argument("--no-pin", action="store_true", help="do not pin the two processes to one core each")
     args = p.parse_args(argv)
-    try:
-        check_writable(args.output, "output")
-        specs = model_specs(args, with_draft=True)
-        grid = grid_from_args(args, args.context, args.temperature)
-    except ConfigError as e:
-        fail(PROG, e)
-    res = run_probe(specs["target"], specs["draft"], grid, pin=not args.no_pin)
-    save_json_atomic(args.output, json.dumps(res.to_dict(), indent=1), "output")
+    with contextlib.ExitStack() as stack:
+        try:
+            specs = model_specs(args, with_draft=True)
+            check_outputs({"output": args.output}, {role: s.path for role, s in specs.items() if s})
+            stack.enter_context(claim_outputs({"output": args.output}))  # one probe writes this file at a time
+            grid = grid_from_args(args, args.context, args.temperature)
+        except ConfigError as e:
+            fail(PROG, e)
+        res = run_probe(specs["target"], specs["draft"], grid, pin=not args.no_pin)
+        save_json_atomic(args.output, json.dumps(res.to_dict(), indent=1), "output")
     print_summary(res)
     print(f"probe written to {args.output} ({res.wall_s:.0f} s); next: ssd-plan calibrate TRACES --probe {args.output}")
     return 0

@@ -36,6 +36,7 @@ import time
 from collections.abc import Callable, Iterator
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.outputs import claim_outputs
 
 from .hooks import TestHooks
 from .jobs import Job, JobResult, WorkerError  # noqa: F401  (the runtime's API: Session runs Jobs)
@@ -108,7 +109,12 @@ class Session:
 
     def run(self, job: Job, on_progress: Callable[[int], None] | None = None) -> JobResult:
         """Run a job; on_progress(tokens) is called as tokens are committed. Raises ConfigError on bad input,
-        WorkerError if the target process dies or fails."""
+        WorkerError if the target process dies or fails. The job's trace is claimed for the run (another process
+        writing the same trace is ConfigError; ssd_sim.io.outputs)."""
+        with claim_outputs({"trace": job.trace_path}):
+            return self._run(job, on_progress)
+
+    def _run(self, job: Job, on_progress: Callable[[int], None] | None) -> JobResult:
         try:
             self.conn.send((Ctl.JOB, job))
         except (BrokenPipeError, OSError):

@@ -9,10 +9,11 @@ from pathlib import Path
 
 import streamlit as st
 
-from app import charts, sim, state, tracematch
+from app import charts, sim, state
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.records import Header
 from ssd_sim.io.trace import PHASES, Trace, parse_trace
+from ssd_sim.model import tracematch
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.compare import position_curves, predicted_vs_measured, trace_plan, trace_series
 
@@ -132,11 +133,14 @@ def _calibrated() -> dict[str, Profile | str]:
 
 
 def calibrate_from(chosen: Chosen) -> Profile:
-    """ssd_sim's calibration (ssd-plan calibrate) on this one trace, as parsed (an upload stays in memory)."""
+    """ssd_sim's calibration (ssd-plan calibrate) on this one trace, as parsed (an upload stays in memory); its
+    one-line notes on traces counted once (ssd_sim.io.sanity) are kept for the page beside the profile."""
     from ssd_sim.model.calibrate import calibrate_traces
 
     source = str(chosen.path) if chosen.path is not None else str(chosen.trace.path)
-    return calibrate_traces([chosen.trace], [source], name=f"calibrated-from-{Path(source).stem}")[0]
+    profile, report = calibrate_traces([chosen.trace], [source], name=f"calibrated-from-{Path(source).stem}")
+    st.session_state.setdefault("tr_calibration_notes", {})[chosen.key] = report.duplicates
+    return profile
 
 
 def _on_calibrate(chosen: Chosen) -> None:
@@ -184,6 +188,8 @@ def choose_profile(chosen: Chosen, sc) -> Profile | None:
     err = _calibrated().get(chosen.key)
     if isinstance(err, str):
         st.error(err)
+    for note in st.session_state.get("tr_calibration_notes", {}).get(chosen.key, []):
+        st.warning(note, icon=":material/warning:")
     if not options:
         st.warning("choose a valid profile in the sidebar for the predictions")
         return None

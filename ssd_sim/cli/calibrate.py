@@ -15,7 +15,8 @@ from rich.table import Table
 
 from ssd_sim.cli.args import OneLineParser, cli_entry, fail
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.outputs import check_outputs
 from ssd_sim.io.probe import load_probe
 from ssd_sim.model.calibrate import CalibrationReport, calibrate
 from ssd_sim.model.profile import Profile
@@ -37,7 +38,7 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     args = p.parse_args(argv)
     try:
-        check_writable(args.output, "output")  # before reading and fitting the traces
+        check_outputs({"output": args.output}, {"traces": args.traces, "probe": args.probe})  # before the fit
         probe = load_probe(args.probe) if args.probe else None
         profile, report = calibrate(args.traces, args.name, probe=probe)
         data = profile.to_dict()
@@ -45,6 +46,8 @@ def main(argv: list[str] | None = None) -> int:
         save_json_atomic(args.output, json.dumps(data, indent=2), "output")
     except ConfigError as e:
         fail(PROG, e)
+    for line in report.duplicates:  # a trace given twice was counted once
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
     if args.json:
         print(json.dumps(report.to_dict(), indent=2))
     else:

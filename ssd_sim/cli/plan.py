@@ -24,11 +24,12 @@ from ssd_sim.cli.args import (
     fail,
     knob_flags,
 )
-from ssd_sim.cli.source import add_source_args, profile_of, source_of
+from ssd_sim.cli.source import add_source_args, profile_of, source_files, source_of
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
-from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.limits import MAX_BUDGET, MAX_K, MAX_TOKENS
+from ssd_sim.io.outputs import check_outputs
 from ssd_sim.model.presets import list_presets
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES
@@ -105,8 +106,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.list_presets:
         return _print_presets()
     try:
-        if args.output:
-            check_writable(args.output, "output")  # before the search and any simulation
+        check_outputs({"output": args.output}, {"plan": args.plan, **source_files(args)})  # before the search
         profile, base_extra, knobs, workload = _resolve(args)
         request = PlanRequest(batch_size=workload["batch_size"], temperature=workload["temperature"],
                               draft_devices=workload["draft_devices"], knobs=knobs, objective=args.objective,
@@ -219,7 +219,12 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     con.print(f"SSD: p_hit {s.p_hit:.3f} (whole batch {s.p_all_hit:.3f}), E_hit {s.e_hit:.2f}, "
               f"E_miss {s.e_miss:.2f} tokens; T_v {s.verify_ms:.2f} ms, T_p {s.draft_ms:.2f} ms, "
               f"backup ({s.backup}) {s.backup_ms:.2f} ms")
-    thr = "never" if math.isinf(result.b_star) else f"{result.b_star:g}"
+    def never(b: float) -> str:
+        return "never" if math.isinf(b) else f"{b:g}"
+
+    fixed = plan.backup == "adaptive" and plan.backup_threshold != result.b_star  # a threshold the user fixed
+    thr = f"{never(plan.backup_threshold)}, fixed; the crossover is b*={never(result.b_star)}" if fixed else \
+        never(result.b_star)
     con.print(f"plan: K={plan.K} fan_out={list(plan.fan_out)} fan_out_miss={list(plan.fan_out_miss)} "
               f"saguaro_c={plan.c_label} backup={plan.backup} (fast backup from b*={thr}; closed form "
               f"{result.b_star_closed_form:.2f})")

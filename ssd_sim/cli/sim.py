@@ -13,6 +13,7 @@ length works in bounded memory (ssd_sim.sim.des).
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import math
 import sys
@@ -26,19 +27,22 @@ from ssd_sim.cli.args import (
     knob_flags,
     nonneg_float,
 )
-from ssd_sim.cli.source import add_source_args, profile_of, source_of
+from ssd_sim.cli.source import add_source_args, profile_of, source_files, source_of
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
-from ssd_sim.io.trace import read_trace
+from ssd_sim.io.outputs import check_outputs
+from ssd_sim.io.sanity import arrivals_warning, rate_warning
+from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.profile import Profile
+from ssd_sim.model.tracematch import mismatch_line
 from ssd_sim.plan.intervals import scaled_interval
 from ssd_sim.plan.knobs import resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, PlanRequest, make_plan
 from ssd_sim.plan.predict import Prediction, predict
 from ssd_sim.plan.report import host_report
-from ssd_sim.sim.des import MODES, SimResult, simulate
+from ssd_sim.sim.des import MODES, SimResult, outcome_source, plan_for_mode, simulate
 from ssd_sim.sim.metrics import json_safe
 from ssd_sim.sim.workload import (
     ARRIVALS_HINT,
@@ -100,8 +104,8 @@ def build_parser() -> OneLineParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        if args.chrome_trace:
-            check_writable(args.chrome_trace, "chrome_trace")  # before the simulation, not after it
+        check_outputs({"chrome_trace": args.chrome_trace},  # before the simulation, not after it
+                      {"plan": args.plan, "arrivals": args.arrivals, "replay": args.replay, **source_files(args)})
         pf = load_plan(args.plan) if args.plan else None
         profile = profile_of(source_of(args, (pf.extra.get("profile") or {}) if pf else None))
         base = pf.plan if pf else None
@@ -110,6 +114,10 @@ def main(argv: list[str] | None = None) -> int:
         workload = workload_from_args(args)
         plan = resolve_plan(args, profile, base)
         replay = read_trace(args.replay) if args.replay else None
+        if replay is not None:  # refused now, before any warning, so bad input stays one line
+            outcome_source(profile, plan_for_mode(profile, plan, args.mode), replay)
+        for line in input_warnings(profile, plan, workload, replay, args):  # before the run starts
+            print(f"{PROG}: warning: {line}", file=sys.stderr)
         progress = not args.no_progress and not args.json and sys.stderr.isatty()
         result = simulate(profile, plan, mode=args.mode, seed=args.seed, workload=workload,
                           chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay)
@@ -182,6 +190,24 @@ def _arrivals_workload(args) -> Workload:
                          args.output_dist)
 
 
+def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Trace | None, args) -> list[str]:
+    """One line each for valid input almost certainly not meant (ssd_sim.io.sanity, model.tracematch): arrivals
+    spread over hours of idling, a replayed trace of another setup than the profile's."""
+    busy = None if workload.kind == "fixed" else decode_ms(profile, plan, workload, args.mode)
+    lines = [rate_warning(workload.rate, workload.num_requests, workload.num_requests, busy,
+                          waiting="simulated waiting") if workload.kind == "poisson" else None,
+             arrivals_warning(args.arrivals, workload.arrival_ms, busy) if workload.kind == "arrivals" else None,
+             mismatch_line(replay, profile) if replay is not None else None]
+    return [line for line in lines if line]
+
+
+def decode_ms(profile: Profile, plan: Plan, workload: Workload, mode: str) -> float:
+    """The analytic time to decode every request of the workload one after another, alone in the batch (ms)."""
+    tokens = sum(workload.output_lengths) or workload.num_requests * workload.output_tokens
+    one = predict(profile, plan.replace(batch_size=1), "ssd" if mode.startswith("ssd") else mode)
+    return tokens / one.per_seq_tok_s * 1e3 if one.per_seq_tok_s > 0 else math.inf
+
+
 def resolve_plan(args, profile: Profile, base: Plan | None) -> Plan:
     """The plan file with the knob flags on top (ssd_sim.plan.knobs.resolve); what is open (no plan file, or a
     fan-out a new K dropped) the planner chooses for this batch with the fixed knobs kept."""
@@ -229,6 +255,9 @@ def rows(m, p: Prediction) -> list[tuple[str, str, str]]:
 
     def f(v, fmt="{:.1f}"):
         return "-" if v is None or (isinstance(v, float) and math.isnan(v)) else fmt.format(v)
+
+    if not m.rounds:  # no decode round ran (every sequence ended at its first token): per-round numbers undefined
+        m = dataclasses.replace(m, round_ms=None, mean_batch=None, mean_accept_len=None, acceptance_rate=None)
 
     pct = "{:.1%}"
     out = [

@@ -41,6 +41,11 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
                             "theirs (specs: default llama70b-1b-h100, marked assumed)")
 
 
+def source_files(args) -> dict[str, str | None]:
+    """The files (or model folders) the profile-source flags read, by field: what no output may overwrite."""
+    return {k: getattr(args, k, None) for k in ("profile", "target", "draft", "acceptance_from")}
+
+
 def spec_of(args) -> dict[str, Any] | None:
     """The spec flags given (None if none); ConfigError if the spec is incomplete or mixed with a preset/profile."""
     given = {k: getattr(args, k, None) for k in SPEC_FLAGS if getattr(args, k, None) is not None}

@@ -12,7 +12,8 @@ import json
 from ssd_sim.cli.args import OneLineParser, add_knob_arg, cli_entry, fail
 from ssd_sim.io.engine_metrics import ENGINES, read_engine_metrics
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import check_writable, save_json_atomic
+from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.outputs import check_outputs
 from ssd_sim.model.workload_profile import WorkloadProfile
 
 PROG = "ssd-plan workload"
@@ -35,7 +36,7 @@ def main(argv: list[str] | None = None) -> int:
         if args.temperature is None:
             raise ConfigError("temperature", "the metrics do not record the sampling temperature: give -t T (the "
                                              "temperature the requests ran at)")
-        check_writable(args.output, "output")
+        check_outputs({"output": args.output}, {"metrics": args.metrics})
         counts = read_engine_metrics(args.metrics, args.engine, args.num_speculative_tokens)
         from pathlib import Path
 

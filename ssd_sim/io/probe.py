@@ -15,6 +15,7 @@ from pathlib import Path
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import read_json_object
+from ssd_sim.io.values import nonfinite_strings
 
 PROBE_SCHEMA = "ssd-probe/1"
 KINDS = ("append", "tree")
@@ -50,7 +51,8 @@ class Probe:
 
 def load_probe(path: str | Path) -> Probe:
     """Read and check a probe file; any problem is one ConfigError line naming the field."""
-    d = read_json_object(path, "probe", "write one with `ssd-run probe -o FILE`")
+    d = nonfinite_strings(read_json_object(path, "probe", "write one with `ssd-run probe -o FILE`"),
+                          ("schema", "host", "models"))  # "inf" is checked like the literal Infinity
     if d.get("schema") != PROBE_SCHEMA:
         raise ConfigError("probe.schema", f"{path}: expected {PROBE_SCHEMA!r}, got {d.get('schema')!r}")
     tables, spread = {}, {}

@@ -86,7 +86,8 @@ class TraceWriter:
     """Writes a trace line by line to `path.partial`, renamed to `path` on close.
 
     A run that dies leaves the .partial file (useful, clearly marked) and never a half-valid trace
-    under the final name.
+    under the final name. One writer per path: the process that starts the run claims it first
+    (ssd_sim.io.outputs.claim_outputs; ssd_runtime.run.Session.run does), so no two runs share a .partial.
     """
 
     def __init__(self, path: str | Path, header: Header):

@@ -1,14 +1,21 @@
 """Command-line values: text -> number, list or enum, with a one-line argparse error naming what was expected.
 
 The knob schema (ssd_sim.plan.plan) names these as the parsers of its flags; every CLI's other flags use them too.
+Infinity is one value however it is spelled: every text Python's float() reads as infinite ('inf', 'Infinity',
+'+INF', '1e999') parses alike, where a flag takes it (threshold_arg) and in the one refusal where it does not; JSON
+files get the same through nonfinite_strings (a string spelling of inf or nan reads as the number it spells).
 """
 
 from __future__ import annotations
 
 import argparse
 import math
+from collections.abc import Collection
+from typing import Any
 
 from ssd_sim.io.limits import MAX_BUDGET
+
+NEVER = ("never", "none")  # threshold_arg: spellings of "no threshold" besides infinity
 
 
 def fan_out_arg(text: str) -> int | tuple[int, ...]:
@@ -41,16 +48,33 @@ def _number(text: str, cast, kind: str):
     try:
         return cast(text)
     except ValueError:
-        hint = " (write it out as an integer)" if cast is int and _is_float(text) else ""
+        v = _float_or_none(text)
+        if v is not None and not math.isfinite(v):  # one message for inf, Infinity, +INF, 1e999, NaN ...
+            raise argparse.ArgumentTypeError(f"invalid {kind} {v} (give a finite whole number)") from None
+        hint = " (write it out as an integer)" if cast is int and v is not None else ""
         raise argparse.ArgumentTypeError(f"invalid {kind} {text!r}{hint}") from None
 
 
-def _is_float(text: str) -> bool:
+def _float_or_none(text: str) -> float | None:
     try:
-        float(text)
-        return True
+        return float(text)
     except ValueError:
-        return False
+        return None
+
+
+def nonfinite_strings(data: Any, text_keys: Collection[str] = ()) -> Any:
+    """JSON data with every string spelling of a non-finite number ('inf', 'Infinity', '+inf', '1e999', 'nan') as
+    that float, so a file's "inf" is checked (accepted or refused) exactly as its literal Infinity; the values of
+    `text_keys` (names, descriptions) stay as written. Other values are returned unchanged."""
+    if isinstance(data, dict):
+        return {k: v if k in text_keys else nonfinite_strings(v, text_keys) for k, v in data.items()}
+    if isinstance(data, list):
+        return [nonfinite_strings(v, text_keys) for v in data]
+    if isinstance(data, str) and len(data) <= 64:
+        v = _float_or_none(data)
+        if v is not None and not math.isfinite(v):
+            return v
+    return data
 
 
 def unit_float(text: str) -> float:
@@ -94,8 +118,14 @@ def nonneg_float(text: str) -> float:
     return v
 
 
+def means_infinity(text: str) -> bool:
+    """Whether text spells +infinity as float() reads it: 'inf', 'Infinity', '+INF', ' inf', '1e999'."""
+    return len(text) <= 64 and _float_or_none(text) == math.inf
+
+
 def threshold_arg(text: str) -> float:
-    if text.lower() in ("inf", "never", "none"):
+    """A batch size >= 1, or no threshold: any spelling of +infinity, 'never' or 'none'."""
+    if text.strip().lower() in NEVER or means_infinity(text):
         return math.inf
     v = nonneg_float(text)
     if v < 1:

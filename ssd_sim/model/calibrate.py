@@ -30,9 +30,11 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
+from ssd_sim.io.sanity import distinct_traces
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import (
+    PINNED_AT,
     FitReport,
     ForwardLatency,
     LatencyModel,
@@ -66,10 +68,12 @@ class CalibrationReport:
     acceptance: list[dict] = field(default_factory=list)  # one entry per (T, C) group
     logged: dict | None = None  # the logged distributions behind a derived acceptance model (logged.derived_model)
     warnings: list[str] = field(default_factory=list)  # assumed or extrapolated quantities, one line each
+    duplicates: list[str] = field(default_factory=list)  # traces given again (same content), counted once: one line each
 
     def to_dict(self) -> dict:
         return {"traces": self.traces, "latency": self.latency, "overheads": self.overheads,
-                "acceptance": self.acceptance, "logged": self.logged, "warnings": self.warnings}
+                "acceptance": self.acceptance, "logged": self.logged, "warnings": self.warnings,
+                **({"duplicates": self.duplicates} if self.duplicates else {})}
 
 
 MAX_FIT_ERROR = 1.0  # a median |relative error| of the SSD verifies above 100% means the traces do not fit together
@@ -296,7 +300,16 @@ def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds
 
 
 def _warn_at_bound(report, role: str, rep) -> None:
-    """A warning for every fitted latency parameter that ended on a bound of its fit (the traces do not pin it)."""
+    """A warning for every fitted latency parameter that ended on a bound of its fit (the traces do not pin it),
+    and one for the parameters too few distinct forward sizes left unfitted (latency.identifiable)."""
+    if rep.pinned:
+        held = ", ".join(f"{n} at {PINNED_AT[n]:g}" for n in rep.pinned)
+        sizes = ", ".join(f"{s:g}" for s in rep.sizes)
+        verb = "is" if len(rep.pinned) == 1 else "are"
+        report.warnings.append(f"{role} latency: the traces time {len(rep.sizes)} distinct forward sizes (rows x "
+                               f"tokens: {sizes}), too few to fit every parameter, so {held} {verb} held, not fitted; "
+                               "predictions at other sizes follow that assumption: record runs at more K or batch "
+                               "sizes to fit them")
     for name in rep.at_bound:
         report.warnings.append(f"{role} latency: {name} = {rep.params[name]:.4g} sits at a bound of its fit, so the "
                                f"traces do not pin it; predictions at shapes the traces did not time (rows x tokens) "
@@ -609,17 +622,31 @@ def calibrate(paths: Sequence[str | Path], name: str | None = None,
     return calibrate_traces([read_trace(p) for p in paths], paths, name, acceptance_from, probe)
 
 
+def _distinct(parsed: Sequence[Trace], paths: Sequence[str | Path], acceptance_from: Sequence[str | Path] | None):
+    """(traces, paths, acceptance_from, warning lines) with a trace given twice (the same path, a copy, a link:
+    the same records) counted once, as ssd_sim.io.sanity.distinct_traces; a dropped copy named in acceptance_from
+    stands for the trace it repeats."""
+    if len(paths) != len(parsed):
+        raise ConfigError("traces", f"{len(paths)} names for {len(parsed)} traces: give one name per trace")
+    kept, twin, lines = distinct_traces(parsed, [str(p) for p in paths])
+    if acceptance_from is not None:
+        dropped = {str(paths[i]): str(paths[k]) for i, k in twin.items()}
+        acceptance_from = sorted({dropped.get(str(p), str(p)) for p in acceptance_from})
+    return [parsed[i] for i in kept], [paths[i] for i in kept], acceptance_from, lines
+
+
 def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name: str | None = None,
                      acceptance_from: Sequence[str | Path] | None = None,
                      probe: Probe | None = None) -> tuple[Profile, CalibrationReport]:
     """calibrate on traces already parsed (e.g. an upload held in memory); `paths` name them (one per trace: the
-    profile's sources, the default name's folder and what acceptance_from refers to)."""
+    profile's sources, the default name's folder and what acceptance_from refers to). A trace given twice (the
+    same records: the same path, a copy, a link) is counted once, and report.duplicates says so in one line each."""
     if not parsed:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
-    traces = list(parsed)
+    traces, paths, acceptance_from, duplicates = _distinct(parsed, paths, acceptance_from)
     setup = check_setup(traces)
     host, host_note = common_host(traces)
-    report = CalibrationReport([str(p) for p in paths])
+    report = CalibrationReport([str(p) for p in paths], duplicates=duplicates)
     if probe is not None:
         check_probe(probe, setup, host)
     with _fitting("latency"):

@@ -243,6 +243,10 @@ class FlatWorkloads:
         ends = np.cumsum([len(w) for w in workloads]).tolist()
         self.bounds = list(zip([0, *ends[:-1]], ends, strict=True))
 
+    def sizes(self) -> tuple[float, ...]:
+        """The distinct forward sizes n = rows x tokens among the shapes, ascending."""
+        return tuple(sorted({r * t for r, t in self.shapes}))
+
     def ms(self, model: ForwardLatency) -> np.ndarray:
         """workload_ms of every workload, bit for bit: the model once per shape (called as workload_ms calls it:
         numpy's vectorised power rounds differently from its scalar one), then each workload's forwards summed in
@@ -271,7 +275,9 @@ def fit_forward_latency(
     """
     from scipy.optimize import least_squares
 
-    fixed = dict(fixed or {})
+    flat = FlatWorkloads(workloads)
+    free, pinned = identifiable(free, flat)
+    fixed = {**pinned, **dict(fixed or {})}
     y = np.asarray(measured_ms, dtype=float)
     flags = np.zeros(len(y), dtype=bool) if concurrent is None else np.asarray(concurrent, dtype=bool)
     names = list(free) + (["concurrent_slowdown"] if flags.any() and not flags.all() else [])
@@ -286,8 +292,6 @@ def fit_forward_latency(
     def build(x):
         return ForwardLatency(**{**fixed, **{n: float(v) for n, v in zip(free, np.maximum(x[:len(free)], 0.0), strict=True)}})
 
-    flat = FlatWorkloads(workloads)
-
     def predicted(x):
         slow = 1.0 + flags * (x[-1] if len(names) > len(free) else 0.0)
         return flat.ms(build(x)) * slow
@@ -295,7 +299,28 @@ def fit_forward_latency(
     # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the fit
     sol = least_squares(lambda x: predicted(x) / y - 1.0, x0, bounds=(lo, hi), method="trf", loss="soft_l1",
                         f_scale=0.05)
-    return build(sol.x), FitReport.from_prediction(y, predicted(sol.x), names, sol, lo, hi)
+    rep = FitReport.from_prediction(y, predicted(sol.x), names, sol, lo, hi)
+    return build(sol.x), replace(rep, pinned=tuple(pinned), sizes=flat.sizes())
+
+
+# The order in which a curve's parameters become identifiable: a line (fixed + per token) needs two distinct forward
+# sizes, its curvature a third, the step from one token to several a fourth. Unidentified ones are pinned here.
+IDENTIFY_ORDER = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")
+PINNED_AT = {"token_exponent": 1.0, "multi_token_ms": 0.0}
+
+
+def identifiable(free: Sequence[str], flat: FlatWorkloads) -> tuple[list[str], dict[str, float]]:
+    """(the free parameters the timed forward sizes can pin, {parameter: pinned value} for the others).
+
+    The curve depends on a forward's size n = rows x tokens only, so measurements at d distinct sizes pin at most
+    d parameters: fitting more leaves a valley of exactly equal cost whose end point depends on the solver's
+    rounding (two CPU kinds fitted the same traces to exponent 1.34 and 0.40, fixed 322 and 242 ms, equally well).
+    """
+    room = len(flat.sizes())
+    ranked = [n for n in IDENTIFY_ORDER if n in free]
+    keep = set(ranked[:max(room, 1)]) | {n for n in free if n not in IDENTIFY_ORDER}
+    pinned = {n: PINNED_AT[n] for n in ranked if n not in keep and n in PINNED_AT}
+    return [n for n in free if n in keep or n not in PINNED_AT], pinned
 
 
 def fit_scaled_latency(shape: ForwardLatency, workloads: Sequence[Workload], measured_ms: ArrayLike):
@@ -323,6 +348,8 @@ class FitReport:
     params: dict
     stderr: dict
     at_bound: tuple[str, ...] = ()  # fitted parameters that ended on a bound: the data do not pin them
+    pinned: tuple[str, ...] = ()  # parameters too few distinct forward sizes could pin (held at PINNED_AT)
+    sizes: tuple[float, ...] = ()  # the distinct forward sizes (rows x tokens) the fit saw
 
     @classmethod
     def from_prediction(cls, y, pred, names, sol, lower=None, upper=None) -> FitReport:

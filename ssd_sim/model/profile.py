@@ -7,6 +7,7 @@ calibration of runtime traces (`ssd-plan calibrate`), or from a JSON file writte
 from __future__ import annotations
 
 import json
+import math
 from dataclasses import dataclass, field
 from pathlib import Path
 from typing import Any
@@ -14,6 +15,7 @@ from typing import Any
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import read_json_object
+from ssd_sim.io.values import nonfinite_strings
 from ssd_sim.model.acceptance import AcceptanceModel
 from ssd_sim.model.latency import LatencyModel
 from ssd_sim.model.table import latency_from_dict
@@ -23,6 +25,9 @@ PROFILE_SCHEMA = "ssd-profile/1"
 # The engines whose loop a profile's latencies can describe; the plan knobs each hard-wires (the planner's defaults
 # for its profiles) are part of the knob schema (ssd_sim.plan.plan.Plan, each Knob's `engine`).
 ENGINES = ("ssd-runtime", "reference")
+# Profile keys whose values are text, never numbers: a name "inf" stays a name (nonfinite_strings)
+TEXT_KEYS = ("schema", "name", "description", "target_model", "draft_model", "hardware", "sources", "provenance",
+             "host", "engine", "source", "hit_source", "response", "downweight")
 
 
 @dataclass(frozen=True)
@@ -80,7 +85,7 @@ class Profile:
             target_model=d.get("target_model", ""),
             draft_model=d.get("draft_model", ""),
             hardware=d.get("hardware", ""),
-            max_batch_size=int(d.get("max_batch_size", 64)),
+            max_batch_size=_batch(d.get("max_batch_size", 64)),
             sources=tuple(d.get("sources", ())),
             provenance=dict(d.get("provenance", {})),
             host=Host.from_dict(d["host"], "host") if d.get("host") is not None else None,
@@ -90,6 +95,14 @@ class Profile:
 
     def to_json(self) -> str:
         return json.dumps(self.to_dict(), indent=2)
+
+
+def _batch(v: Any) -> int:
+    """max_batch_size: a whole number of sequences >= 1 (an integral float such as 64.0 included)."""
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v == int(v) and v >= 1
+    if not ok:
+        raise ConfigError("max_batch_size", f"must be a whole number of sequences >= 1, got {v!r}")
+    return int(v)
 
 
 def load_profile_file(path: str | Path) -> Profile:
@@ -102,7 +115,7 @@ def profile_from_dict(data: dict, source: str) -> Profile:
     """Profile.from_dict where a structural surprise (a list for an object, a string for a number) is a one-line
     ConfigError naming the source, not a traceback."""
     try:
-        return Profile.from_dict(data)
+        return Profile.from_dict(nonfinite_strings(data, TEXT_KEYS))  # "inf" is checked like the literal Infinity
     except ConfigError as e:
         raise ConfigError(e.field, f"{source}: {str(e).split(': ', 1)[1]}") from e
     except (TypeError, ValueError, KeyError, AttributeError, IndexError, OverflowError) as e:

@@ -59,7 +59,9 @@ def _saguaro_rows(q: np.ndarray, c: float, downweight: str, fs: np.ndarray) -> n
     """
     n_down = fs[:, None, None] + (1 if downweight == "top_f_plus_1" else 0)
     qs = np.where(np.arange(_VOCAB)[None, None, :] < n_down, c * q, q)
-    return qs / qs.sum(axis=-1, keepdims=True)
+    total = qs.sum(axis=-1, keepdims=True)
+    # C = 0 with all mass on the top set leaves nothing: fall back to q, as theory.saguaro and the runtime do
+    return np.where(total > 0, qs / np.where(total > 0, total, 1.0), q)
 
 
 @lru_cache(maxsize=8)

@@ -21,6 +21,7 @@ from ssd_sim.io.engine_metrics import EngineCounts
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object
 from ssd_sim.io.limits import effective_temperature
+from ssd_sim.io.values import nonfinite_strings
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitTable
 from ssd_sim.model.synthetic import hit_rows
 from ssd_sim.model.uncertainty import Uncertainty
@@ -97,7 +98,7 @@ class WorkloadProfile:
             return cls(str(d["name"]), d["temperature"], tuple(d["acceptance"]),
                        tuple(tuple(c) for c in d.get("ci95", ())), str(d["engine"]), int(d.get("rounds", 0)),
                        str(d.get("note", "")), tuple(d.get("assumed", ())), d.get("p_hit"), d.get("request_logit_sd"))
-        except (KeyError, TypeError, ValueError) as e:
+        except (KeyError, TypeError, ValueError, OverflowError) as e:
             raise ConfigError("workload", f"{source} is malformed ({type(e).__name__}: {e}); write it with "
                                           "ssd-plan workload") from e
 
@@ -111,7 +112,8 @@ def is_workload_file(path: str | Path) -> bool:
 
 
 def load_workload(path: str | Path) -> WorkloadProfile:
-    return WorkloadProfile.from_dict(read_json_object(path, "workload", "write one with `ssd-plan workload`"), str(path))
+    data = read_json_object(path, "workload", "write one with `ssd-plan workload`")
+    return WorkloadProfile.from_dict(nonfinite_strings(data, ("schema", "name", "engine", "note", "assumed")), str(path))
 
 
 @dataclass(frozen=True)

@@ -93,10 +93,8 @@ class Resolution:
 
     @property
     def knobs(self) -> Knobs:
-        """The fixed knobs for the planner (an infinite threshold, an empty C list: not fixed)."""
+        """The fixed knobs for the planner (an empty C list: not fixed)."""
         values = {k: self.fixed[k] for k in searchable() if k in self.fixed}
-        if math.isinf(values.get("backup_threshold", 0.0)):
-            values.pop("backup_threshold")
         if not values.get("saguaro_c_list", True):
             values.pop("saguaro_c_list")
         return Knobs(**values)
@@ -128,6 +126,8 @@ def resolve(plan_file: Plan | None, flags: Mapping[str, Any]) -> Resolution:
     given = {k: v for k, v in flags.items() if v is not None and k in knob_fields()}
     fixed: dict[str, Any] = {f.name: getattr(plan_file, f.name) for f in fields(Plan)} if plan_file else {}
     fixed.pop("mode", None)  # each CLI decides the mode (ssd-run: --mode, else the file's)
+    if math.isinf(fixed.get("backup_threshold", 0.0)):  # a file's null threshold is "none chosen"; a flag's inf
+        fixed.pop("backup_threshold")                   # (below) is "never fast", kept fixed
     dropped: list[str] = []
     fo, K_flag = given.get("fan_out"), given.get("num_speculative_tokens")
     if isinstance(fo, tuple) and K_flag is not None and len(fo) != K_flag + 1:

@@ -28,6 +28,7 @@ from ssd_sim.io.values import (
     bounded_int,
     fan_out_arg,
     fan_out_list_arg,
+    nonfinite_strings,
     nonneg_float,
     threshold_arg,
     unit_float,
@@ -110,7 +111,7 @@ def _c_list(cl) -> str | None:
 
 
 def _threshold(v) -> str | None:
-    return None if _num(v) and v >= 1.0 else f"must be a batch size >= 1 (or null for never), got {v!r}"
+    return None if _num(v) and v >= 1.0 else f"must be a batch size >= 1 (or null or 'inf' for never), got {v!r}"
 
 
 def _temperature(v) -> str | None:
@@ -149,7 +150,7 @@ class Plan:
         help="on a cache miss: jit (neural redraft), fast (random tokens) or adaptive (by batch size)")
     backup_threshold: float = knob(  # b*
         math.inf, flag="--backup-threshold", parse=threshold_arg, metavar="B", searchable=True, check=_threshold,
-        help="adaptive backup: jit below this batch size, fast at or above (sequences; 'inf' = never)")
+        help="adaptive backup: jit below this batch size, fast at or above (sequences; 'inf' or 'never' = never)")
     jit_redraft: str = knob(
         "rows", flag="--jit-redraft", choices=JIT_REDRAFT, check=_one_of(JIT_REDRAFT, False),
         engine={"ssd-runtime": "rows", "reference": "batch"},  # reference: draft_runner.jit_speculate
@@ -237,7 +238,7 @@ class Plan:
         known = {f.name for f in fields(cls)}
         for key in d:
             _check(key in known, key, f"unknown plan field; valid fields: {', '.join(sorted(known))}")
-        d = dict(d)
+        d = nonfinite_strings(d)  # "inf" / "Infinity" as the number: checked like the JSON literal Infinity
         if d.get("backup_threshold", 0) is None:
             d["backup_threshold"] = math.inf
         if isinstance(d.get("saguaro_c"), (list, tuple)):  # a per-position list given as saguaro_c

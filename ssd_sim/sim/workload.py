@@ -8,7 +8,8 @@ Two shapes (both served by the same continuous-batching scheduler, ssd_sim.sim.b
 - arrivals: the same, at given arrival times (e.g. replayed from a request log; `read_arrivals` reads them
   from a JSON file {"arrival_ms": [...], "output_tokens": [...] (optional)}).
 Output lengths follow `output_dist` around `output_tokens` (or are given per request); prompts have
-`prompt_tokens` tokens. Sizes are bounded by ssd_sim.io.limits (tokens per sequence, requests, batch).
+`prompt_tokens` tokens. Sizes are bounded by ssd_sim.io.limits (tokens per sequence, requests, batch, arrival
+times); arrivals the float clock cannot hold are refused (ssd_sim.io.sanity, which also words the warnings).
 """
 
 from __future__ import annotations
@@ -21,6 +22,8 @@ import numpy as np
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object
 from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
+from ssd_sim.io.sanity import check_arrival_ms, check_rate
+from ssd_sim.io.values import nonfinite_strings
 from ssd_sim.model.latency import LatencyModel
 
 WORKLOADS = ("fixed", "poisson", "arrivals")
@@ -63,11 +66,15 @@ class Workload:
         if self.kind == "poisson" and not (MIN_RATE <= self.rate <= MAX_RATE):
             raise ConfigError("rate", f"a poisson workload needs an arrival rate in {MIN_RATE:g}..{MAX_RATE:g} "
                                       f"(requests/s), got {self.rate!r}")
+        if self.kind == "poisson":
+            check_rate(self.rate, self.num_requests, self.num_requests)  # its first request arrives after one gap
         if self.kind == "arrivals":
             a = np.asarray(self.arrival_ms, dtype=float)
             if (a.size != self.num_requests or not np.all(np.isfinite(a))
                     or (a.size and (a[0] < 0 or np.any(np.diff(a) < 0)))):
                 raise ConfigError("arrival_ms", f"needs num_requests = {self.num_requests} sorted finite times >= 0 (ms)")
+            if a.size:
+                check_arrival_ms(float(a[-1]), f"arrival_ms[{a.size - 1}]")
 
     def requests(self, rng: np.random.Generator) -> Requests:
         """Draw arrival times (ms, sorted), prompt and output lengths (tokens) of every request."""
@@ -140,6 +147,7 @@ def read_arrivals(path: str, max_batch: int, output_tokens: int = 512, prompt_to
     for i, t in enumerate(times):
         if not (math.isfinite(t) and t >= 0) or (i and t < times[i - 1]):
             raise ConfigError("arrivals", f"{path}: arrival_ms[{i}] = {t!r}: times must be finite, >= 0 (ms) and sorted")
+        check_arrival_ms(t, f"{path}: arrival_ms[{i}]", "arrivals")
     lengths = _number_list(data, "output_tokens", path, required=False)
     if lengths and len(lengths) != len(times):
         raise ConfigError("arrivals", f"{path}: {len(lengths)} output_tokens for {len(times)} arrival_ms; give one "
@@ -160,7 +168,7 @@ def _float(x: int | float) -> float:
 
 def _number_list(data: dict, key: str, path: str, required: bool) -> list:
     """data[key] as a list of 1..MAX_REQUESTS JSON numbers (ConfigError naming the file and key otherwise)."""
-    v = data.get(key)
+    v = nonfinite_strings(data.get(key))  # "inf" / "Infinity" are refused like the literal Infinity
     if v is None and not required:
         return []
     if not isinstance(v, list) or not 1 <= len(v) <= MAX_REQUESTS:

@@ -42,6 +42,38 @@ def test_help_and_missing_streamlit(monkeypatch, capsys):
     assert "pip install -e '.[app]'" in capsys.readouterr().err
 
 
+@pytest.mark.parametrize("args,tail", [
+    (["--host=0.0.0.0"], ["--server.address", "0.0.0.0", "--server.maxUploadSize", "64"]),
+    (["--host", "0.0.0.0", "--port", "8600"], ["--server.address", "0.0.0.0", "--server.maxUploadSize", "64",
+                                               "--server.port", "8600"]),
+    (["--port=8600", "--server.headless=true"], ["--server.address", "127.0.0.1", "--server.maxUploadSize", "64",
+                                                 "--server.headless=true", "--server.port", "8600"]),
+])
+def test_host_and_port_in_either_spelling_become_streamlit_s_options(args, tail):
+    assert launch.command(args)[5:] == tail
+
+
+@pytest.mark.parametrize("args,message", [
+    (["--port=abc"], "--port 'abc': give a port number in 1..65535"),
+    (["--port", "70000"], "--port '70000': give a port number in 1..65535"),
+    (["--server.port=abc"], "--server.port 'abc': give a port number in 1..65535"),
+    (["--port"], "--port needs a port number, e.g. --port 8600"),
+    (["--bogus"], "unknown argument '--bogus': ssd-dashboard takes --host ADDR, --port N and Streamlit's"),
+    (["-x"], "unknown argument '-x'"),
+    (["notes.py"], "unknown argument 'notes.py'"),
+    (["--server.prot", "1"], "unknown Streamlit option '--server.prot'"),
+    (["--server.headless", "maybe"], "--server.headless 'maybe': give true or false"),
+    (["--host=a", "--host=b"], "--host is given twice"),
+    (["--port", "1", "--server.port", "2"], "give --port or --server.port, not both"),
+    (["--host="], "--host needs an address"),
+])
+def test_bad_options_are_one_line_and_exit_2_before_the_listening_line(monkeypatch, capsys, args, message):
+    monkeypatch.setattr(launch.os, "execv", lambda *a: pytest.fail("streamlit must not start"))
+    assert launch.main(args) == 2
+    err = capsys.readouterr().err
+    assert err.startswith(f"ssd-dashboard: error: {message}") and err.count("\n") == 1 and "http://" not in err
+
+
 def test_main_execs_streamlit_and_says_where_it_listens(monkeypatch, capsys):
     seen = []
     monkeypatch.setattr(launch.os, "execv", lambda path, argv: seen.append((path, argv)))

@@ -16,12 +16,14 @@ from hypothesis import strategies as st
 from ssd_sim.cli.calibrate import main as calibrate_main
 from ssd_sim.cli.plan import main as plan_main
 from ssd_sim.cli.sim import main as sim_main
+from ssd_sim.cli.workload import main as workload_main
 from tests.helpers.bench import load_bench
 
 ROOT = Path(__file__).resolve().parents[2]
 bad = load_bench("bad_inputs")
 
-MAINS = {"ssd-plan": plan_main, "ssd-sim": sim_main, "ssd-plan calibrate": calibrate_main}
+MAINS = {"ssd-plan": plan_main, "ssd-sim": sim_main, "ssd-plan calibrate": calibrate_main,
+         "ssd-plan workload": workload_main}
 
 
 @pytest.fixture(scope="module")
@@ -50,6 +52,24 @@ def test_named_bad_input_is_one_line_exit_2_and_touches_nothing(capsys, files, n
     code, err = run_in_process(capsys, cmd, bad.argv_of(args, f))
     assert_one_line_error(code, err, name)
     assert bad.snapshot(d) == before
+
+
+@pytest.mark.parametrize("name,cmd,args,needle", bad.WARN_CASES, ids=[c[0] for c in bad.WARN_CASES])
+def test_valid_input_almost_certainly_not_meant_warns_in_one_line_and_changes_no_input(capsys, files, name, cmd,
+                                                                                        args, needle):
+    d, f = files
+    before = bad.snapshot(d)
+    code, err = run_in_process(capsys, cmd, bad.argv_of(args, f))
+    warnings = [x for x in err.splitlines() if ": warning: " in x]
+    assert code == 0 and "Traceback" not in err and any(needle in x for x in warnings), (name, err)
+    assert all(before[k] == v for k, v in bad.snapshot(d).items() if k in before), name  # inputs unchanged
+
+
+@pytest.mark.parametrize("name,cmd,args", bad.OK_CASES, ids=[c[0] for c in bad.OK_CASES])
+def test_valid_numeric_extremes_run_quietly(capsys, files, name, cmd, args):
+    d, f = files
+    code, err = run_in_process(capsys, cmd, bad.argv_of(args, f))
+    assert code == 0 and err == "", (name, err)
 
 
 INT_FLAGS = {"ssd-plan": ["-k", "-b", "--max-k", "--budget-cap", "--draft-devices", "--simulate", "--seed"],

@@ -106,3 +106,22 @@ def test_an_impossible_trace_is_refused_naming_file_line_field_and_value(traces,
     out = tmp_path / "p.json"
     err = one_line_exit(capsys, [*map(str, traces[:3]), bad, "-o", str(out)])
     assert err.startswith("ssd-plan calibrate: error: " + message.format(f=bad)) and not out.exists()
+
+
+def test_the_same_trace_twice_or_a_link_to_it_is_counted_once_with_a_warning(traces, tmp_path, capsys):
+    import os
+
+    sd = traces[1]
+    os.symlink(sd, tmp_path / "link.jsonl")
+    one, two = tmp_path / "one.json", tmp_path / "two.json"
+    assert main([str(sd), "-o", str(one), "--json"]) == 0
+    assert capsys.readouterr().err == ""
+    assert main([str(sd), str(sd), str(tmp_path / "link.jsonl"), "-o", str(two), "--json"]) == 0
+    assert capsys.readouterr().err.splitlines() == [
+        f"ssd-plan calibrate: warning: trace {sd} is given twice: counted once (a second copy would double its "
+        "samples and narrow the intervals)",
+        f"ssd-plan calibrate: warning: trace {tmp_path / 'link.jsonl'} has the same records as {sd}: counted once (a "
+        "second copy would double its samples and narrow the intervals)"]
+    a, b = (json.loads(p.read_text()) for p in (one, two))
+    assert b["sources"] == [str(sd)] and b.pop("calibration")["duplicates"] and a.pop("calibration")
+    assert a == b

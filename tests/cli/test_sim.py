@@ -230,3 +230,60 @@ def test_chrome_trace_onto_a_symlink_writes_through_it(tmp_path, capsys):
     assert main(["--preset", "llama70b-1b-h100", "--tokens", "16", "--chrome-trace", str(link), "--json"]) == 0
     assert link.is_symlink() and "traceEvents" in json.loads(target.read_text())
     assert sorted(p.name for p in tmp_path.iterdir()) == ["link.json", "real.json"]  # no temp file left
+
+
+# ---- valid but almost certainly not meant: one warning line each, before the run, exit 0 (ssd_sim.io.sanity) ----
+def test_a_rate_of_days_warns_with_the_span_and_still_simulates(capsys):
+    assert main(["--preset", "llama70b-1b-h100", "--workload", "poisson", "--rate", "1e-6", "--num-requests", "8",
+                 "--tokens", "16", "--json"]) == 0
+    out = capsys.readouterr()
+    assert out.err == ("ssd-sim: warning: --rate 1e-06 requests/s spaces 8 requests over ~93 days of simulated "
+                       "waiting, against ~0.45 s of decoding them one after another; --rate is in requests per second\n")
+    assert json.loads(out.out)["metrics"]["sequences"] == 8
+
+
+def test_a_busy_poisson_stream_does_not_warn(capsys):
+    assert main(["--preset", "llama70b-1b-h100", "--workload", "poisson", "--rate", "5", "--num-requests", "20",
+                 "--tokens", "16", "--json"]) == 0
+    assert capsys.readouterr().err == ""
+
+
+def test_arrivals_in_epoch_ms_warn_and_past_2_42_ms_are_refused(tmp_path, capsys):
+    (tmp_path / "epoch.json").write_text('{"arrival_ms": [0, 1.7e12]}')
+    (tmp_path / "far.json").write_text('{"arrival_ms": [0, 1e308]}')
+    base = ["--preset", "llama70b-1b-h100", "--workload", "arrivals", "--tokens", "16", "--json", "--arrivals"]
+    assert main(base + [str(tmp_path / "epoch.json")]) == 0
+    err = capsys.readouterr().err
+    assert err.startswith(f"ssd-sim: warning: {tmp_path / 'epoch.json'}: arrival_ms spans ~54 years of simulated "
+                          "waiting for 2 requests") and err.count("\n") == 1
+    with pytest.raises(SystemExit) as e:
+        main(base + [str(tmp_path / "far.json")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "arrival_ms[1] = 1e+308 ms is past 2**42 ms" in err
+
+
+GRID = Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-grid"
+
+
+def test_replaying_another_setup_s_trace_warns_with_the_dashboard_s_line(capsys):
+    from ssd_sim.io.trace import read_trace
+    from ssd_sim.model.presets import get_preset
+    from ssd_sim.model.tracematch import mismatch_line
+
+    trace = GRID / "ssd-k2-f001-b1-t0.jsonl"
+    assert main(["--preset", "llama70b-1b-h100", "-k", "2", "--fan-out", "0,0,1", "--replay", str(trace),
+                 "--tokens", "16", "--json"]) == 0
+    line = mismatch_line(read_trace(trace), get_preset("llama70b-1b-h100"))
+    assert line.endswith("but this trace ran qwen-coder-1.5b + qwen-coder-0.5b on CPU: its predictions are for "
+                         "another setup")
+    assert capsys.readouterr().err == f"ssd-sim: warning: {line}\n"
+    assert main(["--profile", str(GRID / "profile.json"), "-k", "2", "--fan-out", "0,0,1", "--replay", str(trace),
+                 "--tokens", "16", "--json"]) == 0
+    assert capsys.readouterr().err == ""  # its own setup: nothing to say
+
+
+def test_a_refused_replay_of_another_setup_is_one_line_without_the_warning(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama70b-1b-h100", "-k", "2", "--replay", str(GRID / "ar-b1-t0.jsonl")])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "is an ar run" in err and "warning" not in err

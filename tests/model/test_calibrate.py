@@ -262,3 +262,21 @@ def test_a_numerical_failure_of_a_fit_is_one_config_error(traces, monkeypatch):
         calibrate(traces)
     assert str(e.value) == ("traces: the latency fit failed on these traces (LinAlgError: SVD did not converge); are "
                             "they from real runs?")
+
+
+def test_a_trace_given_twice_or_copied_counts_once_and_only_kept_traces_are_sources(tmp_path):
+    import shutil
+
+    t = write_trace(tmp_path / "t.jsonl", Plan(mode="sd", num_speculative_tokens=3), rounds=200, seed=4)
+    u = write_trace(tmp_path / "u.jsonl", Plan(mode="sd", num_speculative_tokens=3), rounds=200, seed=5)
+    shutil.copy(t, tmp_path / "copy.jsonl")
+    once, rep1 = calibrate([t, u])
+    twice, rep2 = calibrate([t, u, t, tmp_path / "copy.jsonl"], acceptance_from=[tmp_path / "copy.jsonl", u])
+    assert twice.sources == once.sources == (str(t), str(u)) and rep2.traces == rep1.traces
+    assert twice.latency == once.latency and twice.acceptance == once.acceptance
+    assert twice.uncertainty == once.uncertainty  # the intervals do not narrow
+    assert rep1.duplicates == [] and "duplicates" not in rep1.to_dict()
+    assert rep2.duplicates == [
+        f"trace {t} is given twice: counted once (a second copy would double its samples and narrow the intervals)",
+        f"trace {tmp_path / 'copy.jsonl'} has the same records as {t}: counted once (a second copy would double its "
+        "samples and narrow the intervals)"]

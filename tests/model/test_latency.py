@@ -107,3 +107,34 @@ def test_a_fit_that_ends_on_a_bound_says_so():
     # a curve inside the bounds: nothing flagged (a 0 ms term is a value, not a bound hit)
     _, ok = fit_forward_latency(work, [ForwardLatency(fixed_ms=5.0, token_ms=2.0)(1, n) for n in (1, 2, 4, 8)])
     assert ok.at_bound == ()
+
+
+FOUR = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")
+
+
+def test_two_timed_sizes_fit_a_line_and_hold_the_curvature_and_the_step():
+    """Verifies at 1 and 3 tokens pin two parameters: fitting four left a valley of equal cost (exponent 1.34 on one
+    CPU kind, 0.40 on another); now the exponent is held at 1 and the step at 0, and the line goes through both."""
+    work = [[(1, 1, 1)], [(1, 3, 1)], [(1, 1, 1)], [(1, 3, 1)]]
+    model, rep = fit_forward_latency(work, [365.0, 510.0, 364.0, 511.0], free=FOUR)
+    assert rep.pinned == ("token_exponent", "multi_token_ms") and rep.sizes == (1.0, 3.0)
+    assert (model.token_exponent, model.multi_token_ms) == (1.0, 0.0)
+    assert model(1, 1) == pytest.approx(364.5, rel=1e-3) and model(1, 3) == pytest.approx(510.5, rel=1e-3)
+    assert model(1, 5) == pytest.approx(656.5, rel=2e-3)  # the line, extrapolated
+
+
+def test_three_sizes_hold_only_the_step_and_four_free_everything():
+    truth = ForwardLatency(fixed_ms=300.0, token_ms=20.0, token_exponent=1.2, multi_token_ms=50.0)
+    three = [[(1, n, 1)] for n in (1, 3, 5)]
+    _, rep3 = fit_forward_latency(three, [workload_ms(truth, w) for w in three], free=FOUR)
+    four = [[(1, n, 1)] for n in (1, 2, 3, 5)]
+    _, rep4 = fit_forward_latency(four, [workload_ms(truth, w) for w in four], free=FOUR)
+    assert rep3.pinned == ("multi_token_ms",) and rep4.pinned == ()
+
+
+def test_sizes_are_rows_times_tokens_so_a_batch_of_single_tokens_counts_as_its_product():
+    from ssd_sim.model.latency import FlatWorkloads, identifiable
+
+    flat = FlatWorkloads([[(2, 1, 1)], [(1, 2, 1)], [(1, 1, 3)]])
+    assert flat.sizes() == (1.0, 2.0)
+    assert identifiable(FOUR, flat) == (["fixed_ms", "token_ms"], {"token_exponent": 1.0, "multi_token_ms": 0.0})

@@ -114,3 +114,25 @@ def test_each_knob_is_declared_once_in_the_code():
         for k in knob_fields().values():
             if k.flag and path.name != "engine_rules.py":  # engine_rules encodes other engines' own flags
                 assert not re.search(rf"add_argument\([^)]*['\"]{k.flag}['\"]", text), (path.name, k.flag)
+
+
+def test_an_infinite_threshold_flag_means_never_fast_but_a_plan_file_s_null_means_none_chosen():
+    import math
+
+    from ssd_sim.model.presets import get_preset
+    from ssd_sim.plan.planner import PlanRequest, make_plan
+
+    never = resolve(None, {"backup": "adaptive", "backup_threshold": math.inf}).knobs
+    assert never.backup_threshold == math.inf
+    r = make_plan(get_preset("llama70b-1b-h100"), PlanRequest(batch_size=8, knobs=never))
+    assert r.ssd.backup == "jit" and r.plan.backup_threshold == math.inf  # the crossover (b* = 2) is not used
+    from_file = resolve(Plan(backup="adaptive"), {}).knobs  # backup_threshold null in the file
+    assert from_file.backup_threshold is None
+
+
+def test_the_plan_line_says_when_the_threshold_is_fixed_and_where_the_crossover_is(capsys):
+    from ssd_sim.cli.plan import main
+
+    assert main(["--preset", "llama70b-1b-h100", "-b", "8", "--backup", "adaptive", "--backup-threshold", "inf"]) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "backup=adaptive (fast backup from b*=never, fixed; the crossover is b*=2;" in out

@@ -78,3 +78,24 @@ def test_per_position_saguaro_c_is_a_list_of_k_values():
         with pytest.raises(ConfigError) as e:
             Plan(num_speculative_tokens=3, saguaro_c_list=bad)
         assert e.value.field == "saguaro_c_list"
+
+
+def _plan_file(tmp_path, body: str):
+    path = tmp_path / "plan.json"
+    path.write_text('{"schema": "ssd-plan/1", "plan": {' + body + "}}")
+    return path
+
+
+@pytest.mark.parametrize("value", ["null", "Infinity", "1e999", '"inf"', '"Infinity"', '"+INF"', '"1e999"'])
+def test_a_plan_file_threshold_of_infinity_means_never_however_spelled(tmp_path, value):
+    plan = load_plan(_plan_file(tmp_path, f'"backup": "adaptive", "backup_threshold": {value}')).plan
+    assert plan.backup_threshold == math.inf and plan.backup_for(4096) == "jit"
+
+
+def test_a_plan_file_temperature_of_infinity_is_refused_alike_however_spelled(tmp_path):
+    errors = set()
+    for value in ("Infinity", "1e999", '"inf"', '"Infinity"', '"+inf"'):
+        with pytest.raises(ConfigError) as e:
+            load_plan(_plan_file(tmp_path, f'"temperature": {value}'))
+        errors.add(str(e.value))
+    assert errors == {"temperature: must be in [0, 10], got inf"}

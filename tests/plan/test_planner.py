@@ -4,6 +4,8 @@ import itertools
 import math
 
 import pytest
+from hypothesis import given, settings
+from hypothesis import strategies as st
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.presets import get_preset
@@ -269,3 +271,17 @@ def test_a_vanishing_temperature_plans_the_greedy_limit(T, C):
 def test_temperatures_just_above_the_greedy_floor_plan_without_a_crash(T):
     res = make_plan(get_preset("llama70b-1b-h100"), PlanRequest(temperature=T, knobs=Knobs(saguaro_c=0.5)))
     assert res.ssd.per_seq_tok_s > res.sd.per_seq_tok_s > 0
+
+
+EXTREME_T = st.one_of(st.floats(0.0, 1e-3), st.floats(0.0, 10.0),
+                      st.sampled_from([5e-324, 2.2250738585072014e-308, 1e-300, math.nextafter(5e-5, 0), 5e-5, 10.0]))
+
+
+@pytest.mark.filterwarnings("error")  # a NaN on the way (0 / 0) is a failure, not a warning
+@settings(max_examples=80, deadline=None)
+@given(T=EXTREME_T, C=st.sampled_from([1.0, 0.5, 0.0]), b=st.sampled_from([1, 3, 64]))
+def test_any_temperature_in_range_predicts_a_finite_positive_speed(T, C, b):
+    """Numeric extremes (subnormal T, the greedy floor and its neighbour, T = 10, C = 0) never crash or divide 0 / 0."""
+    plan = Plan(num_speculative_tokens=3, fan_out=(2, 2, 1, 1), batch_size=b, temperature=T, saguaro_c=C)
+    tok_s = predict_ssd(get_preset("llama70b-1b-h100"), plan).per_seq_tok_s
+    assert math.isfinite(tok_s) and tok_s > 0

@@ -16,6 +16,7 @@ from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.model.profile import load_profile_file
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.plan.plan import Plan, PlanFile, load_plan
+from tests.helpers.bench import load_bench
 from tests.helpers.runtime import DRAFT, TARGET, make_prompts, reference_greedy, target_model
 
 PROMPTS = make_prompts([3, 7, 5], TARGET["vocab"], seed=9)
@@ -234,6 +235,8 @@ BAD_BEFORE_RUN = {
     "max batch 0": (["--max-batch", "0"], "--max-batch: 0 is outside 1..4096"),
     "rate 0": (["--rate", "0"], "--rate: 0 is not a rate in (0, 1e+06] requests/s"),
     "rate nan": (["--rate", "nan"], "--rate:"),
+    "rate of ages": (["--rate", "1e-300"], "rate: --rate 1e-300 requests/s spaces 3 requests over ~6.34e+292 years, "
+                                           "past the 139 years"),
     "K beyond limit": (["-k", "65"], "outside 1..64"),
     "draft timeout beyond limit": (["--draft-timeout", "1e9"], "use 0 to wait forever"),
     "output under a file": (["--output", "{b}/regular/out.jsonl"], "output: cannot write {b}/regular/out.jsonl"),
@@ -300,3 +303,116 @@ def test_the_summary_prints_when_every_request_produced_one_token(capsys):
     print_summary(summary, "ssd", None)
     out = capsys.readouterr().out
     assert "TTFT p50 / p90 / p99 (ms)" in out and "TPOT" not in out
+
+
+# ---- outputs never destroy inputs; concurrent runs never share a file (issue 29) ----------------------------
+bad_inputs = load_bench("bad_inputs")
+RUN_CASES = {name: (args, expect) for name, args, expect in bad_inputs.RUN_CASES}
+
+
+@pytest.fixture(scope="module")
+def run_files(tmp_path_factory):
+    d = tmp_path_factory.mktemp("runcases")
+    return d, bad_inputs.make_run_files(d)
+
+
+@pytest.mark.parametrize("case", [n for n, (_, expect) in RUN_CASES.items() if expect == "refuse"])
+def test_an_output_over_an_input_is_refused_before_the_run(run_files, capfd, case):
+    """bench/bad_inputs.py's ssd-run refusals, in-process: one line, exit 2, nothing created or changed."""
+    d, files = run_files
+    before = snapshot(d)
+    with pytest.raises(SystemExit) as e:
+        main(bad_inputs.run_argv(RUN_CASES[case][0], files)[1:])
+    err = capfd.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "Traceback" not in err, err
+    assert err.startswith("ssd-run: error: ") and ("input of this command" in err or "output of this command" in err)
+    assert snapshot(d) == before
+
+
+def test_two_runs_at_once_on_one_trace_never_break_it(run_files):
+    """Two real ssd-run processes with the same --trace: one refuses in one line (or both finish), and the trace
+    the finished one names parses."""
+    d, files = run_files
+    r = bad_inputs.concurrent("--trace {run}/both.jsonl", files, d)
+    assert r["ok"], r
+
+
+HOLD_TRACE = """
+import sys, time
+from ssd_sim.io.outputs import claim_outputs
+with claim_outputs({"trace": sys.argv[1]}):
+    print("held", flush=True)
+    time.sleep(60)
+"""
+
+
+@pytest.fixture
+def another_run(tmp_path):
+    """A process that holds the claim on a trace path, as a concurrent ssd-run does."""
+    import subprocess
+    import sys
+    from pathlib import Path
+
+    def hold(path):
+        p = subprocess.Popen([sys.executable, "-c", HOLD_TRACE, str(path)], stdout=subprocess.PIPE, text=True,
+                             env={**os.environ, "PYTHONPATH": str(Path(__file__).resolve().parents[2])})
+        assert p.stdout.readline().strip() == "held"
+        procs.append(p)
+        return p
+
+    procs = []
+    yield hold
+    for p in procs:
+        p.kill()
+        p.wait()
+
+
+def test_a_trace_another_run_is_writing_is_refused_in_one_line(files, tmp_path, capfd, another_run):
+    trace = tmp_path / "t.jsonl"
+    proc = another_run(trace)
+    with pytest.raises(SystemExit) as e:
+        main(models(files) + ["--prompts", str(files / "prompts.jsonl"), "--mode", "ar", "--trace", str(trace)])
+    err = capfd.readouterr().err
+    assert e.value.code == 2 and err == (f"ssd-run: error: trace: another run (process {proc.pid}) is writing "
+                                         f"{trace} now; give --trace another file or wait for it to finish\n")
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".t.jsonl.lock"]  # the other run's lock only
+
+
+def test_a_default_trace_name_another_run_holds_moves_on_to_the_next(files, tmp_path, monkeypatch, capsys,
+                                                                      another_run):
+    from ssd_runtime import run
+
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setattr(run, "default_trace_path", lambda mode: tmp_path / "runs" / f"{mode}-same-second.jsonl")
+    another_run(tmp_path / "runs" / "ar-same-second.jsonl")
+    assert main(models(files) + ["--prompts", str(files / "prompts.jsonl"), "--mode", "ar",
+                                 "--max-new-tokens", "3"]) == 0
+    assert f"trace: {tmp_path}/runs/ar-same-second-2.jsonl" in capsys.readouterr().out
+    assert read_trace(tmp_path / "runs" / "ar-same-second-2.jsonl").rounds
+    assert sorted(p.name for p in (tmp_path / "runs").iterdir()) == [".ar-same-second.jsonl.lock",
+                                                                      "ar-same-second-2.jsonl"]
+
+
+# ---- valid but almost certainly not meant: one warning line before the run (ssd_sim.io.sanity) ----------------
+@pytest.mark.parametrize("rate,warning", [
+    ("1e-6", "ssd-run: warning: --rate 1e-06 requests/s spaces 3 requests over ~23 days of waiting; --rate is in "
+             "requests per second\n"),
+    ("0.0005", "ssd-run: warning: --rate 0.0005 requests/s spaces 3 requests over ~67 min of waiting"),
+    ("0.001", None),  # 2 gaps of 1000 s: 33 minutes, under the hour
+])
+def test_a_rate_of_hours_of_waiting_warns_before_the_run_starts(files, capfd, monkeypatch, rate, warning):
+    import ssd_runtime.cli as cli
+
+    seen = []
+    monkeypatch.setattr(cli, "_execute", lambda *a: seen.append(capfd.readouterr().err) or 0)  # no days of sleep
+    assert main(models(files) + ["--mode", "ar", "--prompts", str(files / "prompts.jsonl"), "--max-new-tokens", "2",
+                                 "--rate", rate, "--trace", str(files / "never-run.jsonl")]) == 0
+    (err,) = seen
+    assert (warning in err and err.count("\n") == 1) if warning else err == ""
+
+
+def test_an_infinite_draft_timeout_waits_forever_however_spelled():
+    from ssd_runtime.cli import build_parser
+
+    for text in ("inf", "Infinity", "+INF", "1e999", "0"):
+        assert build_parser().parse_args(["--draft-timeout", text]).draft_timeout == 0.0

@@ -159,7 +159,10 @@ def test_arrivals_file_gives_every_request_its_time_and_length(tmp_path, setup):
 @pytest.mark.parametrize("text, message", [
     ('{"arrival_ms": [0, 5, 3]}', "arrival_ms[2] = 3.0: times must be finite, >= 0 (ms) and sorted"),
     ('{"arrival_ms": [0, -1]}', "arrival_ms[1] = -1.0"),
-    ('{"arrival_ms": [0, 1e999]}', "arrival_ms[1] = inf"),
+    ('{"arrival_ms": [0, 1e999]}', "arrival_ms[1] = inf: times must be finite"),
+    ('{"arrival_ms": [0, "Infinity"]}', "arrival_ms[1] = inf: times must be finite"),  # as the literal
+    ('{"arrival_ms": [0, 1e308]}', "arrival_ms[1] = 1e+308 ms is past 2**42 ms (~139 years)"),
+    ('{"arrival_ms": [0, 4.4e12]}', "arrival_ms[1] = 4.4e+12 ms is past 2**42 ms"),
     ('{"arrival_ms": [0, "5"]}', "arrival_ms[1] = '5' is not a number"),
     ('{"arrival_ms": []}', "arrival_ms must be a list of 1..1000000 numbers"),
     ('{"times": [0]}', "arrival_ms must be a list"),
@@ -173,3 +176,11 @@ def test_bad_arrivals_files_name_the_entry(tmp_path, text, message):
     with pytest.raises(ConfigError) as e:
         read_arrivals(str(path), max_batch=2)
     assert e.value.field == "arrivals" and str(path) in str(e.value) and message in str(e.value)
+
+
+def test_workloads_whose_arrivals_pass_the_float_clock_bound_are_refused():
+    with pytest.raises(ConfigError, match=r"arrival_ms: arrival_ms\[1\] = 1e\+308 ms is past 2\*\*42 ms"):
+        Workload("arrivals", 2, 1, arrival_ms=(0.0, 1e308))
+    with pytest.raises(ConfigError, match="rate: --rate 1e-06 requests/s spaces 1000000 requests over ~3.17e"):
+        poisson(1e-6, 10**6, 4)
+    assert poisson(1e-6, 8, 4).rate == 1e-6  # 93 days: allowed (the CLIs warn)

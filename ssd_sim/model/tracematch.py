@@ -1,7 +1,8 @@
 """Which profile describes a trace's setup: the models, device kind and weight quantisation a trace header names
 against those a profile names, and the profile of the trace's own setup among the ones at hand.
 
-Pure functions (no streamlit), so the Traces page's choice and its one-line warning test without a browser.
+The one implementation of the cross-setup warning (`mismatch_line`): `ssd-sim --replay` prints it and the
+dashboard's Traces page shows it; the page also picks a trace's own profile with `own_profile`.
 """
 
 from __future__ import annotations

@@ -1,11 +1,11 @@
-"""app.tracematch: a trace's setup against a profile's, and the profile of a trace's own setup (real headers)."""
+"""model.tracematch: a trace's setup against a profile's, and the profile of a trace's own setup (real headers)."""
 
 from __future__ import annotations
 
 from pathlib import Path
 
-from app import tracematch
 from ssd_sim.io.trace import read_trace
+from ssd_sim.model import tracematch
 from ssd_sim.model.presets import get_preset, list_presets
 from ssd_sim.model.profile import load_profile_file
 

@@ -1,0 +1,87 @@
+"""io.sanity: arrival times past the float clock refused; arrivals over hours of idling and traces given twice warned."""
+
+from __future__ import annotations
+
+import os
+import shutil
+
+import pytest
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.limits import MAX_ARRIVAL_MS
+from ssd_sim.io.sanity import (
+    arrivals_warning,
+    check_arrival_ms,
+    check_rate,
+    distinct_traces,
+    duration,
+    rate_warning,
+)
+from ssd_sim.io.trace import read_trace
+from ssd_sim.plan.plan import Plan
+from tests.helpers.synthetic_traces import write_trace
+
+
+def test_the_arrival_bound_is_2_42_ms_where_the_clock_still_resolves_a_microsecond():
+    assert MAX_ARRIVAL_MS == 2.0**42
+    assert (MAX_ARRIVAL_MS + 2**-10) - MAX_ARRIVAL_MS == 2**-10  # a 1 us step still moves the clock
+    assert 1e308 + 5.0 == 1e308  # at 1e308 a 5 ms round does not
+
+
+@pytest.mark.parametrize("ms,text", [(450, "0.45 s"), (45e3, "45 s"), (12 * 60e3, "12 min"), (1e7, "2.8 hours"),
+                                     (8e9, "93 days"), (1.7e12, "54 years"), (1e17, "3.17e+06 years")])
+def test_durations_read_in_the_unit_people_use(ms, text):
+    assert duration(ms) == text
+
+
+def test_arrival_times_past_2_42_ms_are_refused_naming_the_entry_and_the_fix():
+    check_arrival_ms(MAX_ARRIVAL_MS, "arrival_ms[3]")
+    with pytest.raises(ConfigError, match=r"^arrival_ms: arrival_ms\[3\] = 1e\+308 ms is past 2\*\*42 ms .*give "
+                                          r"arrival times in ms from the start of the log$"):
+        check_arrival_ms(1e308, "arrival_ms[3]")
+    with pytest.raises(ConfigError, match="must be finite ms >= 0"):
+        check_arrival_ms(float("inf"), "arrival_ms[0]")
+
+
+def test_a_rate_spacing_requests_past_the_bound_is_refused():
+    check_rate(1e-6, 8, 8)  # 93 days: within the bound (it warns instead)
+    with pytest.raises(ConfigError, match=r"^rate: --rate 1e-06 requests/s spaces 1000000 requests over ~3.17e\+04 "
+                                          "years, past the 139 years"):
+        check_rate(1e-6, 10**6, 10**6)
+
+
+def test_a_rate_of_days_warns_with_the_span_and_the_decoding_it_brings():
+    assert rate_warning(1e-6, 8, 8) == ("--rate 1e-06 requests/s spaces 8 requests over ~93 days of waiting; --rate "
+                                        "is in requests per second")
+    line = rate_warning(0.01, 100, 100, busy_ms=5600.0, waiting="simulated waiting")
+    assert line == ("--rate 0.01 requests/s spaces 100 requests over ~2.8 hours of simulated waiting, against ~5.6 s "
+                    "of decoding them one after another; --rate is in requests per second")
+
+
+@pytest.mark.parametrize("rate,n,busy_ms", [(1.0, 100, None),  # 100 s: under an hour
+                                           (0.01, 100, 1.5e6),  # 2.8 hours of which 25 min decode: not idle enough
+                                           (1e-6, 1, None)])  # ssd-run: one request, no gap, no waiting
+def test_no_warning_under_an_hour_or_when_decoding_fills_a_tenth(rate, n, busy_ms):
+    assert rate_warning(rate, n, n - 1 if busy_ms is None else n, busy_ms) is None
+
+
+def test_arrivals_in_epoch_ms_warn_but_a_busy_day_does_not():
+    line = arrivals_warning("a.json", [0.0, 1.7e12], busy_ms=170.0)
+    assert line == ("a.json: arrival_ms spans ~54 years of simulated waiting for 2 requests, against ~0.17 s of "
+                    "decoding them one after another; arrival_ms is ms from the start (not us, ns or an epoch time)")
+    assert arrivals_warning("a.json", [0.0, 86.4e6], busy_ms=20e6) is None  # a day, 23% busy
+
+
+def test_the_same_trace_twice_a_copy_and_links_are_counted_once(tmp_path):
+    t = write_trace(tmp_path / "t.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=20, seed=1)
+    other = write_trace(tmp_path / "u.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=20, seed=2)
+    shutil.copy(t, tmp_path / "copy.jsonl")
+    os.symlink(t, tmp_path / "sym.jsonl")
+    os.link(t, tmp_path / "hard.jsonl")
+    names = [str(t), str(other), str(t), str(tmp_path / "copy.jsonl"), str(tmp_path / "sym.jsonl"),
+             str(tmp_path / "hard.jsonl")]
+    kept, twin, lines = distinct_traces([read_trace(n) for n in names], names)
+    assert kept == [0, 1] and twin == {2: 0, 3: 0, 4: 0, 5: 0}
+    assert lines[0] == (f"trace {t} is given twice: counted once (a second copy would double its samples and narrow "
+                        "the intervals)")
+    assert lines[1].startswith(f"trace {tmp_path / 'copy.jsonl'} has the same records as {t}: counted once")
