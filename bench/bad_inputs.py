@@ -86,6 +86,15 @@ CASES: list[tuple[str, str, str]] = [
     ("sim --chrome-trace its replay", "ssd-sim", "--profile {profile} -k 2 --fan-out 0,0,1 --replay {trace} "
                                                   "--chrome-trace {trace_sym}"),
     ("workload -o its metrics", "ssd-plan workload", "{metrics} --engine vllm -t 0 -o {metrics}"),
+    # capacity planning (ssd_sim.sim.capacity)
+    ("capacity without a target", "ssd-plan capacity", f"{PLAN} --rate 5"),
+    ("capacity without a load", "ssd-plan capacity", f"{PLAN} --tpot-ms 10"),
+    ("capacity --rate and --arrivals", "ssd-plan capacity", f"{PLAN} --tpot-ms 10 --rate 5 --arrivals {{arrivals_epoch}}"),
+    ("capacity --tpot-ms 0", "ssd-plan capacity", f"{PLAN} --tpot-ms 0 --rate 5"),
+    ("capacity --ttft-pct 101", "ssd-plan capacity", f"{PLAN} --ttft-ms 100 --ttft-pct 101 --rate 5"),
+    ("capacity --modes sd,turbo", "ssd-plan capacity", f"{PLAN} --tpot-ms 10 --rate 5 --modes sd,turbo"),
+    ("capacity --batch-caps 8,4", "ssd-plan capacity", f"{PLAN} --tpot-ms 10 --rate 5 --batch-caps 8,4"),
+    ("capacity -o its profile", "ssd-plan capacity", "--profile {profile} --tpot-ms 10 --rate 5 -o {profile_sym}"),
     # arrival times the float clock cannot hold, and infinity however it is spelled where it means nothing
     ("arrivals at 1e308 ms", "ssd-sim", f"{PLAN} --workload arrivals --arrivals {{arrivals_huge}}"),
     ("arrivals at 5e12 ms (past 2**42)", "ssd-sim", f"{PLAN} --workload arrivals --arrivals {{arrivals_past}}"),

@@ -9,7 +9,6 @@ by itself. Bad input: one line naming the flag, exit 2, nothing written.
 
 from __future__ import annotations
 
-import argparse
 import contextlib
 import json
 import statistics
@@ -18,21 +17,11 @@ from ssd_sim.cli.args import OneLineParser, add_knob_arg, fail, positive_int
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.outputs import check_outputs, claim_outputs
+from ssd_sim.io.values import int_list
 
 from .probe import ProbeGrid, run_probe
 
 PROG = "ssd-run probe"
-
-
-def int_list(text: str) -> tuple[int, ...]:
-    """'1,2,4' -> (1, 2, 4): positive integers, ascending, no repeats."""
-    try:
-        vals = tuple(int(v) for v in text.split(",") if v.strip())
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
-    if not vals or any(v < 1 for v in vals) or list(vals) != sorted(set(vals)):
-        raise argparse.ArgumentTypeError(f"{text!r} must list integers >= 1 in ascending order, each once")
-    return vals
 
 
 def add_probe_args(p: OneLineParser, with_temperature: bool = True) -> None:

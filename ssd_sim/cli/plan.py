@@ -98,6 +98,10 @@ def main(argv: list[str] | None = None) -> int:
         from ssd_sim.cli.calibrate import main as calibrate_main
 
         return calibrate_main(argv[1:])
+    if argv[:1] == ["capacity"]:
+        from ssd_sim.cli.capacity import main as capacity_main
+
+        return capacity_main(argv[1:])
     if argv[:1] == ["workload"]:
         from ssd_sim.cli.workload import main as workload_main
 

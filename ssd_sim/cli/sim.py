@@ -42,6 +42,7 @@ from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, PlanRequest, make_plan
 from ssd_sim.plan.predict import Prediction, predict
 from ssd_sim.plan.report import host_report
+from ssd_sim.sim.capacity import Load, overload_line
 from ssd_sim.sim.des import MODES, SimResult, outcome_source, plan_for_mode, simulate
 from ssd_sim.sim.metrics import json_safe
 from ssd_sim.sim.workload import (
@@ -197,8 +198,16 @@ def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Tra
     lines = [rate_warning(workload.rate, workload.num_requests, workload.num_requests, busy,
                           waiting="simulated waiting") if workload.kind == "poisson" else None,
              arrivals_warning(args.arrivals, workload.arrival_ms, busy) if workload.kind == "arrivals" else None,
-             mismatch_line(replay, profile) if replay is not None else None]
+             mismatch_line(replay, profile) if replay is not None else None,
+             overload(profile, plan, workload, args.mode, args.seed) if workload.kind != "fixed" else None]
     return [line for line in lines if line]
+
+
+def overload(profile: Profile, plan: Plan, workload: Workload, mode: str, seed: int) -> str | None:
+    """One line when the arrivals offer more output tok/s than the replica delivers at its batch cap (analytic)."""
+    load = Load.of(workload, seed)
+    cap = predict(profile, plan.replace(batch_size=workload.max_batch), "ssd" if mode.startswith("ssd") else mode)
+    return overload_line(load.offered_tok_s, cap.total_tok_s, f"this replica (b <= {workload.max_batch})")
 
 
 def decode_ms(profile: Profile, plan: Plan, workload: Workload, mode: str) -> float:

@@ -42,6 +42,17 @@ def fan_out_list_arg(text: str) -> tuple[int, ...]:
     return (v,) if isinstance(v, int) else v
 
 
+def int_list(text: str) -> tuple[int, ...]:
+    """'1,2,4' -> (1, 2, 4): positive integers, ascending, no repeats."""
+    try:
+        vals = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"{text!r} is not a comma-separated list of integers") from None
+    if not vals or any(v < 1 for v in vals) or list(vals) != sorted(set(vals)):
+        raise argparse.ArgumentTypeError(f"{text!r} must list integers >= 1 in ascending order, each once")
+    return vals
+
+
 def _number(text: str, cast, kind: str):
     if len(text) > 64:
         raise argparse.ArgumentTypeError(f"invalid {kind} {text[:20]}... ({len(text)} characters)")

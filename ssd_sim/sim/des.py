@@ -43,7 +43,7 @@ from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import plan_point
 from ssd_sim.sim.batching import Batcher
-from ssd_sim.sim.metrics import SimMetrics, percentiles, ratio, tok_rates, tpots
+from ssd_sim.sim.metrics import SeqRecords, SimMetrics, percentiles, ratio, tok_rates, tpots
 from ssd_sim.sim.outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes
 from ssd_sim.sim.timeline import Span, chrome_trace, event_log
 from ssd_sim.sim.workload import Workload, draft_prefill_ms, fixed_batch, prefill_ms
@@ -68,6 +68,7 @@ class SimResult:
     labels: dict[str, str]  # device -> display name
     timeline: list[Span] | None = None  # every phase on every device, in recording order
     timeline_cut_ms: float | None = None  # the timeline stops here (MAX_SPANS reached); None = complete
+    records: SeqRecords | None = None  # every finished sequence (TTFT, decode time and tokens): SLO accounting
 
     def event_log(self) -> list[tuple[float, str, str]]:
         """(time ms, device, phase) of every span start in time order (needs timeline=True)."""
@@ -211,7 +212,8 @@ class Simulation:
         if self.progress is not None:
             self.progress.close()
         return SimResult(self.metrics(), self.plan, self.mode, self.workload, self.seed,
-                         ["target", *self.drafts], self.labels(), self.spans, self.timeline_cut_ms)
+                         ["target", *self.drafts], self.labels(), self.spans, self.timeline_cut_ms,
+                         self.batch.records)
 
     # ---- target device ----------------------------------------------------------------------------
     def next_batch(self):

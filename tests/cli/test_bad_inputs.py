@@ -14,6 +14,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from ssd_sim.cli.calibrate import main as calibrate_main
+from ssd_sim.cli.capacity import main as capacity_main
 from ssd_sim.cli.plan import main as plan_main
 from ssd_sim.cli.sim import main as sim_main
 from ssd_sim.cli.workload import main as workload_main
@@ -23,7 +24,7 @@ ROOT = Path(__file__).resolve().parents[2]
 bad = load_bench("bad_inputs")
 
 MAINS = {"ssd-plan": plan_main, "ssd-sim": sim_main, "ssd-plan calibrate": calibrate_main,
-         "ssd-plan workload": workload_main}
+         "ssd-plan workload": workload_main, "ssd-plan capacity": capacity_main}
 
 
 @pytest.fixture(scope="module")

@@ -1,0 +1,67 @@
+"""`ssd-plan capacity`: prints the cheapest configuration with its margins and the same-GPU answer; JSON and -o
+agree; bad input is one line."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from ssd_sim.cli.plan import main
+
+ARGS = ["capacity", "--preset", "llama70b-1b-h100", "--rate", "30", "--num-requests", "240", "--tokens", "48",
+        "--ttft-ms", "150", "--tpot-ms", "7", "--modes", "sd,ssd", "--batch-caps", "2,8", "--max-replicas", "6",
+        "--gpu-price", "2.5", "--jobs", "1"]
+
+
+def test_the_cheapest_configuration_its_margins_and_the_same_gpu_answer_are_printed(capsys):
+    assert main(ARGS) == 0
+    out = " ".join(capsys.readouterr().out.split())
+    assert "cheapest: SSD 3 x b<=8, " in out and "on 15 GPUs ($" in out and "TTFT margin +" in out
+    assert "SD on SSD's 15 GPUs (3 x b<=" in out and "misses them" in out
+    assert "none within 6" in out  # SD: its table row
+
+
+def test_json_and_the_output_file_hold_the_same_result(tmp_path, capsys):
+    out = tmp_path / "cap.json"
+    assert main(ARGS + ["--json", "-o", str(out)]) == 0
+    printed, written = json.loads(capsys.readouterr().out), json.loads(out.read_text())
+    assert printed == written
+    best = written["best"]
+    assert (best["mode"], best["gpus"], best["meets"]) == ("ssd", 15, True)
+    assert best["usd_per_mtok"] == pytest.approx(15 * 2.5 / 3600 / best["tok_s"] * 1e6)
+    assert written["per_mode"]["sd"] is None and written["same_gpus"]["sd"]["meets"] is False
+
+
+BAD = {
+    "no target": (["--ttft-ms"], "targets: give a TTFT or a TPOT target"),
+    "no load": (["--rate"], "rate: give the load as --rate R"),
+    "an unknown mode": (["--modes", "sd,xx"], "modes: 'xx' is not one of ar, sd, ssd"),
+    "an unknown router": (["--routers", "random"], "routers: 'random' is not one of round-robin, least-loaded"),
+    "ray not installed": (["--ray"], "ray: Ray is not installed here"),
+}
+
+
+@pytest.mark.parametrize("case", list(BAD))
+def test_bad_input_is_one_line_and_exit_2(capsys, case):
+    drop, needle = BAD[case]
+    argv = list(ARGS)
+    if drop[0] in ("--ttft-ms", "--rate") and len(drop) == 1:
+        i = argv.index(drop[0])
+        del argv[i:i + 2]
+        if drop[0] == "--ttft-ms":
+            i = argv.index("--tpot-ms")
+            del argv[i:i + 2]
+    else:
+        argv += drop
+    try:
+        import ray  # noqa: F401
+
+        if case == "ray not installed":
+            pytest.skip("ray is installed here")
+    except ImportError:
+        pass
+    with pytest.raises(SystemExit) as e:
+        main(argv)
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and needle in err, err
