@@ -140,6 +140,29 @@ def pareto(data: dict[str, dict[str, list]], x: str = "tok_s_per_device") -> go.
                    "tok/s per sequence", height=480)
 
 
+def capacity_pareto(outcomes: Sequence[dict], best: dict | None, tpot_target: float, cost: str = "gpus") -> go.Figure:
+    """Cost (GPUs, or $ per M tokens) vs TPOT at the load of every simulated configuration, one colour per mode,
+    filled markers where the targets are met, the cheapest marked with a star, the TPOT target as a line."""
+    fig = go.Figure()
+    for mode in ("ar", "sd", "ssd"):
+        rows = [o for o in outcomes if o["mode"] == mode and o[cost] is not None]
+        if not rows:
+            continue
+        fig.add_scatter(name=MODE_NAMES[mode], x=[o[cost] for o in rows], y=[o["tpot_ms"] for o in rows],
+                        mode="markers", marker={"color": MODE_COLORS[mode], "size": 9,
+                                                "symbol": ["circle" if o["meets"] else "circle-open" for o in rows]},
+                        text=[f"{o['replicas']} x b<={o['max_batch']} {o['backup']}" for o in rows],
+                        hovertemplate="%{text}<br>%{x} <br>TPOT %{y:.2f} ms<extra></extra>")
+    if best is not None and best[cost] is not None:
+        fig.add_scatter(name="cheapest", x=[best[cost]], y=[best["tpot_ms"]], mode="markers",
+                        marker={"symbol": "star", "size": 18, "color": MODE_COLORS[best["mode"]],
+                                "line": {"width": 1, "color": "black"}}, hoverinfo="skip")
+    fig.add_hline(y=tpot_target, line_dash="dot", annotation_text="TPOT target", annotation_position="top left")
+    x = "GPUs" if cost == "gpus" else "$ per million output tokens"
+    return _layout(fig, "cost vs TPOT at the load (filled: meets every target)", x, "TPOT at the percentile (ms)",
+                   height=420)
+
+
 def gantt(spans: Sequence[dict], devices: Sequence[str], title: str = "simulated pipeline") -> go.Figure:
     """Gantt chart: one row per device, one bar per span {start_ms, dur_ms, device, name, round, rows},
     coloured by phase; `backup` spans mark cache-miss rounds."""

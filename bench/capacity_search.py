@@ -21,18 +21,13 @@ from rich.console import Console
 from rich.table import Table
 
 from ssd_sim.model.presets import get_preset, list_presets
-from ssd_sim.plan.predict import predict_ar
-from ssd_sim.sim.capacity import Capacity, Load, Targets, same_gpus, search
+from ssd_sim.sim.capacity import Capacity, Load, Targets, example, same_gpus, search
 from ssd_sim.sim.workload import poisson
 
 
 def load_and_targets(profile, requests: int, tokens: int) -> tuple[Load, Targets]:
-    """The load and targets of the module docstring, from the preset's own analytic AR numbers."""
-    alone = predict_ar(profile, 1).per_seq_tok_s
-    full = predict_ar(profile, 16).total_tok_s
-    rate = 2.0 * full / tokens
-    prefill = float(profile.latency.target(1, 128))
-    targets = Targets(ttft_ms=20 * prefill, tpot_ms=1.5 * 1e3 / alone)
+    """The load and targets of the module docstring (ssd_sim.sim.capacity.example)."""
+    rate, targets = example(profile, tokens)
     return Load.of(poisson(rate=rate, num_requests=requests, max_batch=16, output_tokens=tokens), seed=0), targets
 
 

@@ -40,6 +40,41 @@ def render() -> None:
                           p.draft_devices)
     st.plotly_chart(charts.pareto(data, x), key="ch_pareto")
     st.dataframe(table(data), hide_index=True, width="stretch")
+    capacity_section(sc)
+
+
+def capacity_section(sc) -> None:
+    """Cost vs TPOT at a load (ssd_sim.sim.capacity, as `ssd-plan capacity`), the cheapest configuration starred."""
+    from ssd_sim.sim.capacity import example
+
+    st.subheader("capacity at a load")
+    rate0, t0 = example(sc.profile, 512)
+    c = st.columns(4)
+    rate = c[0].number_input("rate (requests/s)", min_value=1e-3, value=float(f"{rate0:.3g}"), key="ca_rate",
+                             help="Poisson arrivals; the default would load one AR replica at b = 16 twice over")
+    requests = c[1].number_input("requests", 100, 20_000, 1_000, step=100, key="ca_requests")
+    tokens = c[2].number_input("output tokens", 1, 8192, 512, key="ca_tokens")
+    price = c[3].number_input("$ per GPU-hour (0 = none)", 0.0, 1000.0, 0.0, key="ca_price")
+    c = st.columns(3)
+    ttft = c[0].number_input("TTFT target (ms)", 1e-3, value=float(f"{t0.ttft_ms:.3g}"), key="ca_ttft")
+    tpot = c[1].number_input("TPOT target (ms)", 1e-3, value=float(f"{t0.tpot_ms:.3g}"), key="ca_tpot")
+    pct = c[2].number_input("percentile", 1.0, 100.0, 90.0, key="ca_pct")
+    if not st.button("search", key="ca_search", help="simulate the load across replicas for each mode, batch cap "
+                                                      "and backup (a few seconds)"):
+        return
+    res = compute.capacity(compute.key_of(sc.profile), sc.profile, rate, int(requests), int(tokens), ttft, tpot, pct,
+                           price or None, sc.plan.temperature)
+    best = res["best"]
+    cost = "usd_per_mtok" if price else "gpus"
+    st.plotly_chart(charts.capacity_pareto(res["outcomes"], best, tpot, cost), key="ch_capacity")
+    if best is None:
+        st.warning("no configuration meets the targets within 64 replicas")
+    else:
+        st.success(f"cheapest: {best['mode'].upper()} {best['replicas']} x b<={best['max_batch']}"
+                   + (f", {best['backup']} backup" if best["mode"] == "ssd" else "") + f" on {best['gpus']} GPUs")
+    st.dataframe([{"mode": m.upper(), **({k: o[k] for k in ("replicas", "max_batch", "backup", "gpus", "ttft_ms",
+                                                              "tpot_ms", "usd_per_mtok")} if o else {})}
+                  for m, o in res["per_mode"].items()], hide_index=True, width="stretch")
 
 
 render()

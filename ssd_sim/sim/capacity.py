@@ -305,6 +305,17 @@ def same_gpus(cap_search: Capacity, gpus: int, mode: str, cap: int, router: str 
     return cap_search.evaluate(Config(mode, r, cap, backup, router)) if r >= 1 else None
 
 
+def example(profile: Profile, tokens: int = 512) -> tuple[float, Targets]:
+    """A load and targets derived from a profile's own analytic AR numbers (what bench/capacity_search.py and the
+    dashboard start from; no mode is favoured): the rate (requests/s) that would put one AR replica at batch cap 16
+    at twice its capacity, TPOT p90 <= 1.5x a lone AR request's, TTFT p90 <= 20 prefills of a 128-token prompt."""
+    from ssd_sim.plan.predict import predict_ar
+
+    alone, full = predict_ar(profile, 1).per_seq_tok_s, predict_ar(profile, 16).total_tok_s
+    prefill = float(profile.latency.target(1, 128))
+    return 2.0 * full / tokens, Targets(ttft_ms=20 * prefill, tpot_ms=1.5 * 1e3 / alone)
+
+
 def overload_line(offered_tok_s: float, capacity_tok_s: float, what: str) -> str | None:
     """One line when a load offers at least the capacity (tok/s): the queue, and with it TTFT, grows for the whole
     run; None otherwise."""

@@ -427,3 +427,20 @@ def test_a_pair_on_a_gpu_from_specs(at):
     errors = [e.value for e in at.sidebar.error]
     assert len(errors) == 1 and errors[0].startswith("tp: Llama-3.1-70B needs 141 GB") and "\n" not in errors[0]
     assert metrics(at)["autoregressive"] == "54.7 tok/s"  # falls back to the selected preset
+
+
+def test_pareto_page_capacity_search_stars_what_ssd_plan_capacity_chooses(at):
+    from ssd_sim.sim.capacity import Capacity, Load, Targets, search
+    from ssd_sim.sim.workload import poisson
+
+    at.switch_page("views/pareto.py").run()
+    for key, value in (("ca_rate", 30.0), ("ca_requests", 200), ("ca_tokens", 48), ("ca_ttft", 150.0),
+                       ("ca_tpot", 7.0), ("ca_pct", 90.0)):
+        at.number_input(key=key).set_value(value)
+    at.button(key="ca_search").click().run()
+    ok(at)
+    load = Load.of(poisson(rate=30.0, num_requests=200, max_batch=1, output_tokens=48), seed=0)
+    best = search(Capacity(get_preset(LLAMA), load, Targets(150.0, 7.0))).best
+    want = f"cheapest: {best.config.mode.upper()} {best.config.replicas} x b<={best.config.max_batch}"
+    assert at.success[0].value.startswith(want) and f"on {best.gpus} GPUs" in at.success[0].value
+    assert "ch_capacity" in [c.key for c in at.get("plotly_chart")]
