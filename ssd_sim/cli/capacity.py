@@ -71,6 +71,9 @@ def build_parser() -> OneLineParser:
     t.add_argument("--tpot-ms", type=nonneg_float, metavar="MS", help="time per output token target (ms)")
     t.add_argument("--tpot-pct", type=nonneg_float, default=90.0, metavar="P", help="its percentile (default 90)")
     s = p.add_argument_group("search")
+    s.add_argument("--tp-options", type=int_list, metavar="N[,N..]",
+                   help="with --target/--draft/--gpu: tensor-parallel degrees of the target to consider (e.g. 1,2,4,8); "
+                        "default the one --tp gives")
     s.add_argument("--gpu-price", type=nonneg_float, metavar="USD", help="price per GPU-hour (for $ per M tokens)")
     s.add_argument("--modes", default="ar,sd,ssd", help="modes to consider (default ar,sd,ssd)")
     s.add_argument("--batch-caps", type=int_list, default=(1, 2, 4, 8, 16, 32), metavar="B[,B..]",
@@ -108,6 +111,17 @@ def load_of(args) -> Load:
     return Load.of(wl, args.seed)
 
 
+def profiles_of(args) -> list:
+    """The profile of the source flags, or with --tp-options one per tensor-parallel degree (specs only)."""
+    source = source_of(args)
+    if not args.tp_options:
+        return [profile_of(source)]
+    if "spec" not in source:
+        raise ConfigError("tp_options", "--tp-options needs a pair from specs (--target, --draft, --gpu): a preset's or "
+                                        "profile's latencies hold for its own TP only")
+    return [profile_of({"spec": {**source["spec"], "tp": tp}}) for tp in args.tp_options]
+
+
 def _pool(args):
     """(a map function, the pool to close): Ray's Pool with --ray, a process pool with --jobs > 1, else map."""
     if args.ray:
@@ -133,12 +147,15 @@ def main(argv: list[str] | None = None) -> int:
         targets = Targets(args.ttft_ms, args.tpot_ms, args.ttft_pct, args.tpot_pct)
         modes = _names(args.modes, MODES, "modes")
         routers = _names(args.routers, ROUTERS, "routers")
-        profile = profile_of(source_of(args))
+        profiles = profiles_of(args)
+        profile = profiles[0]
         load = load_of(args)
         mapper, pool = _pool(args)
-        cap = Capacity(profile, load, targets, args.temperature or 0.0, args.gpu_price, args.seed, mapper)
-        result = search(cap, modes, args.batch_caps, routers, args.max_replicas)
-        answer = _same_gpus(cap, result)
+        by_tp = {p.latency.target_devices: Capacity(p, load, targets, args.temperature or 0.0, args.gpu_price,
+                                                    args.seed, mapper) for p in profiles}
+        result = search(list(by_tp.values()), modes, args.batch_caps, routers, args.max_replicas)
+        ref = anchor(result)
+        answer = _same_gpus(by_tp[ref.config.tp], result) if ref else {}
     except ConfigError as e:
         fail(PROG, e)
     finally:
@@ -189,7 +206,7 @@ def _cfg(o: Outcome) -> str:
     c = o.config
     backup = f", {c.backup} backup" if c.mode == "ssd" else ""
     router = "" if c.router == "round-robin" else f", {c.router}"
-    return f"{c.replicas} x b<={c.max_batch}{backup}{router}"
+    return f"{c.replicas} x TP={c.tp} b<={c.max_batch}{backup}{router}"
 
 
 def _print(profile, load: Load, targets: Targets, result: SearchResult, answer: dict, args) -> None:

@@ -98,6 +98,7 @@ class Config:
     max_batch: int
     backup: str = "-"
     router: str = "round-robin"
+    tp: int = 1  # target devices per replica (the profile's)
 
 
 @dataclass(frozen=True)
@@ -208,6 +209,7 @@ class Capacity:
         start, end = min(p[2] for p in parts), max(p[3] for p in parts)
         ttft_v, tpot_v = slo_values(ttft, tpot, self.targets)
         ok, margins = meets(ttft_v, tpot_v, self.targets)
+        config = replace(config, tp=self.profile.latency.target_devices)
         gpus = r * self.gpus_per_replica(config.mode)
         tok_s = float(load.output_tokens.sum()) / (end - start) * 1e3 if end > start else math.inf
         usd = gpus * self.price_per_gpu_hour / 3600.0 / tok_s * 1e6 if self.price_per_gpu_hour else None
@@ -263,25 +265,31 @@ class SearchResult:
     per_mode: dict[str, Outcome | None]
 
 
-def search(cap_search: Capacity, modes: Sequence[str] = MODES, caps: Sequence[int] = (1, 2, 4, 8, 16),
-           routers: Sequence[str] = ("round-robin",), max_replicas: int = 64) -> SearchResult:
-    """The cheapest configuration over modes x caps x SSD backups x routers (fewest GPUs; ties: the largest
-    smallest margin). Configurations are visited by their analytic lower bound on GPUs, and skipped once that bound
-    exceeds the cheapest found."""
+def search(cap_search: Capacity | Sequence[Capacity], modes: Sequence[str] = MODES,
+           caps: Sequence[int] = (1, 2, 4, 8, 16), routers: Sequence[str] = ("round-robin",),
+           max_replicas: int = 64) -> SearchResult:
+    """The cheapest configuration over profiles (e.g. one per tensor-parallel degree) x modes x caps (up to each
+    profile's max_batch_size: the KV cache must fit) x SSD backups x routers (fewest GPUs; ties: the largest smallest
+    margin). Configurations are visited by their analytic lower bound on GPUs, and skipped once that bound exceeds
+    the cheapest found."""
     for m in modes:
         if m not in MODES:
             raise ConfigError("modes", f"must be among {', '.join(MODES)}, got {m!r}")
-    space = [(m, c, b, rt) for m in modes for c in caps for b in (SSD_BACKUPS if m == "ssd" else ("-",))
-             for rt in routers]
-    bound = {s: cap_search.min_replicas(s[0], s[1], s[2]) * cap_search.gpus_per_replica(s[0]) for s in space}
+    searches = [cap_search] if isinstance(cap_search, Capacity) else list(cap_search)
+    space = [(i, m, c, b, rt) for i, cs in enumerate(searches) for m in modes for c in caps
+             if c <= (cs.profile.max_batch_size or c) for b in (SSD_BACKUPS if m == "ssd" else ("-",)) for rt in routers]
+    if not space:
+        raise ConfigError("batch_caps", "every batch cap is above the profile's max_batch_size (its KV cache does "
+                                        "not fit); give smaller --batch-caps")
+    bound = {s: searches[s[0]].min_replicas(*s[1:4]) * searches[s[0]].gpus_per_replica(s[1]) for s in space}
     best: Outcome | None = None
     seen: list[Outcome] = []
     per_mode: dict[str, Outcome | None] = dict.fromkeys(modes)
     for s in sorted(space, key=lambda s: (bound[s], s)):
-        mode, cap, backup, router = s
+        i, mode, cap, backup, router = s
         if best is not None and bound[s] > best.gpus and per_mode[mode] is not None:
             continue
-        found, tried = cap_search.fewest_replicas(mode, cap, backup, router, max_replicas)
+        found, tried = searches[i].fewest_replicas(mode, cap, backup, router, max_replicas)
         seen += tried
         if found is None:
             continue
@@ -329,6 +337,7 @@ def overload_line(offered_tok_s: float, capacity_tok_s: float, what: str) -> str
 def outcome_row(o: Outcome) -> dict:
     """An outcome as plain JSON data."""
     c = o.config
-    return {"mode": c.mode, "replicas": c.replicas, "max_batch": c.max_batch, "backup": c.backup, "router": c.router,
+    return {"mode": c.mode, "tp": c.tp, "replicas": c.replicas, "max_batch": c.max_batch, "backup": c.backup,
+            "router": c.router,
             "gpus": o.gpus, "ttft_ms": o.ttft_ms, "tpot_ms": o.tpot_ms, "tok_s": o.tok_s, "usd_per_mtok": o.usd_per_mtok,
             "meets": o.meets, "rho": o.rho, "margins": o.margins}

@@ -17,8 +17,8 @@ ARGS = ["capacity", "--preset", "llama70b-1b-h100", "--rate", "30", "--num-reque
 def test_the_cheapest_configuration_its_margins_and_the_same_gpu_answer_are_printed(capsys):
     assert main(ARGS) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "cheapest: SSD 3 x b<=8, " in out and "on 15 GPUs ($" in out and "TTFT margin +" in out
-    assert "SD on SSD's 15 GPUs (3 x b<=" in out and "misses them" in out
+    assert "cheapest: SSD 3 x TP=4 b<=8, " in out and "on 15 GPUs ($" in out and "TTFT margin +" in out
+    assert "SD on SSD's 15 GPUs (3 x TP=4 b<=" in out and "misses them" in out
     assert "none within 6" in out  # SD: its table row
 
 
@@ -65,3 +65,19 @@ def test_bad_input_is_one_line_and_exit_2(capsys, case):
         main(argv)
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_tp_options_search_each_degree_from_specs_and_are_refused_for_a_preset(capsys):
+    spec = ["capacity", "--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "H100-SXM", "--rate", "30",
+            "--num-requests", "240", "--tokens", "48", "--tpot-ms", "7", "--modes", "ssd", "--batch-caps", "8",
+            "--max-replicas", "4", "--jobs", "1", "--json"]
+    assert main(spec + ["--tp-options", "4,8"]) == 0
+    both = json.loads(capsys.readouterr().out)["best"]
+    alone = []
+    for tp in ("4", "8"):
+        assert main(spec + ["--tp", tp]) == 0
+        alone.append(json.loads(capsys.readouterr().out)["best"])
+    assert both["gpus"] == min(b["gpus"] for b in alone if b) and both["tp"] in (4, 8)
+    with pytest.raises(SystemExit) as e:
+        main(ARGS + ["--tp-options", "2,4"])
+    assert e.value.code == 2 and "tp_options: --tp-options needs a pair from specs" in capsys.readouterr().err

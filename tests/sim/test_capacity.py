@@ -100,3 +100,27 @@ def test_more_replicas_than_needed_are_never_chosen():
     cap = _small()
     found, tried = cap.fewest_replicas("ssd", 8, "fast", "round-robin", 6)
     assert found is not None and all(not o.meets for o in tried if o.config.replicas < found.config.replicas)
+
+
+def test_caps_beyond_the_profile_s_kv_memory_are_not_searched():
+    from dataclasses import replace
+
+    cap = _small()
+    cap.profile = replace(PROFILE, max_batch_size=4)
+    res = search(cap, ("sd",), (2, 4, 8, 16), max_replicas=3)
+    assert {o.config.max_batch for o in res.outcomes} <= {2, 4}
+    with pytest.raises(ConfigError, match="^batch_caps: every batch cap is above the profile's max_batch_size"):
+        search(cap, ("sd",), (8, 16))
+
+
+def test_several_profiles_are_one_search_and_each_outcome_names_its_tp():
+    from ssd_sim.model.spec_profile import profile_from_specs
+
+    load = _small().load
+    caps = [Capacity(profile_from_specs("Llama-3.1-70B", "Llama-3.2-1B", "H100-SXM", tp=tp), load,
+                     Targets(ttft_ms=150.0, tpot_ms=7.0)) for tp in (4, 8)]
+    res = search(caps, ("ssd",), (8,), max_replicas=4)
+    assert {o.config.tp for o in res.outcomes} <= {4, 8} and res.best is not None
+    assert res.best.gpus == res.best.config.replicas * (res.best.config.tp + 1)
+    alone = [search(c, ("ssd",), (8,), max_replicas=4).best for c in caps]
+    assert res.best.gpus == min(o.gpus for o in alone if o is not None)
