@@ -81,3 +81,14 @@ def test_tp_options_search_each_degree_from_specs_and_are_refused_for_a_preset(c
     with pytest.raises(SystemExit) as e:
         main(ARGS + ["--tp-options", "2,4"])
     assert e.value.code == 2 and "tp_options: --tp-options needs a pair from specs" in capsys.readouterr().err
+
+
+def test_a_least_loaded_router_is_searched_beside_round_robin(capsys):
+    assert main(ARGS + ["--routers", "round-robin,least-loaded", "--json"]) == 0
+    data = json.loads(capsys.readouterr().out)
+    assert {o["router"] for o in data["simulated"]} == {"round-robin", "least-loaded"}
+    alone = []
+    for router in ("round-robin", "least-loaded"):
+        assert main(ARGS + ["--routers", router, "--json"]) == 0
+        alone.append(json.loads(capsys.readouterr().out)["best"]["gpus"])
+    assert data["best"]["meets"] and data["best"]["gpus"] == min(alone) and alone[0] == 15

@@ -287,3 +287,30 @@ def test_a_refused_replay_of_another_setup_is_one_line_without_the_warning(capsy
         main(["--preset", "llama70b-1b-h100", "-k", "2", "--replay", str(GRID / "ar-b1-t0.jsonl")])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "is an ar run" in err and "warning" not in err
+
+
+def test_a_stream_beyond_the_replica_s_capacity_warns_that_it_is_overloaded(capsys):
+    from ssd_sim.model.presets import get_preset
+    from ssd_sim.plan.plan import Plan
+    from ssd_sim.plan.predict import predict
+    from ssd_sim.sim.capacity import Load
+    from ssd_sim.sim.workload import poisson
+
+    argv = ["--preset", "qwen32b-0.6b-h100", "--workload", "poisson", "--rate", "20", "--max-batch", "16",
+            "--tokens", "512", "--num-requests", "200", "--mode", "sd", "-k", "3", "--json"]
+    assert main(argv) == 0
+    out = capsys.readouterr()
+    (line,) = [x for x in out.err.splitlines() if "overloaded" in x]
+    offered = Load.of(poisson(rate=20, num_requests=200, max_batch=16, output_tokens=512)).offered_tok_s
+    plan = json.loads(out.out)["plan"]
+    cap = predict(get_preset("qwen32b-0.6b-h100"), Plan.from_dict(plan).replace(batch_size=16), "sd").total_tok_s
+    assert line == (f"ssd-sim: warning: overloaded: the load offers {offered:,.0f} output tok/s where this replica "
+                    f"(b <= 16) can deliver at most {cap:,.0f}; the queue grows for the whole run, so TTFT grows with "
+                    "the run's length (add replicas, raise the batch cap or lower the rate)")
+    assert json.loads(out.out)["metrics"]["ttft_ms_p99"] > 10_000  # the queue did grow
+
+
+def test_a_stream_within_capacity_is_not_called_overloaded(capsys):
+    assert main(["--preset", "qwen32b-0.6b-h100", "--workload", "poisson", "--rate", "2", "--max-batch", "16",
+                 "--tokens", "512", "--num-requests", "50", "--json"]) == 0
+    assert "overloaded" not in capsys.readouterr().err
