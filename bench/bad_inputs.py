@@ -128,12 +128,15 @@ WARN_CASES: list[tuple[str, str, str, str]] = [
      "arrival_ms spans ~54 years"),
     ("--replay a CPU trace on an H100 profile", "ssd-sim", f"{PLAN} -k 2 --fan-out 0,0,1 --replay {{trace}} --tokens 16",
      "its predictions are for another setup"),
+    ("--saguaro-c 0.5 at T = 1e-300", "ssd-plan", f"{PLAN} -t 1e-300 --saguaro-c 0.5", "has no effect at T = 1e-300"),
+    ("poisson stream beyond the replica", "ssd-sim", f"{PLAN} --workload poisson --rate 50 --max-batch 4 --tokens 64",
+     "overloaded: the load offers"),
 ]
 
 # Numeric extremes that are valid: exit 0, nothing on stderr, no traceback (a vanishing T is its T -> 0 limit,
 # ssd_sim.io.limits.GREEDY_BELOW_T; a sequence of one token has no decode round)
 OK_CASES: list[tuple[str, str, str]] = [
-    ("plan -t 1e-300 (greedy floor)", "ssd-plan", f"{PLAN} -t 1e-300 --saguaro-c 0.5"),
+    ("plan -t 1e-300 (greedy floor)", "ssd-plan", f"{PLAN} -t 1e-300"),
     ("plan -t 4.9e-5 -b 64", "ssd-plan", f"{PLAN} -t 4.9e-5 -b 64"),
     ("sim -t 5e-324", "ssd-sim", f"{PLAN} -t 5e-324 --tokens 16"),
     ("sim every sequence one token", "ssd-sim", f"{PLAN} --tokens 1 -b 4"),

@@ -100,7 +100,8 @@ def build_parser() -> OneLineParser:
                    help="SD / SSD traces: per verified position, the top-N token ids and log-probs (T = 1) of the "
                         "target and the draft, from which ssd-plan calibrate derives acceptance and hit rates at any "
                         "temperature, C and fan-out (default 20, about 0.56 KB per generated token; 0 = off)")
-    add_knob_args(p)
+    add_knob_args(p, helps={"draft_devices": "1 only: ssd-run runs the draft on one device (plans for more draft "
+                                               "devices come from ssd-plan / ssd-sim)"})
     return p
 
 

@@ -88,14 +88,15 @@ def fail(prog: str, err: Exception) -> None:
     raise SystemExit(2)
 
 
-def add_knob_args(p: argparse.ArgumentParser, workload: bool = True) -> None:
+def add_knob_args(p: argparse.ArgumentParser, workload: bool = True, helps: dict[str, str] | None = None) -> None:
     """The knob flags of the schema (ssd_sim.plan.plan.Plan): SSD knobs, and with `workload` the workload flags.
-    Any flag given is fixed; the rest comes from the plan file or is searched (ssd_sim.plan.knobs.resolve)."""
+    Any flag given is fixed; the rest comes from the plan file or is searched (ssd_sim.plan.knobs.resolve).
+    `helps`: a CLI's own help for a flag it takes but limits (ssd-run: one draft device)."""
     titles = {"knob": "SSD knobs (fixed when given, otherwise searched / taken from --plan)", "workload": "workload"}
     groups = {g: p.add_argument_group(t) for g, t in titles.items() if g == "knob" or workload}
     for name, k in knob_fields().items():
         if k.flag is not None and k.group in groups:
-            add_knob_arg(groups[k.group], name)
+            add_knob_arg(groups[k.group], name, **({"help": helps[name]} if helps and name in helps else {}))
 
 
 def add_knob_arg(group, name: str, **extra) -> None:
@@ -103,7 +104,7 @@ def add_knob_arg(group, name: str, **extra) -> None:
     k = knob_fields()[name]
     names = [k.short, k.flag] if k.short else [k.flag]
     kw = {"choices": k.choices} if k.choices else {"type": k.parse, "metavar": k.metavar}
-    group.add_argument(*names, dest=name, help=k.help, **kw, **extra)
+    group.add_argument(*names, dest=name, **{"help": k.help, **kw, **extra})
 
 
 def knob_flags(args: argparse.Namespace) -> dict[str, Any]:

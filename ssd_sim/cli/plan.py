@@ -33,9 +33,17 @@ from ssd_sim.io.outputs import check_outputs
 from ssd_sim.model.presets import list_presets
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES
-from ssd_sim.plan.knobs import WORKLOAD, Knobs, resolve
+from ssd_sim.plan.knobs import WORKLOAD, Knobs, ignored_at_greedy, resolve
 from ssd_sim.plan.plan import load_plan
-from ssd_sim.plan.planner import MIN_C_GAIN_PCT, OBJECTIVES, PlanRequest, PlanResult, SearchLimits, make_plan
+from ssd_sim.plan.planner import (
+    MIN_C_GAIN_PCT,
+    OBJECTIVES,
+    PlanRequest,
+    PlanResult,
+    SearchLimits,
+    bound_notes,
+    make_plan,
+)
 from ssd_sim.plan.predict import plan_point
 from ssd_sim.plan.report import build_report, plan_file
 
@@ -123,7 +131,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
         fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
                                        "choose vllm or sglang"))
-    for warning in (report["host"]["warning"], report.get("latency_tables", {}).get("warning")):
+    for warning in (report["host"]["warning"], report.get("latency_tables", {}).get("warning"),
+                    ignored_at_greedy(knob_flags(args), result.plan.temperature)):
         if warning:
             print(f"{PROG}: warning: {warning}", file=sys.stderr)
     if args.output:
@@ -241,6 +250,8 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     con.print(f"gain over SD: {x:.2f}x of at most {result.gain_bound:.2f}x (Corollary 9: (1 + T_SD) E_hit / E_SD)"
               + captured)
     con.print(f"binding: {result.binding}")
+    for note in bound_notes(result):
+        con.print(f"note: {note}")
     if result.c_per_position_gain_pct is not None:
         used = "used" if plan.saguaro_c_list else f"not used (below {MIN_C_GAIN_PCT:g}%)"
         con.print(f"per-position Saguaro C: {result.c_per_position_gain_pct:+.1f}% tok/s over the best single C ({used})")

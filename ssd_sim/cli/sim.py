@@ -37,7 +37,7 @@ from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.tracematch import mismatch_line
 from ssd_sim.plan.intervals import scaled_interval
-from ssd_sim.plan.knobs import resolve
+from ssd_sim.plan.knobs import ignored_at_greedy, resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, PlanRequest, make_plan
 from ssd_sim.plan.predict import Prediction, predict
@@ -199,7 +199,8 @@ def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Tra
                           waiting="simulated waiting") if workload.kind == "poisson" else None,
              arrivals_warning(args.arrivals, workload.arrival_ms, busy) if workload.kind == "arrivals" else None,
              mismatch_line(replay, profile) if replay is not None else None,
-             overload(profile, plan, workload, args.mode, args.seed) if workload.kind != "fixed" else None]
+             overload(profile, plan, workload, args.mode, args.seed) if workload.kind != "fixed" else None,
+             ignored_at_greedy(knob_flags(args), plan.temperature)]
     return [line for line in lines if line]
 
 
@@ -248,7 +249,7 @@ def print_table(profile: Profile, result: SimResult, predicted: Prediction, args
     t.add_column("analytic", justify="right")
     for name, sim, pred in rows(m, predicted):
         t.add_row(name, sim, pred)
-    console = Console()
+    console = Console(width=None if sys.stdout.isatty() else 120)
     console.print(t)
     if m.num_speculative_tokens:
         fo = f" fan-out {list(plan.fan_out)} / miss {list(plan.fan_out_miss)}" if plan.mode == "ssd" else ""

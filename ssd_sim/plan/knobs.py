@@ -23,6 +23,7 @@ from dataclasses import dataclass, fields
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.limits import effective_temperature
 from ssd_sim.plan.plan import Plan, engine_defaults, knob_fields
 
 
@@ -152,3 +153,14 @@ def resolve(plan_file: Plan | None, flags: Mapping[str, Any]) -> Resolution:
         if name not in ("num_speculative_tokens", "fan_out"):
             fixed[name] = value
     return Resolution(fixed, tuple(dropped), plan_file is not None)
+
+
+def ignored_at_greedy(flags: Mapping[str, Any], temperature: float) -> str | None:
+    """One line when --saguaro-c below 1 is given for greedy decoding, where it cannot act (None otherwise): at T = 0
+    the target's token is its argmax and the draft's proposals are its top tokens whatever C down-weights."""
+    c = flags.get("saguaro_c")
+    if c is None or c >= 1.0 or effective_temperature(temperature) > 0:
+        return None
+    return (f"--saguaro-c {c:g} has no effect at T = {temperature:g}: decoding is greedy, and Saguaro sampling acts "
+            "only when the draft samples (T > 0)")
+

@@ -65,6 +65,8 @@ class PlanResult:
     crossover: Crossover | None = None  # the jit / fast curves behind b* (None: b* of the fixed plan)
     gain_bound: float = math.nan  # Corollary 9: the most SSD (at this plan's K and E_hit) can gain over the best SD
     budget_cap: int = MAX_BUDGET  # the largest budget the search allowed (--budget-cap and the timed range)
+    k_max: int = 10  # the largest K the search allowed (--max-k)
+    k_fixed: bool = False  # the SSD plan's K was fixed (-k or a plan file), not searched
 
     @property
     def gain_captured(self) -> float:
@@ -226,7 +228,20 @@ def make_plan(profile: Profile, request: PlanRequest = PlanRequest(), *,
     return PlanResult(plan=best, ssd=ssd, ar=ar, sd=sd, objective=request.objective, binding=binding, b_star=b_star,
                       b_star_closed_form=b_closed, budget_fit=fit, candidates=tuple(preds),
                       evaluated=len(scored.per_seq), c_per_position_gain_pct=gain, crossover=curve, gain_bound=bound,
-                      budget_cap=min(user_cap, timed_cap))
+                      budget_cap=min(user_cap, timed_cap), k_max=k_max,
+                      k_fixed=knobs.num_speculative_tokens is not None)
+
+
+def bound_notes(result: PlanResult) -> list[str]:
+    """One line for each optimum that sits on a search bound (the search may have stopped short of it)."""
+    notes = []
+    if result.sd.num_speculative_tokens == result.k_max:
+        notes.append(f"SD's best K = {result.k_max} is the largest K searched (--max-k {result.k_max}): its optimum "
+                     "may lie beyond; raise --max-k to search further")
+    if result.plan.K == result.k_max and not result.k_fixed:
+        notes.append(f"SSD's best K = {result.k_max} is the largest K searched (--max-k {result.k_max}): its "
+                     "optimum may lie beyond; raise --max-k to search further")
+    return notes
 
 
 def gain_bound(profile: Profile, ssd: Prediction, sd: Prediction) -> float:

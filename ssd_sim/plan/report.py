@@ -11,7 +11,7 @@ from ssd_sim.model.table import MeasuredForward
 from ssd_sim.plan.emit import engine_flags
 from ssd_sim.plan.intervals import uncertainty_report
 from ssd_sim.plan.plan import Plan, PlanFile
-from ssd_sim.plan.planner import PlanResult
+from ssd_sim.plan.planner import PlanResult, bound_notes
 
 
 def build_report(profile: Profile, result: PlanResult, simulated: dict | None = None, source: dict | None = None) -> dict:
@@ -36,6 +36,7 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
         "recommended_mode": result.recommended_mode,
         "predicted": predicted,
         "binding": result.binding,
+        "search_bounds": bound_notes(result),  # optima on a search bound (--max-k), one line each
         "b_star": None if math.isinf(result.b_star) else result.b_star,
         "b_star_closed_form": None if math.isinf(result.b_star_closed_form) else result.b_star_closed_form,
         "b_star_curve": result.crossover.to_dict() if result.crossover is not None else None,

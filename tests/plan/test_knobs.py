@@ -136,3 +136,27 @@ def test_the_plan_line_says_when_the_threshold_is_fixed_and_where_the_crossover_
     assert main(["--preset", "llama70b-1b-h100", "-b", "8", "--backup", "adaptive", "--backup-threshold", "inf"]) == 0
     out = " ".join(capsys.readouterr().out.split())
     assert "backup=adaptive (fast backup from b*=never, fixed; the crossover is b*=2;" in out
+
+
+@pytest.mark.parametrize("T,C,warns", [(0.0, 0.5, True), (1e-6, 0.5, True), (1.0, 0.5, False), (0.0, 1.0, False),
+                                       (0.0, None, False)])
+def test_a_saguaro_c_for_greedy_decoding_is_said_to_have_no_effect(T, C, warns):
+    from ssd_sim.plan.knobs import ignored_at_greedy
+
+    line = ignored_at_greedy({"saguaro_c": C}, T)
+    assert (line is not None) == warns
+    if warns:
+        assert line == (f"--saguaro-c 0.5 has no effect at T = {T:g}: decoding is greedy, and Saguaro sampling acts "
+                        "only when the draft samples (T > 0)")
+
+
+def test_ssd_plan_and_ssd_sim_print_that_c_is_ignored_at_t_0(capsys):
+    assert plan_main(["--preset", "llama70b-1b-h100", "--saguaro-c", "0.5", "-t", "0", "--json"]) == 0
+    assert "ssd-plan: warning: --saguaro-c 0.5 has no effect at T = 0" in capsys.readouterr().err
+    assert sim_main(["--preset", "llama70b-1b-h100", "--saguaro-c", "0.5", "--tokens", "8", "--json"]) == 0
+    assert "ssd-sim: warning: --saguaro-c 0.5 has no effect at T = 0" in capsys.readouterr().err
+
+
+def test_ssd_run_s_help_says_it_takes_one_draft_device():
+    help_text = " ".join(run_parser().format_help().split())
+    assert "--draft-devices N 1 only: ssd-run runs the draft on one device" in help_text

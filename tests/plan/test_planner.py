@@ -285,3 +285,15 @@ def test_any_temperature_in_range_predicts_a_finite_positive_speed(T, C, b):
     plan = Plan(num_speculative_tokens=3, fan_out=(2, 2, 1, 1), batch_size=b, temperature=T, saguaro_c=C)
     tok_s = predict_ssd(get_preset("llama70b-1b-h100"), plan).per_seq_tok_s
     assert math.isfinite(tok_s) and tok_s > 0
+
+
+def test_an_optimum_on_the_k_bound_is_said_and_disappears_when_the_bound_is_raised():
+    from ssd_sim.plan.planner import bound_notes
+
+    prof = get_preset("llama70b-1b-h100")
+    at10 = make_plan(prof, PlanRequest())
+    assert at10.sd.num_speculative_tokens == 10
+    assert bound_notes(at10) == ["SD's best K = 10 is the largest K searched (--max-k 10): its optimum may lie beyond; "
+                                 "raise --max-k to search further"]
+    wider = make_plan(prof, PlanRequest(limits=SearchLimits(k_max=24)))
+    assert wider.sd.num_speculative_tokens < 24 and bound_notes(wider) == []
