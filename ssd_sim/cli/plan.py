@@ -6,6 +6,7 @@
     ssd-plan --plan plan.json --emit ssd-engine             # flags for an existing plan file
     ssd-plan calibrate traces/*.jsonl -o profile.json       # fit a profile to runtime traces
     ssd-plan workload metrics.txt --engine vllm -t 0 -o workload.json   # acceptance from an engine's metrics
+    ssd-plan capacity --preset llama70b-1b-h100 --rate 10 --tpot-ms 27   # the cheapest deployment for a load
 """
 
 from __future__ import annotations
@@ -57,7 +58,8 @@ def build_parser() -> argparse.ArgumentParser:
                     "fan-out for the hit and miss case, Saguaro C and the backup policy, and predict tok/s "
                     "of autoregressive, the best synchronous SD and SSD. Knob flags fix a value; the rest "
                     "is searched. `ssd-plan calibrate --help` fits a profile to runtime traces; `ssd-plan "
-                    "workload --help` reads an engine's speculative-decoding metrics into a workload profile.",
+                    "workload --help` reads an engine's speculative-decoding metrics into a workload profile; `ssd-plan capacity "
+                    "--help` finds the cheapest deployment that serves a load within TTFT / TPOT targets.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
         epilog=__doc__,
     )
