@@ -92,15 +92,12 @@ def uncertainty(key: str, _profile: Profile, _plan: Plan, sd_k: int) -> dict:
 @st.cache_data(max_entries=16, show_spinner="simulating the load across replicas...")
 def capacity(key: str, _profile: Profile, rate: float, requests: int, tokens: int, ttft_ms: float, tpot_ms: float,
              pct: float, price: float | None, temperature: float) -> dict:
-    """ssd_sim.sim.capacity.search on a Poisson load: every simulated outcome, the cheapest per mode and overall
-    (plain JSON rows, sim.capacity.outcome_row)."""
-    from ssd_sim.sim.capacity import Capacity, Load, Targets, outcome_row, search
+    """ssd_sim.sim.capacity.search on a Poisson load: SearchResult.to_dict (every simulated outcome, the cheapest
+    per mode and overall) and the offered tok/s."""
+    from ssd_sim.sim.capacity import Capacity, Load, Targets, search
     from ssd_sim.sim.workload import poisson
 
     load = Load.of(poisson(rate=rate, num_requests=requests, max_batch=1, output_tokens=tokens), seed=0)
     cap = Capacity(_profile, load, Targets(ttft_ms, tpot_ms, pct, pct), temperature, price)
-    res = search(cap)
-    return {"outcomes": [outcome_row(o) for o in res.outcomes], "best": outcome_row(res.best) if res.best else None,
-            "per_mode": {m: outcome_row(o) if o else None for m, o in res.per_mode.items()},
-            "offered_tok_s": load.offered_tok_s}
+    return {**search(cap).to_dict(), "offered_tok_s": load.offered_tok_s}
 

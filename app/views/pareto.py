@@ -66,7 +66,7 @@ def capacity_section(sc) -> None:
                            price or None, sc.plan.temperature)
     best = res["best"]
     cost = "usd_per_mtok" if price else "gpus"
-    st.plotly_chart(charts.capacity_pareto(res["outcomes"], best, tpot, cost), key="ch_capacity")
+    st.plotly_chart(charts.capacity_pareto(res["simulated"], best, tpot, cost), key="ch_capacity")
     if best is None:
         st.warning("no configuration meets the targets within 64 replicas")
     else:

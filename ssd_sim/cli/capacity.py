@@ -195,11 +195,9 @@ def _to_json(profile, load: Load, targets: Targets, result: SearchResult, answer
                                               "mean_output_tokens": float(load.output_tokens.mean())},
             "targets": {"ttft_ms": targets.ttft_ms, "ttft_pct": targets.ttft_pct, "tpot_ms": targets.tpot_ms,
                         "tpot_pct": targets.tpot_pct},
-            "best": outcome_row(result.best) if result.best else None,
-            "per_mode": {m: outcome_row(o) if o else None for m, o in result.per_mode.items()},
+            **result.to_dict(),
             "same_gpus": {"as": outcome_row(anchor(result)) if anchor(result) else None,
-                          **{m: outcome_row(o) if o else None for m, o in answer.items()}},
-            "simulated": [outcome_row(o) for o in result.outcomes]}
+                          **{m: outcome_row(o) if o else None for m, o in answer.items()}}}
 
 
 def _cfg(o: Outcome) -> str:

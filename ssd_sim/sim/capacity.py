@@ -264,6 +264,12 @@ class SearchResult:
     outcomes: tuple[Outcome, ...]
     per_mode: dict[str, Outcome | None]
 
+    def to_dict(self) -> dict:
+        """Plain JSON rows (outcome_row): the cheapest, the cheapest per mode, every outcome simulated."""
+        return {"best": outcome_row(self.best) if self.best else None,
+                "per_mode": {m: outcome_row(o) if o else None for m, o in self.per_mode.items()},
+                "simulated": [outcome_row(o) for o in self.outcomes]}
+
 
 def search(cap_search: Capacity | Sequence[Capacity], modes: Sequence[str] = MODES,
            caps: Sequence[int] = (1, 2, 4, 8, 16), routers: Sequence[str] = ("round-robin",),
