@@ -6,8 +6,8 @@ Instead the runtime registers one attention function ("ssd_static") that each at
 arguments. The model itself says which window a layer has (the `sliding_window` it passes: None for full
 attention), so no family's config conventions are re-implemented here. The function builds that layer's mask from
 the forward's visibility (which slots each query may see, set by StaticKV) and hands it to the implementation
-the model was loaded with (sdpa: a boolean mask; eager: an additive float mask, e.g. Gemma 2's softcapped
-attention). While the hook is active, transformers builds no masks of its own (the implementation name is not a
+the model was loaded with (sdpa: torch's SDPA with a boolean mask, grouped KV heads read in place, see
+grouped_sdpa; eager: the family's own function with an additive float mask, e.g. Gemma 2's softcapped attention). While the hook is active, transformers builds no masks of its own (the implementation name is not a
 mask implementation), and outside StaticKV's forwards the model is untouched.
 
 Sliding windows follow transformers' definition: a query at position q sees keys at positions k with
@@ -45,10 +45,15 @@ class Visibility:
     self_slot: torch.Tensor
     _masks: dict = field(default_factory=dict)
 
-    def mask(self, window: int | None, dtype: torch.dtype | None) -> torch.Tensor:
+    def mask(self, window: int | None, dtype: torch.dtype | None, groups: int = 1) -> torch.Tensor:
         """[R, 1, P, W] mask for a layer with this sliding window (None = full attention): boolean (dtype None,
-        True = attend) or additive in `dtype` (0 = attend, the dtype's minimum = masked). Cached per forward."""
-        key = (window, dtype)
+        True = attend) or additive in `dtype` (0 = attend, the dtype's minimum = masked). Cached per forward.
+        groups > 1 (boolean only): [R, 1, groups P, W], the mask repeated for grouped_sdpa's folded query rows."""
+        key = (window, dtype, groups)
+        if groups > 1 and key not in self._masks:
+            m = self.mask(window, dtype)
+            R, _, P, W = m.shape
+            self._masks[key] = m[:, :, None].expand(R, 1, groups, P, W).reshape(R, 1, groups * P, W)
         if key not in self._masks:
             seen = self.vis
             if window is not None:
@@ -79,10 +84,32 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
         raise RuntimeError("ssd_static attention was called outside a StaticKV forward")
     window = kwargs.get("sliding_window")
     if active.base == "sdpa":
-        from transformers.integrations.sdpa_attention import sdpa_attention_forward
-
-        return sdpa_attention_forward(module, query, key, value, active.visibility.mask(window, None), **kwargs)
+        groups = query.shape[1] // key.shape[1]
+        return grouped_sdpa(query, key, value, active.visibility.mask(window, None, groups), **kwargs)
     return _eager(module)(module, query, key, value, active.visibility.mask(window, query.dtype), **kwargs)
+
+
+def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
+                 dropout: float = 0.0, scaling: float | None = None, **kwargs) -> tuple[torch.Tensor, None]:
+    """SDPA with a boolean mask; grouped KV heads are attended without copying K/V (no repeat_kv).
+
+    query [R, H, P, D], key / value [R, Hkv, W, D] (H = G Hkv; query head h reads KV head h // G, as repeat_kv
+    does), mask [R, 1, P, W]. The G query heads of one KV head become G P query rows of that head, so SDPA sees
+    Hkv heads over the cache as it is; only the boolean mask is repeated G times (P W bytes per copy, against
+    2 W D x dtype bytes per head and layer for a K/V copy). Returns ([R, P, H, D], None), as transformers'.
+    """
+    if kwargs.get("softcap") is not None:
+        raise ValueError("sdpa attention does not support softcap (load the model with attn_implementation='eager')")
+    R, H, P, D = query.shape
+    kv_heads, W = key.shape[1], key.shape[2]
+    groups = H // kv_heads
+    if groups > 1:
+        query = query.reshape(R, kv_heads, groups * P, D)
+        if mask.shape[2] != groups * P:  # not yet repeated for the folded rows (Visibility.mask(..., groups) is)
+            mask = mask.expand(R, 1, P, W)[:, :, None].expand(R, 1, groups, P, W).reshape(R, 1, groups * P, W)
+    out = torch.nn.functional.scaled_dot_product_attention(query, key, value, attn_mask=mask, dropout_p=dropout,
+                                                           scale=scaling)
+    return out.reshape(R, H, P, value.shape[-1]).transpose(1, 2).contiguous(), None
 
 
 _EAGER: dict[type, Callable] = {}

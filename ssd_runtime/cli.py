@@ -52,7 +52,7 @@ from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
 from .prompts import PROMPT_SETS, encode, load_prompts, prompt_set
-from .specs import DTYPE_NAMES, FAMILIES, LINEAR, QUANTIZE, ModelSpec, canonical_device
+from .specs import COMPILE, DTYPE_NAMES, FAMILIES, LINEAR, QUANTIZE, ModelSpec, canonical_device
 
 # torch, transformers and the runtime (.models, .run) are imported inside functions, once guarded() answers
 # Ctrl-C and SIGTERM: importing them takes a second or more
@@ -81,6 +81,12 @@ def build_parser() -> OneLineParser:
     r = p.add_argument_group("run")
     r.add_argument("--seed", type=bounded_int(0, MAX_SEED, "sampler seed"), default=0,
                    help=f"seed of the target's and draft's samplers, 0..{MAX_SEED} (default 0)")
+    r.add_argument("--top-k", type=bounded_int(0, MAX_TOP_K, "tokens"), default=0, metavar="K",
+                   help="top-k sampling at T > 0: only the K most probable tokens (0 = off, the default); SD / SSD "
+                        "output then follows the truncated target distribution exactly")
+    r.add_argument("--top-p", type=_top_p, default=1.0, metavar="P",
+                   help="nucleus sampling at T > 0: the smallest most-probable-first set of mass >= P, in (0, 1] "
+                        "(1 = off, the default); applied after --top-k, exact as --top-k")
     r.add_argument("--forced-acceptance", type=_rate, metavar="RATE",
                    help="synthetic acceptance: accept each draft token with this probability (output NOT exact; "
                         "exercises the pipeline with controlled outcomes)")
@@ -129,6 +135,10 @@ def add_model_args(p: OneLineParser) -> None:
         m.add_argument(f"--{role}-linear", choices=LINEAR, default="auto",
                        help="CPU float32 matmul kernels: onednn (prepacked weights; multi-token forwards cost "
                             "little more than one token) or dense (torch default); auto = onednn where possible")
+        m.add_argument(f"--{role}-compile", choices=COMPILE, default="off",
+                       help="torch.compile the forward with this mode (dynamic shapes; the first forwards of each "
+                            "shape kind compile, ~1 min on a CPU); off = eager, the default (compiled was not faster "
+                            "on CPU; on CUDA not yet measured)")
 
 
 def add_prompt_args(p: OneLineParser, default_tokens: int, default_num: int | None = None):
@@ -169,6 +179,7 @@ def _rate(text: str) -> float:
 
 
 MAX_TOPN = 256
+MAX_TOP_K = 2**31 - 1
 MAX_SEED = 2**63 - 2  # the draft seeds its sampler with seed + 1; torch takes seeds below 2**64
 MAX_DRAFT_TIMEOUT_S = 7 * 86400.0  # a week; 0 means no timeout at all
 DEFAULT_LOG_TOPN = 20  # covers fan-outs up to 19 per position; ~0.56 KB per generated token
@@ -201,6 +212,18 @@ def _timeout(text: str) -> float:
         raise argparse.ArgumentTypeError(f"{v:g} s is more than {MAX_DRAFT_TIMEOUT_S:g} s (a week); use 0 to wait "
                                          "forever")
     return v
+
+
+def _top_p(text: str) -> float:
+    """--top-p: a float in (0, 1]."""
+    import argparse
+
+    from ssd_sim.cli.args import unit_float
+
+    p = unit_float(text)
+    if p <= 0:
+        raise argparse.ArgumentTypeError("must be in (0, 1]: 1 = off, smaller keeps fewer tokens")
+    return p
 
 
 def _topn(text: str) -> int:
@@ -384,10 +407,11 @@ def model_specs(args, with_draft: bool) -> dict[str, ModelSpec | None]:
     if dpath is not None:
         _early_vocab_check(tpath, dpath)
     specs = {"target": ModelSpec(path=str(tpath), dtype=args.target_dtype, quantize=args.target_quantize,
-                                 device=devices["target"], linear=args.target_linear)}
+                                 device=devices["target"], linear=args.target_linear,
+                                 compile=args.target_compile)}
     specs["draft"] = None if dpath is None else ModelSpec(
         path=str(dpath), dtype=args.draft_dtype, quantize=args.draft_quantize, device=devices["draft"],
-        linear=args.draft_linear)
+        linear=args.draft_linear, compile=args.draft_compile)
     for role, spec in specs.items():
         if spec and spec.quantize == "int8" and (spec.dtype != "float32" or spec.device != "cpu"):
             raise ConfigError(f"{role}_quantize", f"int8 needs --{role}-dtype float32 and --{role}-device cpu")
@@ -461,9 +485,11 @@ def _tokenizer(path: Path):
 # ---- run -----------------------------------------------------------------------------------------------
 def _execute(args, plan, job_kw, specs, files: _Files) -> int:
     from .run import Job, Session
+    from .sampling import Truncation
 
     timeout = args.draft_timeout or None  # 0: wait forever
     job = Job(plan, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
+              truncation=Truncation(args.top_k, args.top_p),
               forced_acceptance=args.forced_acceptance, draft_timeout_s=timeout,
               ignore_eos=args.ignore_eos, trace_path=args.trace, header={"prompt_source": job_kw["source"]},
               log_topn=args.log_topn, arrivals_ms=poisson_arrivals(len(job_kw["prompts"]), args.rate, args.seed))

@@ -26,6 +26,30 @@ def now_ms(device: torch.device | None = None) -> float:
     return time.perf_counter() * 1e3
 
 
+class PhaseClock:
+    """Phase boundaries of a round without a sync per phase: the host clock on a CPU; on a GPU CUDA events on the
+    current stream, read when the round's record is written (after the round's own host read of its results, so
+    the events are complete and reading them does not wait). Units: ms."""
+
+    def __init__(self, device: torch.device):
+        self.cuda = device.type == "cuda"
+
+    def mark(self):
+        """A phase boundary: ms on the host clock (CPU), or a recorded CUDA event."""
+        if not self.cuda:
+            return time.perf_counter() * 1e3
+        event = torch.cuda.Event(enable_timing=True)
+        event.record()
+        return event
+
+    def between(self, start, end) -> float:
+        """ms from mark `start` to mark `end`."""
+        if not self.cuda:
+            return end - start
+        end.synchronize()
+        return float(start.elapsed_time(end))
+
+
 def host_record(kernels: dict[str, str], cores: int) -> Host:
     """This host for a trace header: what ssd_sim sees without torch, plus torch's oneDNN version, the ISA
     its CPU kernels dispatch to, CUDA devices (when nvidia-smi is missing), each model's kernel path and the

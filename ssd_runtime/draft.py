@@ -34,7 +34,8 @@ from .device import model_device
 from .kv import SCRATCH, StaticKV
 from .modes import decoding
 from .protocol import Key, Reply, SpecMsg
-from .sampling import draft_token, top_candidates
+from .sampling import NO_TRUNCATION, Truncation, candidate_lists, draft_token
+from .syncs import to_device, to_host
 
 
 @dataclass
@@ -72,8 +73,10 @@ class Lookup:
 class Drafter:
     """Draft-side state machine of one job. Methods are called in order: start_batch, (add | reply, speculate)*."""
 
-    def __init__(self, model: torch.nn.Module, plan: Plan, seed: int, vocab: int):
+    def __init__(self, model: torch.nn.Module, plan: Plan, seed: int, vocab: int,
+                 truncation: Truncation = NO_TRUNCATION):
         self.model, self.plan, self.vocab = model, plan, vocab
+        self.truncation = truncation  # top-k / top-p of the draft's q (any q is exact: the target gets it)
         self.decoding = decoding(plan.mode)  # SD or SSD
         self.K = plan.num_speculative_tokens
         self.T = effective_temperature(plan.temperature)  # greedy below GREEDY_BELOW_T, as the planner
@@ -158,23 +161,23 @@ class Drafter:
             redraft = list(range(n))
         states = [self.seqs[sid] for sid in self.order]
         missed = set(redraft)
-        tokens = torch.zeros(n, self.K, dtype=torch.long)
+        tokens: list[list[int] | None] = [None] * n  # host lists: the one read per round is the backup's
         q: list[torch.Tensor | None] = [None] * n
         for r, entry in enumerate(found.cached):
             if r not in missed:
-                tokens[r], q[r] = torch.tensor(entry.tokens), entry.q
+                tokens[r], q[r] = list(entry.tokens), entry.q
         for st in states:
             st.known = None
         if redraft:
             self._backup(backup, redraft, states, found.pending, tokens, q)
         for r, st in enumerate(states):
-            st.proposal, st.from_cache = tokens[r].tolist(), r not in missed
+            st.proposal, st.from_cache = tokens[r], r not in missed
             st.cache = {}
         rows = found.key_rows
         ssd = self.decoding.caches
         q_rows = [i for i, r in enumerate(rows) if q[r] is not None]
         return Reply(
-            tokens=tokens[rows],
+            tokens=torch.tensor([tokens[r] for r in rows], dtype=torch.long).view(n, self.K),
             q=torch.stack([q[rows[i]] for i in q_rows]) if q_rows else None,
             q_rows=q_rows,
             hit=[r not in missed if ssd else None for r in rows],
@@ -188,13 +191,15 @@ class Drafter:
         st.glue = None
 
     def _backup(self, kind: str, rows: list[int], states: list[SeqState], pending: list[list[int]],
-                tokens: torch.Tensor, q: list) -> None:
+                tokens: list, q: list) -> None:
         """Fill the proposal of the given rows: the draft model (jit / sd) or random tokens (fast)."""
         if kind == "fast":
             # Random tokens, q = delta(token): the target accepts s with prob min(1, p(s)/1) = p(s) and on a
             # rejection samples from p without s, so the output stays exactly p at any temperature.
-            tokens[rows] = torch.randint(0, self.vocab, (len(rows), self.K), generator=self.gen,
-                                         device=self.gen.device).cpu()
+            drawn = to_host(torch.randint(0, self.vocab, (len(rows), self.K), generator=self.gen,
+                                          device=self.gen.device))
+            for r, row in zip(rows, drawn, strict=True):
+                tokens[r] = row
             return
         # Decode in place on the span of rows that holds every missed row (a view of the cache); rows in the
         # span that hit take no input. Their logits are kept: the glue then reuses them.
@@ -214,12 +219,17 @@ class Drafter:
 
         Token i of a proposal is sampled at stopping position i, so Saguaro down-weights the top fan[i]
         tokens there (the bonus guesses the next cache will hold at that position) by C_i = plan.c_at(i).
-        Returns (tokens [R, K] on the CPU, q [R, K, V] or None at T = 0, logits [R, K, V]) on the draft device.
+        Returns (tokens [R][K] host lists, read once, q [R, K, V] or None at T = 0, logits [R, K, V] on the draft
+        device).
         """
-        inputs, toks, qs, lgs = first, [], [], []
+        toks, qs, lgs = [], [], []
         stop = self.keep_stop_logits and not self.decoding.caches and max(map(len, first), default=0) >= 2
+        steps = [1 if o else 0 for o in on]
         for i in range(self.K):
-            out = self.kv.append(inputs, keep=2 if stop and i == 0 else 1, rows=span)
+            if i == 0:
+                out = self.kv.append(first, keep=2 if stop else 1, rows=span)
+            else:  # the last step's tokens stay on the device: no read until the proposal is complete
+                out = self.kv.append_ids(toks[-1][:, None], steps, rows=span)
             if stop and i == 0:
                 self.stop_logits = {self.order[r]: out[j, 0] for j, r in enumerate(span) if len(first[j]) >= 2}
             logits = out[:, -1]
@@ -228,13 +238,12 @@ class Drafter:
             toks.append(tok)
             qs.append(qi)
             lgs.append(logits)
-            inputs = [[t] if o else [] for t, o in zip(tok.tolist(), on, strict=True)]
         q = None if self.T == 0 else torch.stack(qs, dim=1)
-        return torch.stack(toks, dim=1).cpu(), q, torch.stack(lgs, dim=1)
+        return to_host(torch.stack(toks, dim=1)), q, torch.stack(lgs, dim=1)
 
     def sample(self, logits: torch.Tensor, F: int, C: float) -> tuple[torch.Tensor, torch.Tensor | None]:
         """One draft token per row of logits [R, V] with Saguaro (F, C): (tokens [R], q [R, V] or None at T = 0)."""
-        return draft_token(logits, self.T, F, C, self.plan.downweight, self.gen)
+        return draft_token(logits, self.T, F, C, self.plan.downweight, self.gen, self.truncation)
 
     # ---- off the critical path -----------------------------------------------------------------
     @property
@@ -267,8 +276,8 @@ class Drafter:
         if width == 0:
             return
         glue = torch.stack([st.glue for st in states])  # [n, K+1, V]
-        exclude = torch.tensor([st.proposal for st in states], device=glue.device)
-        cands = top_candidates(glue, exclude, width).tolist()  # [n, K+1, width], -1 past the candidates
+        exclude = to_device([st.proposal for st in states], torch.long, glue.device)
+        cands = candidate_lists(glue, exclude, width)  # [n][K+1][width], -1 past the candidates
         branches = [[(k, c) for k in range(self.K + 1) for c in cands[r][k][:fans[r][k]] if c >= 0]
                     for r in range(len(states))]
         self._branch_decode(states, branches)
@@ -279,10 +288,10 @@ class Drafter:
         if P == 0:
             return
         dev = self.kv.device
-        real = torch.tensor([[j < len(b) for j in range(P)] for b in branches], device=dev)
-        tokens = torch.tensor([[c for _, c in b] + [0] * (P - len(b)) for b in branches], device=dev)
-        prefix = torch.tensor([[len(st.committed) + k for k, _ in b] + [0] * (P - len(b))
-                               for st, b in zip(states, branches, strict=True)], device=dev)
+        real = to_device([[j < len(b) for j in range(P)] for b in branches], torch.bool, dev)
+        tokens = to_device([[c for _, c in b] + [0] * (P - len(b)) for b in branches], torch.long, dev)
+        prefix = to_device([[len(st.committed) + k for k, _ in b] + [0] * (P - len(b))
+                            for st, b in zip(states, branches, strict=True)], torch.long, dev)
         qbuf = self._qbuf(n, P)
         steps = []
         for i in range(self.K):
@@ -292,7 +301,7 @@ class Drafter:
             steps.append(tokens)
             if qbuf is not None:
                 qbuf[:n, :P, i] = qi.view(n, P, -1)
-        toks = torch.stack(steps, dim=2).tolist()  # [n, P, K]: one transfer
+        toks = to_host(torch.stack(steps, dim=2))  # [n, P, K]: one transfer
         for r, (st, b) in enumerate(zip(states, branches, strict=True)):
             st.cache = {(k, c): Entry(toks[r][j], None if qbuf is None else qbuf[r, j])
                         for j, (k, c) in enumerate(b)}

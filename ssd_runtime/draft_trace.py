@@ -16,12 +16,15 @@ from __future__ import annotations
 
 from dataclasses import replace
 
+import torch
+
 from ssd_sim.io.records import Phase
 
-from .device import model_device, now_ms
+from .device import PhaseClock, model_device
 from .draft import Drafter
 from .protocol import Key, Reply, SpecMsg
-from .sampling import rank_of, top_logprobs
+from .sampling import ranks_of, top_logprobs
+from .syncs import SYNCS
 
 
 def _no_speculation() -> dict[str, float]:
@@ -36,39 +39,51 @@ class DraftRecorder:
         self.log_topn = log_topn
         drafter.keep_stop_logits = log_topn > 0
         self.device = model_device(drafter.model)
-        self.spec_timings = _no_speculation()  # of the last speculate(), sent with the next reply
+        self.phases = PhaseClock(self.device)
+        self.spec_marks: tuple = ()  # (before glue, after glue, after branch) of the last speculate()
+        self.syncs_seen = SYNCS.counts.get("draft", 0)  # the draft's reads counted up to the last reply
         self.tops: dict[int, list] = {}  # seq -> the draft's top-N per stopping position (log_topn)
         self.early_ranks: dict[int, int | None] = {}  # of sequences add() freed before the SPEC that reports them
         self.early_dists: dict[int, list] = {}
 
     def start_batch(self, seqs: list[tuple[int, list[int]]]) -> None:
         self.drafter.start_batch(seqs)
-        self.spec_timings = _no_speculation()
+        self.spec_marks = ()
 
     def add(self, seqs: list[tuple[int, list[int]]], done: list[Key] = ()) -> None:
         """Drafter.add; the bonus ranks and dists of the sequences it frees are kept for the next reply."""
-        self.early_ranks.update({sid: self.bonus_rank(sid, k, t) for sid, k, t in done if sid in self.drafter.seqs})
+        self.early_ranks.update(self.bonus_ranks([key for key in done if key[0] in self.drafter.seqs]))
         self.early_dists.update(self.draft_dists(SpecMsg(-1, [], list(done))))
         self.drafter.add(seqs, done)
 
     def reply(self, spec: SpecMsg) -> Reply:
         """Drafter.reply(spec) plus ranks, timings and prev_timings (see the module docstring)."""
         d = self.drafter
-        t0 = now_ms(self.device)
-        ranks = {sid: self.bonus_rank(sid, k, t) for sid, k, t in [*spec.done, *spec.keys]}
+        t0 = self.phases.mark()
+        ranks = self.bonus_ranks([*spec.done, *spec.keys])
         ranks.update(self.early_ranks)
         dists = {**self.draft_dists(spec), **self.early_dists}
         self.early_ranks, self.early_dists = {}, {}
         found = d.lookup(spec)  # ranks first: the lookup forgets the glue logits
-        t1 = now_ms(self.device)
+        t1 = self.phases.mark()
         reply = d.propose(found)
-        t2 = now_ms(self.device)
+        t2 = self.phases.mark()
         self._add_stop_dists(spec, dists)
-        prev, self.spec_timings = self.spec_timings, _no_speculation()
+        prev = self._spec_timings()
         timings = {}
         if reply.tokens is not None:
-            timings = {Phase.DRAFT_LOOKUP: t1 - t0, d.decoding.draft_phase: t2 - t1}
-        return replace(reply, ranks=ranks, timings=timings, prev_timings=prev, dists=dists)
+            timings = {Phase.DRAFT_LOOKUP: self.phases.between(t0, t1),
+                       d.decoding.draft_phase: self.phases.between(t1, t2)}
+        syncs, self.syncs_seen = SYNCS.counts.get("draft", 0) - self.syncs_seen, SYNCS.counts.get("draft", 0)
+        return replace(reply, ranks=ranks, timings=timings, prev_timings=prev, dists=dists, syncs=syncs)
+
+    def _spec_timings(self) -> dict[str, float]:
+        """The glue and branch phases (ms) of the last speculate(), read once; zeros when nothing was speculated."""
+        marks, self.spec_marks = self.spec_marks, ()
+        if not marks:
+            return _no_speculation()
+        t0, t1, t2 = marks
+        return {Phase.DRAFT_GLUE: self.phases.between(t0, t1), Phase.DRAFT_BRANCH: self.phases.between(t1, t2)}
 
     def draft_dists(self, spec: SpecMsg) -> dict[int, list]:
         """{seq: the draft's [ids, log-probs, rest] at stopping positions 0..k of its last round} (T = 1).
@@ -106,18 +121,27 @@ class DraftRecorder:
         """Drafter.speculate(), timing the glue and the branch phase (fork + branch decode)."""
         d = self.drafter
         if d.speculating:
-            t0 = now_ms(self.device)
+            t0 = self.phases.mark()
             d.glue()
-            t1 = now_ms(self.device)
+            t1 = self.phases.mark()
             d.branch()
-            self.spec_timings = {Phase.DRAFT_GLUE: t1 - t0, Phase.DRAFT_BRANCH: now_ms(self.device) - t1}
+            self.spec_marks = (t0, t1, self.phases.mark())
         if self.log_topn:
             self._keep_tops()
 
-    def bonus_rank(self, sid: int, k: int, bonus: int) -> int | None:
-        """Rank of t* among the candidates at k of the last glue (0 = best guess); None without a glue."""
-        st = self.drafter.seqs.get(sid)
-        if k < 0 or st is None or st.glue is None:
-            return None
-        exclude = st.proposal[k] if k < self.drafter.K else None
-        return rank_of(st.glue[k], int(bonus), exclude)
+    def bonus_ranks(self, keys: list[Key]) -> dict[int, int | None]:
+        """{seq: rank of t* among the candidates at k of its last glue (0 = best guess), None without a glue},
+        for keys (seq, k, t*), computed together and read in one transfer."""
+        ranks: dict[int, int | None] = {}
+        rows, tokens, excludes = [], [], []
+        for sid, k, bonus in keys:
+            st = self.drafter.seqs.get(sid)
+            ranks[sid] = None
+            if k >= 0 and st is not None and st.glue is not None:
+                rows.append((sid, st.glue[k]))
+                tokens.append(int(bonus))
+                excludes.append(st.proposal[k] if k < self.drafter.K else None)
+        if rows:
+            found = ranks_of(torch.stack([g for _, g in rows]), tokens, excludes)
+            ranks.update({sid: r for (sid, _), r in zip(rows, found, strict=True)})
+        return ranks

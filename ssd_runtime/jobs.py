@@ -11,6 +11,7 @@ from ssd_sim.plan.plan import Mode, Plan
 
 from .hooks import TestHooks
 from .models import ModelSpec
+from .sampling import NO_TRUNCATION, Truncation
 
 
 class WorkerError(RuntimeError):
@@ -35,6 +36,7 @@ class Job:
     hooks: TestHooks | None = None  # tests only: attached to the target and the draft when set
     arrivals_ms: list[float] | None = None  # request i arrives arrivals_ms[i] ms after the start (None: all at 0)
     log_topn: int = 0  # SD / SSD: per verified position, the top-N distributions of target and draft (0: off)
+    truncation: Truncation = NO_TRUNCATION  # top-k / top-p of the distributions sampled at T > 0
 
     @property
     def mode(self) -> Mode:

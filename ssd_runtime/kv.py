@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from .attention import StaticAttention, Visibility
+from .syncs import to_device
 
 SCRATCH = 1  # slots before position 0 (slot 0: padding writes land here)
 
@@ -95,28 +96,39 @@ class StaticKV:
         float32 logits [rows, keep, vocab] of each row's last `keep` input positions (right-aligned; positions
         before a short row's first token are padding and meaningless).
         """
+        counts = [len(x) for x in inputs]
+        P = max(counts, default=0)
+        ids = to_device([[0] * (P - len(x)) + list(x) for x in inputs], torch.long, self.device)
+        return self.append_ids(ids.view(len(inputs), P), counts, keep, rows)
+
+    @torch.no_grad()
+    def append_ids(self, ids: torch.Tensor, counts: Sequence[int], keep: int = 1,
+                   rows: range | None = None) -> torch.Tensor:
+        """append() for token ids already on the device: ids [R, P], row r's counts[r] tokens right-aligned in
+        its last columns (the columns before them are padding, any value). No host read: positions and widths
+        come from the lengths the host keeps; a draft step feeds its sampled tokens back without a sync."""
         rows = rows if rows is not None else range(self.n)
-        assert len(inputs) == len(rows), f"{len(inputs)} input rows for {len(rows)} cache rows"
-        P = max((len(x) for x in inputs), default=0)
-        if P == 0:
+        assert len(counts) == len(rows), f"{len(counts)} input rows for {len(rows)} cache rows"
+        P = int(ids.shape[1]) if ids.dim() == 2 else 0
+        if P == 0 or max(counts, default=0) == 0:
             raise ValueError("forward needs at least one token in some row")
         dev = self.device
-        counts = torch.tensor([len(x) for x in inputs], device=dev)
-        real = torch.arange(P, device=dev)[None, :] >= (P - counts)[:, None]  # left padding
-        ids = torch.zeros(len(rows), P, dtype=torch.long, device=dev)
-        ids[real] = torch.tensor([t for x in inputs for t in x], dtype=torch.long, device=dev)
-        start = torch.tensor(self.lengths[rows.start:rows.stop], device=dev)
-        pos = start[:, None] + torch.arange(P, device=dev)[None, :] - (P - counts)[:, None]
+        lengths = self.lengths[rows.start:rows.stop]
+        width = SCRATCH + max(n + c for n, c in zip(lengths, counts, strict=True))  # host arithmetic, no sync
+        lead = to_device([[n, P - c] for n, c in zip(lengths, counts, strict=True)], torch.long, dev)
+        start, pad = lead[:, 0], lead[:, 1]  # cached tokens and padding columns per row
+        real = torch.arange(P, device=dev)[None, :] >= pad[:, None]  # left padding
+        ids = torch.where(real, ids, 0)
+        pos = start[:, None] + torch.arange(P, device=dev)[None, :] - pad[:, None]
         slots = torch.where(real, SCRATCH + pos, 0)
-        width = SCRATCH + int((start + counts).max())
         col = torch.arange(width, device=dev)
         vis = real[:, :, None] & (col >= SCRATCH) & (col <= slots[:, :, None])  # causal over the row's slots
         pad_self = ~real[:, :, None] & (col == 0)  # padding queries see only the scratch slot they write
         pos = pos.clamp(min=0)
         seen = Visibility(vis, pos, (col - SCRATCH)[None, None, :], pad_self)
         out = self._run(rows, ids, pos, slots, seen, keep)
-        for r, x in zip(rows, inputs, strict=True):
-            self.lengths[r] += len(x)
+        for r, c in zip(rows, counts, strict=True):
+            self.lengths[r] += c
         return out
 
     @torch.no_grad()
@@ -131,7 +143,7 @@ class StaticKV:
         n, P = tokens.shape
         dev = self.device
         rows = range(n)
-        base = SCRATCH + torch.tensor(self.lengths, device=dev)  # first branch slot of each row
+        base = SCRATCH + to_device(self.lengths, torch.long, dev)  # first branch slot of each row
         slots = base[:, None] + step * P + torch.arange(P, device=dev)[None, :]
         width = SCRATCH + max(self.lengths) + (step + 1) * P
         col = torch.arange(width, device=dev)

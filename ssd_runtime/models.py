@@ -9,6 +9,8 @@ from __future__ import annotations
 
 import hashlib
 import json
+import os
+import re
 import struct
 import warnings
 from dataclasses import dataclass, field
@@ -22,6 +24,7 @@ from ssd_sim.io.jsonfile import read_json_object
 from .families import tiny_model  # noqa: F401  (re-exported: the runtime's tests build models through here)
 from .fetch import MODELS, converted_dir, is_converted
 from .specs import (  # ModelSpec and option names live in specs
+    COMPILE,
     DTYPE_NAMES,
     FAMILIES,
     LINEAR,
@@ -53,6 +56,8 @@ def resolve_path(name_or_path: str, role: str = "model") -> Path:
                                     f"(downloads and converts it once into {converted_dir(name_or_path)})")
         return converted_dir(name_or_path)
     p = Path(name_or_path).expanduser()
+    if not p.exists() and HF_ID.match(name_or_path):
+        p = hf_cached(name_or_path, role)
     if p.is_file() and p.suffix == ".gguf":
         return p
     if p.is_dir() and (p / "config.json").is_file():
@@ -61,7 +66,43 @@ def resolve_path(name_or_path: str, role: str = "model") -> Path:
         return next(p.glob("*.gguf"))
     known = ", ".join(MODELS)
     raise ConfigError(role, f"{name_or_path!r} is neither a model directory with config.json, a .gguf file, "
-                            f"nor a fetched model name ({known})")
+                            f"a Hugging Face id in the local cache, nor a fetched model name ({known})")
+
+
+HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")  # organisation/name, as the Hub spells ids
+
+
+def hf_cache_dir() -> Path:
+    """The local Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
+    if os.environ.get("HF_HUB_CACHE"):
+        return Path(os.environ["HF_HUB_CACHE"]).expanduser()
+    return Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
+
+
+def hf_id_of(path: Path | str) -> str | None:
+    """The Hugging Face id of a snapshot in a hub cache (.../models--org--name/snapshots/<rev>), else None."""
+    parts = Path(path).parts
+    for i, part in enumerate(parts[:-2]):
+        if part.startswith("models--") and parts[i + 1] == "snapshots":
+            return part[len("models--"):].replace("--", "/", 1)
+    return None
+
+
+def hf_cached(repo_id: str, role: str = "model") -> Path:
+    """The cached snapshot of a Hugging Face model id, offline: the revision `main` points to, else the only
+    snapshot there is. Never downloads; a model not in the cache is a one-line ConfigError saying how to get it."""
+    from huggingface_hub import snapshot_download
+
+    cache = hf_cache_dir()
+    try:
+        return Path(snapshot_download(repo_id, cache_dir=str(cache), local_files_only=True))
+    except Exception:  # not cached under `main` (or no refs): look at the snapshots themselves
+        snaps = sorted((cache / f"models--{repo_id.replace('/', '--')}" / "snapshots").glob("*"))
+        if len(snaps) == 1:
+            return snaps[0]
+    raise ConfigError(role, f"{repo_id} is not in the local Hugging Face cache ({cache}; set HF_HUB_CACHE or "
+                            f"HF_HOME to use another) and ssd-run never downloads: run `huggingface-cli download "
+                            f"{repo_id}` where the Hub is reachable, or give the model's directory")
 
 
 def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
@@ -79,6 +120,8 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         path = resolve_path(str(spec.path), role)
         model, tokenizer = _load_hf(path, DTYPES[spec.dtype], role)
         source, eos = str(path), _eos_ids(model)
+    if spec.compile not in COMPILE:
+        raise ConfigError(f"{role}_compile", f"must be one of {', '.join(COMPILE)}, got {spec.compile!r}")
     if spec.linear not in LINEAR:
         raise ConfigError(f"{role}_linear", f"must be one of {LINEAR}, got {spec.linear!r}")
     model = model.to(dtype=DTYPES[spec.dtype]).eval()
@@ -92,8 +135,12 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
     if kernels == "onednn":
         pack_linears(model)
         own_memory(model)
+    path = kernel_path(model)
+    if spec.compile != "off":
+        model.forward = torch.compile(model.forward, mode=spec.compile, dynamic=True)
+        path += f", torch.compile {spec.compile}"
     return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,
-                       {"parameters": params, "linear": kernels, "kernels": kernel_path(model),
+                       {"parameters": params, "linear": kernels, "kernels": path, "hf_id": hf_id_of(source),
                         "max_positions": context_length(model.config.get_text_config().to_dict())})
 
 
@@ -286,10 +333,15 @@ def quantize_int8(model: torch.nn.Module) -> torch.nn.Module:
 
 def linear_kernels(spec: ModelSpec) -> str:
     """The Linear kernels a spec gets: onednn (prepacked) for plain float32 on CPU under 'auto', when this
-    torch build has oneDNN (otherwise auto falls back to dense, and kernel_path() shows it)."""
+    torch build has oneDNN (otherwise auto falls back to dense, and kernel_path() shows it). A compiled forward
+    gets dense: torch.compile cannot trace the prepacked (opaque) weights."""
     plain_cpu = spec.device == "cpu" and spec.dtype == "float32" and spec.quantize == "none"
     if spec.linear == "onednn" and not plain_cpu:
         raise ConfigError("linear", "onednn kernels need a cpu device, float32 and no int8 quantisation")
+    if spec.linear == "onednn" and spec.compile != "off":
+        raise ConfigError("linear", "onednn kernels cannot be compiled; use --*-linear dense or auto with --*-compile")
+    if spec.compile != "off" and spec.linear == "auto":
+        return "dense"
     if spec.linear == "onednn" and not torch.backends.mkldnn.is_available():
         raise ConfigError("linear", "this torch build has no oneDNN (mkldnn); use --*-linear dense or auto")
     if spec.linear == "auto":

@@ -70,6 +70,7 @@ class JobMsg(Message):
     model: Any = None  # ModelSpec of the job's draft (None: the one loaded at start-up)
     hooks: Any = None  # TestHooks (tests only)
     log_topn: int = 0  # the draft's top-N per stopping position go into each Reply (0: off)
+    truncation: Any = None  # sampling.Truncation of the draft's q (None = off)
 
     @property
     def mode(self) -> Mode:
@@ -115,7 +116,8 @@ class Reply(Message):
     listed in q_rows (T > 0, rows not from the fast backup: those are point masses); per row hit (served from
     the cache), lookup_hit (found in the cache, even if jit_redraft = "batch" threw it away) and backup (its
     kind); hit and backup are None outside SSD. The trace's bookkeeping (draft_trace.DraftRecorder): ranks
-    {seq: bonus rank or None}, timings and prev_timings {phase: ms}, dists {seq: top-N per stopping position}.
+    {seq: bonus rank or None}, timings and prev_timings {phase: ms}, dists {seq: top-N per stopping position},
+    syncs (the draft's host reads since its previous reply: the speculation after it and this reply).
     """
 
     tokens: Any  # torch.Tensor | None
@@ -128,3 +130,4 @@ class Reply(Message):
     timings: dict[str, float] = field(default_factory=dict)
     prev_timings: dict[str, float] = field(default_factory=dict)
     dists: dict[int, list] = field(default_factory=dict)
+    syncs: int | None = None  # the draft's host reads of device tensors since its last reply (syncs.SYNCS)

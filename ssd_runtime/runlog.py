@@ -77,8 +77,8 @@ def job_header(job: Job, target: dict, draft: dict | None, cores: int):
     def both(key: str) -> dict:  # a model property of the target and (when it runs) the draft
         return {"target": target[key], "draft": draft[key] if speculative else None}
 
-    def name(info: dict) -> str:
-        return info["source"] if info["source"] != "tiny" else info["label"]
+    def name(info: dict) -> str:  # a Hugging Face id where the model came from the hub cache, not its cache path
+        return info.get("hf_id") or (info["source"] if info["source"] != "tiny" else info["label"])
 
     kernels = {"target": target["kernels"], **({"draft": draft["kernels"]} if speculative else {})}
     return Header.build(
@@ -93,6 +93,7 @@ def job_header(job: Job, target: dict, draft: dict | None, cores: int):
         host=host_record(kernels, cores).to_dict(), started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
         seed=job.seed, forced_acceptance=job.forced_acceptance, ignore_eos=job.ignore_eos,
         log_topn=job.log_topn if speculative else 0,
+        top_k=job.truncation.top_k, top_p=job.truncation.top_p,
         **{k: v for k, v in job.header.items() if k != "prompt_source"},
     )
 
@@ -108,8 +109,16 @@ def job_summary(header, rounds: list, target, outputs: list[list[int]]):
     job_s = max((r.finish_ms for r in target.requests), default=0.0) / 1e3
     return Summary.of(summarize(Trace(header, rounds)), faults=tuple(target.faults), prefill_ms=target.prefill_ms,
                       generated_tokens=generated, job_s=job_s, e2e_tok_s=generated / job_s if job_s else 0.0,
-                      **request_percentiles(target.requests),
+                      **request_percentiles(target.requests), **host_syncs(target),
                       requests=tuple(sorted(target.requests, key=lambda r: r.seq)))
+
+
+def host_syncs(target) -> dict:
+    """Median host reads of device tensors per round of each side (Summary fields; None without rounds)."""
+    import statistics
+
+    return {f"host_syncs_{side}": statistics.median(xs) if xs else None
+            for side, xs in (("target", target.syncs), ("draft", target.draft_syncs))}
 
 
 def request_percentiles(requests: list) -> dict:

@@ -8,7 +8,11 @@ At temperature 0 everything is greedy and q is not needed.
 
 from __future__ import annotations
 
+from dataclasses import dataclass
+
 import torch
+
+from .syncs import host_int, to_device, to_host
 
 TINY_T = 1e-20  # below this, logits / T would overflow float32 (inf - inf = nan): the T -> 0+ limit is computed
 
@@ -25,6 +29,47 @@ def probs_from_logits(logits: torch.Tensor, temperature: float) -> torch.Tensor:
     return torch.softmax(torch.where(gap < 0, torch.full_like(gap, -torch.inf), gap), dim=-1)
 
 
+@dataclass(frozen=True)
+class Truncation:
+    """Top-k / top-p (nucleus) sampling: the distribution a run samples from is p truncated and renormalised.
+
+    Kept: the top_k most probable tokens (0 = all), then of those the smallest most-probable-first prefix whose
+    mass reaches top_p (the token that crosses it included; at least one token). The target's p and the draft's q
+    are truncated alike; the ratio test then runs on the truncated p with the q the draft really sampled from, so
+    SD / SSD output follows the truncated target distribution exactly (what AR samples with the same truncation).
+    Ties at the cut are broken as torch.topk breaks them (the same way in every mode)."""
+
+    top_k: int = 0
+    top_p: float = 1.0
+
+    def __post_init__(self):
+        if not (isinstance(self.top_k, int) and self.top_k >= 0):
+            raise ValueError(f"top_k must be an integer >= 0 (0 = off), got {self.top_k!r}")
+        if not (0.0 < self.top_p <= 1.0):
+            raise ValueError(f"top_p must be in (0, 1] (1 = off), got {self.top_p!r}")
+
+    @property
+    def active(self) -> bool:
+        return self.top_k > 0 or self.top_p < 1.0
+
+    def apply(self, probs: torch.Tensor) -> torch.Tensor:
+        """probs [..., V] truncated and renormalised (unchanged when inactive)."""
+        if not self.active:
+            return probs
+        V = probs.shape[-1]
+        k = min(self.top_k, V) if self.top_k > 0 else V
+        vals, ids = torch.topk(probs, k, dim=-1)  # most probable first
+        if self.top_p < 1.0:
+            mass = vals.sum(dim=-1, keepdim=True)  # the top-p cut applies to the top-k renormalised
+            before = (vals.cumsum(dim=-1) - vals) / mass  # mass of the more probable tokens kept so far
+            vals = torch.where(before < self.top_p, vals, torch.zeros_like(vals))
+        out = torch.zeros_like(probs).scatter_(-1, ids, vals)
+        return out / out.sum(dim=-1, keepdim=True)
+
+
+NO_TRUNCATION = Truncation()
+
+
 def greedy(logits: torch.Tensor) -> torch.Tensor:
     """argmax over the vocabulary (ties: lowest id)."""
     return logits.argmax(dim=-1)
@@ -37,12 +82,17 @@ def saguaro_probs(q: torch.Tensor, F: int | torch.Tensor, C: float, downweight: 
     the paper) or F + 1 ("top_f_plus_1", the reference engine). F may be a tensor broadcast over the
     leading axes (per row). C = 1 or an empty top set returns q unchanged.
     """
-    n = torch.as_tensor(F, device=q.device) + (1 if downweight == "top_f_plus_1" else 0)
-    n_max = int(n.max()) if n.numel() else 0
+    extra = 1 if downweight == "top_f_plus_1" else 0
+    if isinstance(F, int):  # the runtime's case: one F per call, known on the host (no device tensor, no sync)
+        n = n_max = F + extra
+    else:
+        n = torch.as_tensor(F, device=q.device) + extra
+        n_max = host_int(n.max()) if n.numel() else 0
+        n = n[..., None]
     if C >= 1.0 or n_max <= 0:
         return q
     top = torch.topk(q, min(n_max, q.shape[-1]), dim=-1).indices  # [..., n_max], most probable first
-    in_set = torch.arange(top.shape[-1], device=q.device) < n[..., None]  # first n of them per row
+    in_set = torch.arange(top.shape[-1], device=q.device) < n  # first n of them per row
     mask = torch.zeros_like(q, dtype=torch.bool).scatter_(-1, top, in_set.expand(top.shape))
     w = torch.where(mask, C * q, q)
     total = w.sum(dim=-1, keepdim=True)
@@ -83,14 +133,16 @@ def top_logprobs(logits: torch.Tensor, n: int) -> list[list]:
 
 # ---- draft side --------------------------------------------------------------------------------------
 def draft_token(logits: torch.Tensor, temperature: float, F: int | torch.Tensor, C: float, downweight: str,
-                generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor | None]:
-    """Draft one token per row: greedy at T = 0 (q not needed), else sample from q = sigma_{F,C}(softmax(z/T)).
+                generator: torch.Generator, truncation: Truncation = NO_TRUNCATION,
+                ) -> tuple[torch.Tensor, torch.Tensor | None]:
+    """Draft one token per row: greedy at T = 0 (q not needed), else sample from
+    q = sigma_{F,C}(truncate(softmax(z/T))).
 
     Returns (tokens [rows], q [rows, V] or None). The q returned is exactly the distribution sampled from.
     """
     if temperature == 0:
         return greedy(logits), None
-    q = saguaro_probs(probs_from_logits(logits, temperature), F, C, downweight)
+    q = saguaro_probs(truncation.apply(probs_from_logits(logits, temperature)), F, C, downweight)
     return sample(q, generator), q
 
 
@@ -108,23 +160,53 @@ def candidate_order(logits: torch.Tensor, exclude: int | None, n: int) -> list[i
 
 
 def top_candidates(logits: torch.Tensor, exclude: torch.Tensor, n: int) -> torch.Tensor:
-    """candidate_order() for every row and stopping position at once: one top-k, no per-row loop or sync.
+    """candidate_order() for every row and stopping position at once: one top-k, no per-row loop.
 
     logits [R, K+1, V], exclude [R, K] (the proposal: s_{k+1} is excluded at position k < K, nothing at K)
     -> [R, K+1, n] token ids, best first (logits descending, ties by lower id), -1 where fewer than n exist.
     """
-    R, W, V = logits.shape
+    ids, cut = _top_ids(logits, n)
+    if host_int(cut.any()):
+        ids[cut] = _full_order(logits[cut], ids.shape[-1])
+    return _without(ids, exclude, n)
+
+
+def candidate_lists(logits: torch.Tensor, exclude: torch.Tensor, n: int) -> list:
+    """top_candidates() as host lists [R][K+1][n], read in one transfer: the ids and the rows whose top-k
+    boundary cut a tie group travel together; only when such a (rare) row exists is it redone and read again."""
+    ids, cut = _top_ids(logits, n)
+    R, W, _ = ids.shape
+    both = to_host(torch.cat([_without(ids, exclude, n).reshape(R, W * n), cut.long()], dim=1))
+    cands = [[row[k * n:(k + 1) * n] for k in range(W)] for row in both]
+    tied = [(r, k) for r, row in enumerate(both) for k, c in enumerate(row[W * n:]) if c]
+    if tied:
+        exact = to_host(top_candidates(logits, exclude, n))
+        for r, k in tied:
+            cands[r][k] = exact[r][k]
+    return cands
+
+
+def _top_ids(logits: torch.Tensor, n: int) -> tuple[torch.Tensor, torch.Tensor]:
+    """The n + 1 best ids per row [R, W, n + 1] (logits descending, ties by lower id) and `cut` [R, W]: rows where
+    a tie group straddles the top-k boundary, so the ids kept may not be the lowest of the group."""
+    V = logits.shape[-1]
     vals, ids = torch.topk(logits, min(n + 1, V), dim=-1)  # one spare for the excluded token
     ids, order = ids.sort(dim=-1, stable=True)  # ties by lower id: sort by id, then stably by value
     vals = vals.gather(-1, order)
     vals, order = vals.sort(dim=-1, descending=True, stable=True)
     ids = ids.gather(-1, order)
-    # A tie group cut by the top-k boundary may have kept a higher id than one it left out: redo those (rare)
-    # rows with a full stable sort, which keeps the lowest ids.
     edge = vals[..., -1:]
-    cut = (logits == edge).sum(-1) > (vals == edge).sum(-1)
-    if cut.any():
-        ids[cut] = torch.sort(logits[cut], dim=-1, descending=True, stable=True).indices[:, :ids.shape[-1]]
+    return ids, (logits == edge).sum(-1) > (vals == edge).sum(-1)
+
+
+def _full_order(logits: torch.Tensor, m: int) -> torch.Tensor:
+    """The m best ids of each row by a full stable sort (ties keep the lowest ids)."""
+    return torch.sort(logits, dim=-1, descending=True, stable=True).indices[:, :m]
+
+
+def _without(ids: torch.Tensor, exclude: torch.Tensor, n: int) -> torch.Tensor:
+    """ids [R, W, n + 1] with s_{k+1} (exclude [R, W - 1]) removed at each position k < K, cut to n; -1 pads."""
+    R, W, _ = ids.shape
     skip = torch.full((R, W), -1, dtype=ids.dtype, device=ids.device)
     skip[:, :W - 1] = exclude
     keep = ids != skip[..., None]
@@ -136,13 +218,21 @@ def top_candidates(logits: torch.Tensor, exclude: torch.Tensor, n: int) -> torch
 
 def rank_of(logits: torch.Tensor, token: int, exclude: int | None) -> int:
     """Index of `token` in the full candidate order of candidate_order() (0 = best guess)."""
-    v = logits[token]
-    ids = torch.arange(logits.shape[-1], device=logits.device)
-    before = (logits > v) | ((logits == v) & (ids < token))
-    rank = int(before.sum())
-    if exclude is not None and exclude != token and bool(before[exclude]):
-        rank -= 1
-    return rank
+    return ranks_of(logits[None], [token], [exclude])[0]
+
+
+def ranks_of(logits: torch.Tensor, tokens: list[int], excludes: list[int | None]) -> list[int]:
+    """rank_of() for many rows at once, read in one transfer: logits [m, V], one token and exclude per row."""
+    if not tokens:
+        return []
+    dev = logits.device
+    t = to_device(tokens, torch.long, dev)[:, None]
+    e = to_device([-1 if x is None else x for x in excludes], torch.long, dev)[:, None]
+    v = logits.gather(1, t)
+    ids = torch.arange(logits.shape[-1], device=dev)
+    before = (logits > v) | ((logits == v) & (ids < t))
+    skipped = (e >= 0) & (e != t) & before.gather(1, e.clamp(min=0))  # the excluded token is not a candidate
+    return to_host(before.sum(dim=1) - skipped[:, 0].long())
 
 
 # ---- verification (target side) ----------------------------------------------------------------------
@@ -199,7 +289,8 @@ def verify_sample(p: torch.Tensor, drafts: torch.Tensor, q: torch.Tensor,
 
 
 def verify_forced(target_logits: torch.Tensor, drafts: torch.Tensor, rate: float, temperature: float,
-                  generator: torch.Generator) -> tuple[torch.Tensor, torch.Tensor]:
+                  generator: torch.Generator, truncation: Truncation = NO_TRUNCATION,
+                  ) -> tuple[torch.Tensor, torch.Tensor]:
     """Synthetic acceptance (not exact, for pipeline tests): accept each position with probability `rate`.
 
     The bonus is the target's own choice at the stopping position (argmax at T = 0, a sample from p
@@ -210,5 +301,5 @@ def verify_forced(target_logits: torch.Tensor, drafts: torch.Tensor, rate: float
     accepted = leading_true(ok) if K else torch.zeros(b, dtype=torch.long, device=drafts.device)
     rows = torch.arange(b, device=drafts.device)
     at = target_logits[rows, accepted]
-    bonus = greedy(at) if temperature == 0 else sample(probs_from_logits(at, temperature), generator)
+    bonus = greedy(at) if temperature == 0 else sample(truncation.apply(probs_from_logits(at, temperature)), generator)
     return accepted, bonus

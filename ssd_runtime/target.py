@@ -25,11 +25,13 @@ from ssd_sim.io.limits import effective_temperature
 from ssd_sim.io.records import Phase, RequestRecord, RoundRecord, SeqRecord, no_timings
 from ssd_sim.plan.plan import Plan
 
-from .device import model_device, now_ms
+from .device import PhaseClock, model_device, now_ms
 from .kv import SCRATCH, StaticKV
 from .modes import decoding
 from .protocol import Key, Reply, SpecMsg
 from .sampling import (
+    NO_TRUNCATION,
+    Truncation,
     greedy,
     point_mass,
     probs_from_logits,
@@ -39,6 +41,7 @@ from .sampling import (
     verify_greedy,
     verify_sample,
 )
+from .syncs import SYNCS, to_device, to_host
 from .transport import DraftFault
 
 
@@ -72,6 +75,7 @@ class TargetConfig:
     eos_token_ids: tuple[int, ...] = ()
     forced_acceptance: float | None = None  # synthetic acceptance rate (not exact; pipeline tests)
     log_topn: int = 0  # SD / SSD: log the top-N distributions of target and draft at positions 0..k (0: off)
+    truncation: Truncation = NO_TRUNCATION  # top-k / top-p of the distribution sampled (T > 0)
 
 
 class Target:
@@ -101,14 +105,19 @@ class Target:
         self._pending: RoundRecord | None = None  # waiting for the draft's timings / ranks
         self._verify_logits: torch.Tensor | None = None
         self._top: list | None = None  # last verify's target top-N per row and position (log_topn)
+        self.phases = PhaseClock(self.device)
+        self._pending_marks: tuple = ()  # the pending record's phase boundaries (read when it is emitted)
+        self.syncs: list[int] = []  # host reads of device tensors per round, this side (syncs.SYNCS)
+        self.draft_syncs: list[int] = []  # the draft's, per reply (its speculation before it included)
 
     @property
     def speculative(self) -> bool:
         return self.decoding.uses_draft and self.link is not None and not self.faults
 
     def clock_ms(self) -> float:
-        """ms since the job started (device work synchronised first)."""
-        return now_ms(self.device) - self._t0
+        """ms since the job started, on the host clock (no device sync: the stamps that matter, first token and
+        finish, are taken after the host has read those tokens, so the device work behind them is done)."""
+        return now_ms() - self._t0
 
     # ---- a job ---------------------------------------------------------------------------------
     def generate(self, prompts: list[list[int]], arrivals_ms: list[float] | None = None) -> list[list[int]]:
@@ -118,7 +127,7 @@ class Target:
         longest = max((len(p) for p in prompts), default=1)
         self.kv = StaticKV(self.model, self.max_batch,
                            SCRATCH + longest + self.cfg.max_new_tokens + self.plan.num_speculative_tokens + 2)
-        self._t0 = now_ms(self.device)
+        self._t0 = now_ms()
         active: list[Seq] = []  # in KV-row order
         just_done: list = []
         while queue or active:
@@ -145,63 +154,73 @@ class Target:
         since the last round, so it frees their rows before it fills new ones."""
         if self.speculative:
             self._call(lambda: self.link.add([(s.sid, s.prompt) for s in new], list(just_done)))
-        t0 = now_ms(self.device)
+        t0 = now_ms()
         rows = self.kv.add_rows(len(new))
         logits = self.kv.append([s.prompt for s in new], keep=1, rows=rows)[:, -1]
-        first = greedy(logits) if self.T == 0 else sample(probs_from_logits(logits, self.T), self.gen)
+        first = greedy(logits) if self.T == 0 else sample(self._p(logits), self.gen)
+        first = to_host(first)
         stamp = self.clock_ms()
-        for s, tok in zip(new, first.tolist(), strict=True):
+        for s, tok in zip(new, first, strict=True):
             self._commit_tokens(s, [tok])
             s.last_bonus, s.first_token_ms = tok, stamp
-        self.prefill_ms += now_ms(self.device) - t0
+        self.prefill_ms += now_ms() - t0
         self.on_progress(len(new))
         active += new
         return self._drop_finished(active)
 
     def round(self, active: list[Seq], just_done: list[Key]) -> list[Key]:
         """One verification round for the active sequences (finished ones leave `active`); returns their keys."""
-        t0 = now_ms(self.device)
+        syncs_before = SYNCS.counts["target"]
+        t0 = self.phases.mark()
         reply = None
         if self.speculative:
             keys = [(s.sid, s.last_k, s.last_bonus) for s in active]
             reply = self._call(lambda: self.link.request(SpecMsg(self.rounds, keys, just_done)))
-        t1 = now_ms(self.device)
+        t1 = self.phases.mark()
         self._finish_pending(reply)
         K = self.plan.num_speculative_tokens if reply is not None else 0
         drafts = reply.tokens if reply is not None else torch.zeros(len(active), 0, dtype=torch.long)
         cached = list(self.kv.lengths)
-        accepted, bonus = self.verify(active, drafts, reply)
-        t2 = now_ms(self.device)
+        accepted, bonus, drafts = self.verify(active, drafts, reply)  # host lists: the round's one read
+        t2 = self.phases.mark()
         first = [s.last_k < 0 for s in active]
         committed = []
         for i, s in enumerate(active):
-            k = int(accepted[i])
-            committed.append(self._commit_tokens(s, drafts[i, :k].tolist() + [int(bonus[i])]))
-            s.last_k, s.last_bonus = k, int(bonus[i])
-        self.kv.truncate([n + 1 + int(k) for n, k in zip(cached, accepted.tolist(), strict=True)])  # all but t*
+            k = accepted[i]
+            committed.append(self._commit_tokens(s, drafts[i][:k] + [bonus[i]]))
+            s.last_k, s.last_bonus = k, bonus[i]
+        self.kv.truncate([n + 1 + k for n, k in zip(cached, accepted, strict=True)])  # all but t*
         record_seqs = list(active)
         finished = self._drop_finished(active)
-        t3 = now_ms(self.device)
+        t3 = self.phases.mark()
         self.on_progress(sum(committed))
         timings = no_timings()
-        timings.update({Phase.TARGET_WAIT: t1 - t0, Phase.VERIFY: t2 - t1, Phase.COMMIT: t3 - t2, Phase.ROUND: t3 - t0})
         if reply is not None:
             timings.update(reply.timings)
         self._log_top()
         self._pending = self._record(record_seqs, K, accepted, bonus, committed, first, reply, timings)
+        self._pending_marks = (t0, t1, t2, t3)
+        self.syncs.append(SYNCS.counts["target"] - syncs_before)
+        if reply is not None and reply.syncs is not None:
+            self.draft_syncs.append(reply.syncs)
         self.rounds += 1
         return finished
 
     # ---- verify --------------------------------------------------------------------------------
     def verify(self, active: list[Seq], drafts: torch.Tensor, reply: Reply | None):
-        """Target forward over [t*, s_1..s_K] per row, then the acceptance rule -> (accepted [b], bonus [b]).
+        """Target forward over [t*, s_1..s_K] per row, then the acceptance rule -> host lists (accepted [b],
+        bonus [b], drafts [b][K]), read from the device in one transfer (the round's only host read).
 
-        The KV holds every committed token but the last (t*), so the forward is exactly these K + 1 tokens."""
-        K = drafts.shape[1]
-        inputs = [[s.last_bonus, *d] for s, d in zip(active, drafts.tolist(), strict=True)]
-        logits = self.kv.append(inputs, keep=K + 1)
+        The KV holds every committed token but the last (t*), so the forward is exactly these K + 1 tokens; they
+        are put together on the device (the proposal stays where the transport left it)."""
+        b, K = drafts.shape
+        drafts = to_device(drafts, torch.long, self.device) if drafts.device != self.device else drafts
+        bonus_in = to_device([s.last_bonus for s in active], torch.long, self.device)
+        logits = self.kv.append_ids(torch.cat([bonus_in[:, None], drafts], dim=1), [K + 1] * b, keep=K + 1)
         self._verify_logits = logits if self.cfg.log_topn and K else None
-        return self.accept(logits, drafts.to(logits.device), reply)
+        accepted, bonus = self.accept(logits, drafts, reply)
+        both = to_host(torch.cat([accepted[:, None], bonus[:, None], drafts], dim=1))
+        return [r[0] for r in both], [r[1] for r in both], [r[2:] for r in both]
 
     def _log_top(self) -> None:
         """The target's top-N per row and position of the last verify (outside the timed phases: trace cost)."""
@@ -215,19 +234,24 @@ class Target:
         """The acceptance rule: target logits [b, K+1, V], drafts [b, K] -> (accepted [b] in 0..K, bonus [b])."""
         K = drafts.shape[1]
         if self.cfg.forced_acceptance is not None and K:
-            return verify_forced(logits, drafts, self.cfg.forced_acceptance, self.T, self.gen)
+            return verify_forced(logits, drafts, self.cfg.forced_acceptance, self.T, self.gen, self.cfg.truncation)
         if self.T == 0:
             return verify_greedy(logits, drafts)
-        p = probs_from_logits(logits, self.T)
+        p = self._p(logits)
         q = self._proposal_q(reply, drafts, p.shape[-1]) if K else p[:, :0]
         return verify_sample(p, drafts, q, self.gen)
+
+    def _p(self, logits: torch.Tensor) -> torch.Tensor:
+        """The target distribution sampled from (T > 0): softmax(z / T), truncated by top-k / top-p."""
+        return self.cfg.truncation.apply(probs_from_logits(logits, self.T))
 
     @staticmethod
     def _proposal_q(reply: Reply, drafts: torch.Tensor, vocab: int) -> torch.Tensor:
         """q [b, K, V]: the draft's distributions, or delta(s_i) for rows proposed without the model (fast)."""
         q = point_mass(drafts, vocab)
         if reply.q is not None:
-            q[reply.q_rows] = reply.q.to(q.device, q.dtype)
+            rows = to_device(reply.q_rows, torch.long, q.device)
+            q[rows] = reply.q.to(q.device, q.dtype)
         return q
 
     # ---- commit --------------------------------------------------------------------------------
@@ -273,8 +297,8 @@ class Target:
     def _record(self, active, K, accepted, bonus, committed, first, reply, timings) -> RoundRecord:
         seqs = []
         for i, s in enumerate(active):
-            k = int(accepted[i])
-            entry = SeqRecord(s.sid, k, int(bonus[i]), committed[i], first=first[i])
+            k = accepted[i]
+            entry = SeqRecord(s.sid, k, bonus[i], committed[i], first=first[i])
             if reply is not None and self.decoding.caches:
                 entry.hit = bool(reply.hit[i])
                 entry.backup = reply.backup[i]
@@ -292,6 +316,9 @@ class Target:
         rec, self._pending = self._pending, None
         if rec is None:
             return
+        t0, t1, t2, t3 = (self.phases.between(self._pending_marks[0], m) for m in self._pending_marks)
+        rec.timings_ms.update({Phase.TARGET_WAIT: t1 - t0, Phase.VERIFY: t2 - t1, Phase.COMMIT: t3 - t2,
+                               Phase.ROUND: t3 - t0})
         if reply is not None:
             rec.timings_ms.update(reply.prev_timings)
             if self.decoding.caches:

@@ -26,6 +26,7 @@ import torch
 import torch.distributed as dist
 
 from .protocol import AddMsg, JobAnswer, JobMsg, Key, Message, Reply, SpecMsg, StopMsg
+from .syncs import SYNCS, to_cpu, to_device
 
 
 class DraftFault(RuntimeError):
@@ -71,8 +72,17 @@ def init(rank: int, port: int, backend: str) -> None:
                             timeout=GROUP_TIMEOUT)
 
 
+SPIN_S = 0.005  # NCCL waits spin (yielding the core) this long before they sleep between polls
+HEADER_BYTES = 2048  # one fixed-size first message: the skeleton's length (8 bytes) and, when it fits, the skeleton
+
+
 class Channel:
-    """Send / receive whole messages to / from the peer rank, with timeouts."""
+    """Send / receive whole messages to / from the peer rank, with timeouts.
+
+    A message is one fixed-size header (length + pickled skeleton when it fits, as most SPECs and replies do),
+    the rest of the skeleton if it did not fit, then each tensor. Over NCCL tensors are sent from and received
+    into the channel's CUDA device (no staging in host memory; a CPU tensor is copied up from pinned memory
+    without a wait); the header is the one read the host must make per message (counted in syncs.SYNCS)."""
 
     def __init__(self, peer: int, device: str = "cpu", backend: str = "gloo"):
         self.peer, self.backend = peer, backend
@@ -81,38 +91,45 @@ class Channel:
     def send(self, obj, timeout_s: float | None = None) -> None:
         tensors: list[torch.Tensor] = []
         skeleton = pickle.dumps(_strip(obj, tensors), protocol=pickle.HIGHEST_PROTOCOL)
-        blob = torch.frombuffer(bytearray(skeleton), dtype=torch.uint8)
-        self._send(torch.tensor([blob.numel()], dtype=torch.long), timeout_s)
-        self._send(blob, timeout_s)
+        size = len(skeleton).to_bytes(8, "little")
+        head, rest = skeleton[:HEADER_BYTES - 8], skeleton[HEADER_BYTES - 8:]
+        header = bytearray(size + head) + bytearray(HEADER_BYTES - 8 - len(head))
+        self._send(torch.frombuffer(header, dtype=torch.uint8), timeout_s)
+        if rest:
+            self._send(torch.frombuffer(bytearray(rest), dtype=torch.uint8), timeout_s)
         for t in tensors:
             self._send(t, timeout_s)
 
     def recv(self, timeout_s: float | None = None):
-        size = torch.zeros(1, dtype=torch.long)
-        self._recv(size, timeout_s)
-        blob = torch.empty(int(size.item()), dtype=torch.uint8)
-        self._recv(blob, timeout_s)
-        skeleton = pickle.loads(blob.cpu().numpy().tobytes())
-        return _fill(skeleton, lambda dtype, shape: self._recv_new(dtype, shape, timeout_s))
+        header = torch.empty(HEADER_BYTES, dtype=torch.uint8, device=self.device)
+        self._recv(header, timeout_s)
+        data = bytes(to_cpu(header).numpy()) if header.device.type != "cpu" else bytes(header.numpy())
+        size = int.from_bytes(data[:8], "little")
+        skeleton = data[8:8 + size]
+        if size > HEADER_BYTES - 8:
+            rest = torch.empty(size - (HEADER_BYTES - 8), dtype=torch.uint8, device=self.device)
+            self._recv(rest, timeout_s)
+            skeleton += bytes(rest.cpu().numpy())
+        return _fill(pickle.loads(skeleton), lambda dtype, shape: self._recv_new(dtype, shape, timeout_s))
 
     def _recv_new(self, dtype, shape, timeout_s):
-        t = torch.empty(shape, dtype=dtype)
+        """A tensor of the message, received straight into the channel's device (CUDA over NCCL)."""
+        t = torch.empty(shape, dtype=dtype, device=self.device)
         self._recv(t, timeout_s)
         return t
 
     def _send(self, t: torch.Tensor, timeout_s: float | None) -> None:
         if t.numel() == 0:  # the receiver knows the shape from the skeleton
             return
-        t = t.contiguous().to(self.device)
+        t = t.contiguous()
+        if t.device != self.device:  # CPU -> CUDA without a wait (NCCL); a CUDA tensor over gloo is a host read
+            t = to_device(t, t.dtype, self.device) if self.device.type == "cuda" else to_cpu(t)
         self._wait(self._start(dist.isend, t, "send to"), timeout_s, "send to")
 
     def _recv(self, t: torch.Tensor, timeout_s: float | None) -> None:
         if t.numel() == 0:
             return
-        buf = t if t.device == self.device else torch.empty_like(t, device=self.device)
-        self._wait(self._start(dist.irecv, buf, "receive from"), timeout_s, "receive from")
-        if buf is not t:
-            t.copy_(buf)
+        self._wait(self._start(dist.irecv, t, "receive from"), timeout_s, "receive from")
 
     def _start(self, op: Callable, t: torch.Tensor, what: str):
         """dist.isend / dist.irecv; a peer already gone fails here already (DraftFault, as in _wait)."""
@@ -127,12 +144,15 @@ class Channel:
                 work.wait()
             elif self.backend == "gloo":
                 work.wait(timeout=datetime.timedelta(seconds=timeout_s))
-            else:  # NCCL work objects do not take a timeout: poll
-                deadline = time.monotonic() + timeout_s
+            else:  # NCCL work objects do not take a timeout: poll, spinning first (a reply is usually there
+                # within a few ms, and a 100 us sleep adds its own ~60-100 us of wake-up latency), then sleeping
+                start = time.monotonic()
+                deadline = start + timeout_s
                 while not work.is_completed():
-                    if time.monotonic() > deadline:
+                    now = time.monotonic()
+                    if now > deadline:
                         raise TimeoutError(f"no answer within {timeout_s:g} s")
-                    time.sleep(1e-4)
+                    time.sleep(0 if now - start < SPIN_S else 1e-4)
         except (RuntimeError, TimeoutError) as e:
             raise DraftFault(f"{what} rank {self.peer} failed: {str(e).splitlines()[0][:200]}") from e
 
@@ -206,11 +226,13 @@ class LocalLink:
         return JobAnswer(info={})
 
     def add(self, seqs, done) -> None:
-        self.drafter.add(seqs, done)
+        with SYNCS.on("draft"):
+            self.drafter.add(seqs, done)
 
     def request(self, spec: SpecMsg) -> Reply:
-        reply = self.drafter.reply(spec)
-        self.drafter.speculate()
+        with SYNCS.on("draft"):
+            reply = self.drafter.reply(spec)
+            self.drafter.speculate()
         return reply
 
     def stop(self) -> None:

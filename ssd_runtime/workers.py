@@ -157,7 +157,7 @@ class _TargetWorker:
             raise ConfigError("mode", f"{job.mode} needs the draft process, which is not running "
                                       "(no draft model, or it failed earlier); use --mode ar or restart")
         link = ProcessLink(self.chan, job.draft_timeout_s)
-        msg = JobMsg(job.plan.to_dict(), job.seed, job.draft, job.hooks, job.log_topn)
+        msg = JobMsg(job.plan.to_dict(), job.seed, job.draft, job.hooks, job.log_topn, job.truncation)
         try:
             answer = link.job(msg)
         except DraftFault as e:
@@ -188,7 +188,7 @@ class _TargetWorker:
                 trace.round(rec)
 
         cfg = TargetConfig(job.plan, job.max_new_tokens, job.seed, () if job.ignore_eos else tuple(lm.eos_token_ids),
-                           job.forced_acceptance, job.log_topn if link is not None else 0)
+                           job.forced_acceptance, job.log_topn if link is not None else 0, job.truncation)
         target = Target(lm.model, cfg, link, on_round, lambda n: _send(self.conn, (Ctl.PROGRESS, n)))
         if fault:
             target.faults.append(fault)
@@ -252,7 +252,10 @@ def _serve(chan, draft: ModelSpec, models: dict, recorder_cls) -> None:
     """The draft's message loop: JobMsg / AddMsg / SpecMsg until StopMsg (see protocol.py)."""
     from .draft import Drafter
     from .models import describe, load_model
+    from .sampling import NO_TRUNCATION
+    from .syncs import SYNCS
 
+    SYNCS.side = "draft"  # this process's host reads are the draft's
     recorder = None
     while True:
         msg = chan.recv(None)
@@ -267,7 +270,8 @@ def _serve(chan, draft: ModelSpec, models: dict, recorder_cls) -> None:
                 chan.send(JobAnswer(error=_config_payload(e)))
                 continue
             lm = models[spec]
-            drafter = Drafter(lm.model, Plan.from_dict(msg.plan), msg.seed, lm.vocab_size)
+            drafter = Drafter(lm.model, Plan.from_dict(msg.plan), msg.seed, lm.vocab_size,
+                              msg.truncation or NO_TRUNCATION)
             if msg.hooks is not None:
                 msg.hooks.attach_drafter(drafter)
             recorder = recorder_cls(drafter, msg.log_topn)  # replies carry ranks, timings, dists

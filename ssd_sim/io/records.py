@@ -339,6 +339,9 @@ class Summary(TraceMetrics):
     tpot_ms_p90: float | None = None  # produced two tokens
     tpot_ms_p99: float | None = None
     requests: tuple[RequestRecord, ...] = ()  # by seq
+    # host reads of device tensors per round (median; each one a sync on a GPU), the target's and the draft's
+    host_syncs_target: float | None = None
+    host_syncs_draft: float | None = None
     extra: dict = field(default_factory=dict)  # fields this version does not know
 
     @property

@@ -44,8 +44,25 @@ def reference_greedy(model, prompt: list[int], n: int) -> tuple[list[int], float
 
 
 @torch.no_grad()
-def exact_continuations(model, prompt: list[int], n: int, temperature: float) -> dict[tuple[int, ...], float]:
-    """P(x_1..x_n | prompt) under the model at this temperature, for every continuation (vocab^n of them)."""
+def truncated(probs: torch.Tensor, top_k: int = 0, top_p: float = 1.0) -> torch.Tensor:
+    """Top-k then top-p of one distribution [V], written independently of ssd_runtime.sampling.Truncation (a
+    Python sort, most probable first, ties by lower id): the reference the runtime's sampling is tested against."""
+    order = sorted(range(len(probs)), key=lambda i: (-float(probs[i]), i))[:top_k or len(probs)]
+    kept, mass, total = [], 0.0, sum(float(probs[i]) for i in order)
+    for i in order:
+        if mass / total >= top_p:
+            break
+        kept.append(i)
+        mass += float(probs[i])
+    out = torch.zeros_like(probs)
+    out[kept] = probs[kept] / probs[kept].sum()
+    return out
+
+
+def exact_continuations(model, prompt: list[int], n: int, temperature: float, top_k: int = 0,
+                        top_p: float = 1.0) -> dict[tuple[int, ...], float]:
+    """P(x_1..x_n | prompt) under the model at this temperature (and top-k / top-p, see truncated()), for every
+    continuation (vocab^n of them)."""
     V = model.config.get_text_config().vocab_size
     prefixes = [tuple()] + [c for m in range(1, n) for c in itertools.product(range(V), repeat=m)]
     cond = {}
@@ -53,7 +70,7 @@ def exact_continuations(model, prompt: list[int], n: int, temperature: float) ->
         batch = [c for c in prefixes if len(c) == m]
         x = torch.tensor([prompt + list(c) for c in batch])
         probs = torch.softmax(model(input_ids=x).logits[:, -1].double() / temperature, dim=-1)
-        cond.update({c: probs[i] for i, c in enumerate(batch)})
+        cond.update({c: truncated(probs[i], top_k, top_p) for i, c in enumerate(batch)})
     out = {}
     for c in itertools.product(range(V), repeat=n):
         p = 1.0

@@ -71,3 +71,25 @@ def test_either_implementation_the_model_was_loaded_with_gives_transformers_own_
     with torch.no_grad():
         for r, p in enumerate(prompts):
             torch.testing.assert_close(out[r], model(input_ids=torch.tensor([p])).logits[0, -1], atol=1e-4, rtol=0)
+
+
+@pytest.mark.parametrize(("heads", "kv_heads", "P"), [(4, 2, 1), (4, 2, 3), (6, 2, 5), (4, 4, 3), (8, 1, 2)])
+def test_grouped_sdpa_equals_attention_over_repeated_kv_heads(heads, kv_heads, P):
+    from transformers.integrations.sdpa_attention import repeat_kv
+
+    from ssd_runtime.attention import grouped_sdpa
+
+    gen = torch.Generator().manual_seed(heads * 10 + P)
+    R, W, D = 3, 9, 8
+    q = torch.randn(R, heads, P, D, generator=gen)
+    k, v = (torch.randn(R, kv_heads, W, D, generator=gen) for _ in range(2))
+    mask = torch.rand(R, 1, P, W, generator=gen) < 0.6
+    mask[..., 0] = True  # every query sees something
+    want = torch.nn.functional.scaled_dot_product_attention(
+        q, repeat_kv(k, heads // kv_heads), repeat_kv(v, heads // kv_heads), attn_mask=mask, scale=0.3)
+    got, _ = grouped_sdpa(q, k, v, mask, scaling=0.3)
+    assert got.shape == (R, P, heads, D)
+    torch.testing.assert_close(got, want.transpose(1, 2), atol=1e-6, rtol=1e-5)
+    pre = Visibility(mask[:, 0], torch.zeros(R, P, dtype=torch.long), torch.zeros(R, 1, W, dtype=torch.long),
+                     torch.zeros(R, P, W, dtype=torch.bool)).mask(None, None, heads // kv_heads)
+    torch.testing.assert_close(grouped_sdpa(q, k, v, pre, scaling=0.3)[0], got, atol=0, rtol=0)  # pre-repeated

@@ -51,6 +51,10 @@ BAD = {
     "text without tokenizer": (["--prompts", "{d}/text.jsonl"], "no tokenizer"),
     "bad prompt line": (["--prompts", "{d}/bad.jsonl"], "line 2"),
     "forced rate": (["--forced-acceptance", "2"], "outside [0, 1]"),
+    "top-p zero": (["--top-p", "0"], "--top-p"),
+    "top-p above one": (["--top-p", "1.5"], "--top-p"),
+    "top-k negative": (["--top-k", "-3"], "--top-k"),
+    "top-k fraction": (["--top-k", "2.5"], "--top-k"),
     "device": (["--draft-device", "gpu", "--prompts", "{d}/prompts.jsonl"], "draft_device"),
     "int8 bf16": (["--draft-quantize", "int8", "--draft-dtype", "bfloat16", "--prompts", "{d}/prompts.jsonl"],
                   "draft_quantize"),
@@ -76,6 +80,25 @@ def test_fetched_model_names_say_how_to_fetch(tmp_path, monkeypatch, capsys):
     with pytest.raises(SystemExit):
         main(["--prompt-set", "code"])
     assert "run `ssd-run fetch-models`" in capsys.readouterr().err
+
+
+def test_hugging_face_ids_run_from_the_local_cache_and_top_p_sampling_is_recorded(files, tmp_path, monkeypatch,
+                                                                                    capsys):
+    """--target / --draft as Hugging Face ids of models in the local hub cache (offline); the trace names the ids,
+    not the cache paths, and records the run's top-k / top-p."""
+    for name in ("target", "draft"):
+        snap = tmp_path / f"models--acme--tiny-{name}" / "snapshots" / "f00d"
+        snap.parent.mkdir(parents=True)
+        snap.symlink_to(files / name, target_is_directory=True)
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    trace = tmp_path / "hf.jsonl"
+    code = main(["--target", "acme/tiny-target", "--draft", "acme/tiny-draft", "--no-progress", "-t", "1",
+                 "--top-k", "20", "--top-p", "0.9", "--prompts", str(files / "prompts.jsonl"), "--max-new-tokens", "6",
+                 "--trace", str(trace)])
+    assert code == 0, capsys.readouterr().err
+    header = read_trace(trace).header
+    assert header.models == {"target": "acme/tiny-target", "draft": "acme/tiny-draft"}
+    assert (header.extra["top_k"], header.extra["top_p"]) == (20, 0.9)
 
 
 def test_plan_file_with_flag_overrides_writes_trace_and_outputs(files, capsys):

@@ -167,7 +167,7 @@ def test_recorder_adds_ranks_and_timings_to_the_plain_reply(draft_model):
 
     def both(spec: SpecMsg, speculated: bool) -> Reply:
         want = plain.reply(spec)
-        ranks = {sid: rec.bonus_rank(sid, k, t) for sid, k, t in spec.done + spec.keys}  # before lookup
+        ranks = rec.bonus_ranks(spec.done + spec.keys)  # before lookup
         got = rec.reply(spec)
         assert want.ranks == want.timings == want.prev_timings == want.dists == {}  # the plain reply: proposal only
         assert got.dists == {}  # log_topn = 0
@@ -192,7 +192,7 @@ def test_recorder_adds_ranks_and_timings_to_the_plain_reply(draft_model):
     top = candidate_order(st[0].glue[1], st[0].proposal[1], 1)[0]  # sequence 0 hits at k = 1, 1 misses at k = 0
     got = both(SpecMsg(0, [(0, 1, top), (1, 0, st[1].proposal[0])], []), speculated=True)
     assert got.hit == [True, False]
-    assert isinstance(rec.bonus_rank(1, 3, 7), int)
+    assert isinstance(rec.bonus_ranks([(1, 3, 7)])[1], int)
     both(SpecMsg(0, [(1, 3, 7)], [(0, 0, 9)]), speculated=True)  # sequence 0 finishes
     both(SpecMsg(0, [], [(1, 2, 4)]), speculated=True)  # then sequence 1: no keys left
     assert plain.seqs.keys() == rec.drafter.seqs.keys() == set()

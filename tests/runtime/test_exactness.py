@@ -15,6 +15,7 @@ import pytest
 
 from ssd_runtime.hooks import TestHooks
 from ssd_runtime.run import Job, Session
+from ssd_runtime.sampling import NO_TRUNCATION, Truncation
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.plan.plan import Plan
@@ -132,9 +133,9 @@ def exact():
 
 
 def sampled(session, plan: Plan, hooks: TestHooks | None = None, seed: int = 0, mode: str = "ssd",
-            n: int = SAMPLES):
+            n: int = SAMPLES, truncation: Truncation = NO_TRUNCATION):
     res = session.run(Job(plan.replace(mode=mode), [SMALL_PROMPT] * n, SMALL_NEW, seed=seed, target=spec(SMALL_TARGET),
-                          draft=spec(SMALL_DRAFT), hooks=hooks))
+                          draft=spec(SMALL_DRAFT), hooks=hooks, truncation=truncation))
     assert res.faults == []
     return [tuple(o) for o in res.outputs], res
 
@@ -183,3 +184,23 @@ def test_greedy_matching_of_fast_backup_rows_fails_the_same_test(session, exact)
     """The reference engine's fast path at T > 0 (greedy matching instead of q = delta) is not exact."""
     samples, _ = sampled(session, SAMPLING_PLAN.replace(backup="fast"), TestHooks(greedy_fast=True))
     assert continuation_pvalue(samples, exact) < ALPHA
+
+
+# ---- top-k / top-p: exact for the truncated target distribution ---------------------------------------------
+TRUNCATION = Truncation(top_k=5, top_p=0.85)
+
+
+@pytest.fixture(scope="module")
+def exact_truncated():
+    return exact_continuations(target_model(SMALL_TARGET), SMALL_PROMPT, SMALL_NEW, 1.0, TRUNCATION.top_k,
+                               TRUNCATION.top_p)
+
+
+@pytest.mark.parametrize(("mode", "backup"), [("ar", "jit"), ("sd", "jit"), ("ssd", "jit"), ("ssd", "fast")])
+def test_top_k_top_p_sampling_matches_the_truncated_target_distribution(session, exact, exact_truncated, mode,
+                                                                        backup):
+    samples, res = sampled(session, SAMPLING_PLAN.replace(saguaro_c=0.5, backup=backup), mode=mode,
+                           truncation=TRUNCATION)
+    assert continuation_pvalue(samples, exact_truncated) > ALPHA
+    assert continuation_pvalue(samples, exact) < ALPHA  # the truncation acts: the plain distribution is rejected
+    assert min(sum(p > 0 for p in exact_truncated.values()), len(set(samples))) > 20

@@ -140,3 +140,54 @@ def test_every_family_saves_and_loads_with_its_family_and_context(tmp_path, fami
 def test_cuda_without_an_index_means_cuda_0():
     assert ModelSpec(device="cuda").device == "cuda:0" and ModelSpec(device="cuda:1").device == "cuda:1"
     assert ModelSpec(device="cpu").device == "cpu"
+
+
+def test_an_unknown_compile_mode_is_refused_naming_the_flag():
+    from ssd_runtime.models import ModelSpec, load_model
+
+    with pytest.raises(ConfigError, match="target_compile.*off, default"):
+        load_model(replace(ModelSpec.tiny_spec(**TARGET), compile="fast"), "target")
+
+
+def test_a_compiled_forward_gives_the_eager_logits_through_the_static_cache():
+    """torch.compile (dynamic shapes) of the forward, on this CPU: the same logits as eager within float noise,
+    through StaticKV's slot writes and the runtime's own attention function. One shape kind (~1 min to compile)."""
+    from ssd_runtime.kv import StaticKV
+    from ssd_runtime.models import ModelSpec, load_model
+
+    eager = load_model(ModelSpec.tiny_spec(**TARGET), "target")
+    compiled = load_model(replace(ModelSpec.tiny_spec(**TARGET), compile="default"), "target")
+    assert compiled.extra["kernels"].endswith("torch.compile default")
+    logits = []
+    for lm in (eager, compiled):
+        kv = StaticKV(lm.model, 2, 64)
+        kv.add_rows(2)
+        logits.append([kv.append([[1, 2, 3], [4, 5, 6, 7]], keep=2), kv.append([[8, 9], [10, 11]], keep=2)])
+    for want, got in zip(*logits, strict=True):
+        torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def _hf_cache(root, repo_id: str, model, ref: bool = True):
+    """A model saved as the Hugging Face hub cache lays it out: models--org--name/snapshots/<rev>/ (+ refs/main)."""
+    repo = root / f"models--{repo_id.replace('/', '--')}"
+    snap = repo / "snapshots" / "0123abcd"
+    model.save_pretrained(snap)
+    if ref:
+        (repo / "refs").mkdir(parents=True)
+        (repo / "refs" / "main").write_text("0123abcd")
+    return snap
+
+
+@pytest.mark.parametrize("ref", [True, False])
+def test_a_hugging_face_id_resolves_to_its_snapshot_in_the_local_cache_offline(tmp_path, monkeypatch, ref):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    monkeypatch.setenv("HF_HUB_OFFLINE", "1")
+    snap = _hf_cache(tmp_path, "acme/tiny-qwen", tiny_model(**TARGET), ref)
+    assert resolve_path("acme/tiny-qwen", "target") == snap
+    assert load_model(ModelSpec(path=str(resolve_path("acme/tiny-qwen", "target"))), "target").vocab_size == TARGET["vocab"]
+
+
+def test_a_hugging_face_id_not_in_the_cache_says_how_to_get_it(tmp_path, monkeypatch):
+    monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
+    with pytest.raises(ConfigError, match="acme/absent is not in the local Hugging Face cache.*never downloads"):
+        resolve_path("acme/absent", "draft")

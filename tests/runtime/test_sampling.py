@@ -180,3 +180,24 @@ def test_probabilities_at_a_vanishing_temperature_are_the_argmax_limit(T):
     assert p[0, 1] == 1.0 and p[1, 0] == 1.0  # the runner-up 3e-6 below the maximum gets nothing
     tie = probs_from_logits(torch.tensor([[2.0, 2.0, 1.0]]), T)
     assert torch.allclose(tie, torch.tensor([[0.5, 0.5, 0.0]]))
+
+
+def test_truncation_keeps_the_top_k_then_the_top_p_prefix_renormalised():
+    from ssd_runtime.sampling import Truncation
+
+    p = torch.tensor([0.05, 0.5, 0.1, 0.2, 0.15])
+    close = torch.testing.assert_close
+    close(Truncation(top_k=3).apply(p), torch.tensor([0, 0.5, 0, 0.2, 0.15]) / 0.85)
+    close(Truncation(top_p=0.6).apply(p), torch.tensor([0, 0.5, 0, 0.2, 0]) / 0.7)  # 0.5 < 0.6: the next crosses
+    close(Truncation(top_p=0.5).apply(p), torch.tensor([0, 1.0, 0, 0, 0]))  # mass before 0.2 is 0.5: not < 0.5
+    close(Truncation(top_k=3, top_p=0.6).apply(p), torch.tensor([0, 0.5, 0, 0.2, 0]) / 0.7)
+    close(Truncation(top_p=0.01).apply(p), torch.tensor([0, 1.0, 0, 0, 0]))  # at least one token
+    assert Truncation().apply(p) is p and not Truncation().active and Truncation(top_k=2).active
+
+
+@pytest.mark.parametrize(("top_k", "top_p"), [(-1, 1.0), (2.5, 1.0), (0, 0.0), (0, 1.5)])
+def test_truncation_refuses_values_outside_its_range(top_k, top_p):
+    from ssd_runtime.sampling import Truncation
+
+    with pytest.raises(ValueError, match="top_k" if top_p == 1.0 else "top_p"):
+        Truncation(top_k=top_k, top_p=top_p)
