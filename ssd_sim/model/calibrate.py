@@ -417,6 +417,7 @@ def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> Accept
         raise ConfigError("traces", "need sd or ssd traces (not only ar or forced-acceptance) to fit acceptance")
     measured = _measured_points(groups, report)
     drafted = [t for t in traces if t.mode != "ar" and t.header.forced_acceptance is None]
+    _warn_truncated(drafted, report)
     logged = logged_positions(drafted)
     if logged is None:
         _warn_measured_only(measured, report)
@@ -433,6 +434,17 @@ def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> Accept
     report.warnings.append(f"stopping positions >= {rows} reuse position {rows - 1}'s rates (fewer than "
                            f"{MIN_CONTEXTS} logged contexts beyond it)")
     return model
+
+
+def _warn_truncated(traces: Sequence[Trace], report: CalibrationReport) -> None:
+    """Traces sampled with top-k / top-p (ssd-run --top-k / --top-p): their counted acceptance is that of the
+    truncated distributions, while rates derived from logged distributions (plain softmax at T = 1) are not."""
+    runs = sorted({f"top_k={t.header.extra.get('top_k', 0)} top_p={t.header.extra.get('top_p', 1.0):g}"
+                   for t in traces if t.header.extra.get("top_k", 0) or t.header.extra.get("top_p", 1.0) < 1.0})
+    if runs:
+        report.warnings.append(f"traces sampled with {', '.join(runs)}: counted acceptance is that of the truncated "
+                               "distributions, while rates derived from logged distributions assume plain "
+                               "softmax sampling (no truncation is modelled)")
 
 
 def _warn_measured_only(points: list[AcceptancePoint], report: CalibrationReport) -> None:

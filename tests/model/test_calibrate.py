@@ -280,3 +280,12 @@ def test_a_trace_given_twice_or_copied_counts_once_and_only_kept_traces_are_sour
         f"trace {t} is given twice: counted once (a second copy would double its samples and narrow the intervals)",
         f"trace {tmp_path / 'copy.jsonl'} has the same records as {t}: counted once (a second copy would double its "
         "samples and narrow the intervals)"]
+
+
+def test_traces_sampled_with_top_p_warn_that_no_truncation_is_modelled(traces, tmp_path):
+    plan = Plan(mode="sd", num_speculative_tokens=3, batch_size=1, temperature=1.0)
+    nucleus = str(write_trace(tmp_path / "topp.jsonl", plan, rounds=200, header={"top_k": 0, "top_p": 0.9}))
+    _, report = calibrate([*traces[:2], nucleus])
+    assert [w for w in report.warnings if "top_k=0 top_p=0.9" in w and "no truncation is modelled" in w]
+    _, plain = calibrate(traces)
+    assert not [w for w in plain.warnings if "top_p" in w]
