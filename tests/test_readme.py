@@ -73,3 +73,22 @@ def test_the_regression_table_matches_the_model():
     for s_row, f_row in zip(shown[2:], fresh[2:], strict=True):  # values to the printed digit (+-1 in the last)
         for a, b in zip(num.findall(s_row), num.findall(f_row), strict=True):
             assert float(a) == pytest.approx(float(b), abs=1.01 * 10 ** -len(a.split(".")[1])), (s_row, f_row)
+
+
+def test_the_python_version_is_pyprojects():
+    import tomllib
+
+    need = tomllib.loads((ROOT / "pyproject.toml").read_text())["project"]["requires-python"]  # ">=3.11"
+    version = need.removeprefix(">=")
+    said = set(re.findall(r"Python (3\.\d+)\+", README))
+    assert said == {version}, (said, need)
+
+
+def test_the_dashboard_is_started_the_safe_way():
+    """`streamlit run app/dashboard.py` listens on every interface with Streamlit's 200 MB upload cap; `ssd-dashboard`
+    (app/launch.py) binds 127.0.0.1 and caps uploads. Neither the README nor the screenshot script starts it raw."""
+    assert "streamlit run app/dashboard.py" not in README
+    row = next(line for line in README.splitlines() if line.startswith("| `ssd-dashboard` |"))
+    assert "`ssd-dashboard`" in row.split("|")[3]
+    shots = (ROOT / "bench" / "dashboard_screenshots.py").read_text()
+    assert "from app.launch import command" in shots and '"streamlit", "run"' not in shots

@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.limits import MAX_BATCH
 from ssd_sim.io.values import (  # noqa: F401  (re-exported: the CLIs' other flags parse with them too)
     bounded_int,
     fan_out_arg,
@@ -86,6 +87,25 @@ def fail(prog: str, err: Exception) -> None:
     """Print a one-line error for bad input and exit 2."""
     print(f"{prog}: error: {one_line(str(err))}", file=sys.stderr)
     raise SystemExit(2)
+
+
+def batch_size_list(text: str) -> tuple[int, ...]:
+    """An argparse type for --batch-sizes: '1,2,4,8,16' -> (1, 2, 4, 8, 16), whole numbers of sequences in
+    1..MAX_BATCH, sorted, each once; anything else (empty, 0, negative, fractional, not a number) is one line."""
+    example = "give batch sizes as comma-separated whole numbers, e.g. 1,2,4,8,16"
+    parts = [t.strip() for t in text.split(",")]
+    if not text.strip() or any(not t for t in parts):
+        raise argparse.ArgumentTypeError(f"{text!r} has an empty entry: {example}")
+    if len(parts) > 64:
+        raise argparse.ArgumentTypeError(f"{len(parts)} batch sizes: at most 64 in one sweep")
+    parse = bounded_int(1, MAX_BATCH, "sequences")
+    out = []
+    for t in parts:
+        try:
+            out.append(parse(t))
+        except argparse.ArgumentTypeError as e:
+            raise argparse.ArgumentTypeError(f"{e}: {example}") from None
+    return tuple(sorted(set(out)))
 
 
 def add_knob_args(p: argparse.ArgumentParser, workload: bool = True, helps: dict[str, str] | None = None) -> None:

@@ -4,6 +4,7 @@
     ssd-plan --preset llama70b-1b-h100 -b 8 -t 1 --json     # another workload, machine-readable
     ssd-plan --preset qwen32b-0.6b-h100 -k 4 --fan-out 3    # evaluate a fixed configuration
     ssd-plan --plan plan.json --emit ssd-engine             # flags for an existing plan file
+    ssd-plan --preset llama70b-1b-h100 --batch-sizes 1,2,4,8,16   # one row per batch size: best AR / SD / SSD
     ssd-plan calibrate traces/*.jsonl -o profile.json       # fit a profile to runtime traces
     ssd-plan workload metrics.txt --engine vllm -t 0 -o workload.json   # acceptance from an engine's metrics
     ssd-plan capacity --preset llama70b-1b-h100 --rate 10 --tpot-ms 27   # the cheapest deployment for a load
@@ -20,6 +21,7 @@ from dataclasses import replace
 from ssd_sim.cli.args import (
     OneLineParser,
     add_knob_args,
+    batch_size_list,
     bounded_int,
     cli_entry,
     fail,
@@ -35,7 +37,7 @@ from ssd_sim.model.presets import list_presets
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES
 from ssd_sim.plan.knobs import WORKLOAD, Knobs, ignored_at_greedy, resolve
-from ssd_sim.plan.plan import load_plan
+from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import (
     MIN_C_GAIN_PCT,
     OBJECTIVES,
@@ -45,8 +47,9 @@ from ssd_sim.plan.planner import (
     bound_notes,
     make_plan,
 )
-from ssd_sim.plan.predict import plan_point
+from ssd_sim.plan.predict import plan_point, predict_ssd
 from ssd_sim.plan.report import build_report, plan_file
+from ssd_sim.plan.whatif import batch_sweep
 
 PROG = "ssd-plan"
 
@@ -87,6 +90,11 @@ def build_parser() -> argparse.ArgumentParser:
                    help="re-rank the best analytic candidates with the discrete-event simulator over "
                         f"TOKENS generated tokens per sequence (1..{MAX_TOKENS}, default 20000) and report "
                         "simulated tok/s")
+    s.add_argument("--batch-sizes", type=batch_size_list, metavar="B[,B..]",
+                   help="plan at each of these batch sizes (e.g. 1,2,4,8,16) and print, instead of the one plan's report, one row per batch size: "
+                        "the best AR, SD and SSD (tok/s in total and per sequence, K, SSD's fan-out, backup and b*) "
+                        "and the recommendation; --json and -o hold it as batch_sweep (the plan file's plan stays "
+                        "the one at -b)")
     s.add_argument("--seed", type=bounded_int(0, 2**32 - 1, "simulator seed"), default=0,
                    help="simulator seed (with --simulate; 0..2^32-1)")
     s.add_argument("--risk", type=_quantile, metavar="Q",
@@ -97,7 +105,9 @@ def build_parser() -> argparse.ArgumentParser:
     o.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
     o.add_argument("--emit", choices=ENGINES,
                    help="print only the ready-to-run command for this engine (ssd-engine = the reference SSD "
-                        "engine; vllm / sglang = the best plain-SD fallback)")
+                        "engine; vllm / sglang = the best plain-SD fallback): one line, the last, after '#' "
+                        "comment lines with its notes and the engine's repository and version, so the whole "
+                        "output pastes into a shell")
     return p
 
 
@@ -121,6 +131,9 @@ def main(argv: list[str] | None = None) -> int:
         return _print_presets()
     try:
         check_outputs({"output": args.output}, {"plan": args.plan, **source_files(args)})  # before the search
+        if args.batch_sizes and (args.emit or args.simulate):
+            raise ConfigError("batch_sizes", f"--batch-sizes sweeps analytic plans; {'--emit' if args.emit else '--simulate'} "
+                                             "applies to one plan: drop one of them")
         profile, base_extra, knobs, workload = _resolve(args)
         request = PlanRequest(batch_size=workload["batch_size"], temperature=workload["temperature"],
                               draft_devices=workload["draft_devices"], knobs=knobs, objective=args.objective,
@@ -130,6 +143,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, e)
     result, simulated = _simulate(profile, result, args) if args.simulate else (result, None)
     report = build_report(profile, result, simulated, source=base_extra)
+    if args.batch_sizes:
+        report["batch_sweep"] = batch_sweep(profile, request, args.batch_sizes)
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
         fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
                                        "choose vllm or sglang"))
@@ -145,12 +160,24 @@ def main(argv: list[str] | None = None) -> int:
     if args.json:
         print(json.dumps(report, indent=2))
     elif args.emit:
-        print(report["engine_flags"][args.emit]["command"])
+        print("\n".join(emit_lines(args.emit, report["engine_flags"][args.emit])))
+    elif args.batch_sizes:
+        print_sweep(profile, result, report)
+        if args.output:
+            print(f"plan written to {args.output} (the plan at b = {result.plan.batch_size}, -b chooses; with the sweep "
+                  "as batch_sweep)")
     else:
         print_report(profile, result, report, explain=args.explain)
         if args.output:
             print(f"plan written to {args.output}")
     return 0
+
+
+def emit_lines(engine: str, flags: dict) -> list[str]:
+    """What --emit prints: the notes and then the engine's repository and version as shell comments, the command as
+    the last line (one line, never wrapped)."""
+    notes = [f"# note: {n}" for n in flags["notes"] if n != flags["source"]]
+    return [*notes, f"# {engine}: {flags['source']}", flags["command"]]
 
 
 def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
@@ -209,6 +236,47 @@ def _print_presets() -> int:
     return 0
 
 
+def print_sweep(profile: Profile, result: PlanResult, report: dict) -> None:
+    """--batch-sizes: one row per batch size (plan.whatif.batch_sweep), rich, never wrapped mid-row off a terminal."""
+    from rich.console import Console
+    from rich.table import Table
+
+    con = Console(width=None if sys.stdout.isatty() else 120)
+    plan, rows = result.plan, report["batch_sweep"]
+    per_device = result.objective != "latency"
+    con.print(f"[bold]{profile.name}[/]: {profile.description}")
+    con.print(f"workload: temperature {plan.temperature:g}, draft devices {plan.draft_devices}; objective: "
+              f"{result.objective}; the best plan of each mode at each batch size")
+    first, first_label = ("tok_s_per_device", "per device") if per_device else ("total_tok_s", "total")
+    t = Table(title=f"predicted decoding speed by batch size (SD, SSD: tok/s {first_label} / per sequence)")
+    show_c = any(r["ssd"]["c_label"] != "1" for r in rows)
+    cols = ["b", "AR per seq", "K SD / SSD", "SD", "SSD", "SSD fan-out hit; miss", *(["C"] if show_c else []),
+            "backup (b*)", "best (P)"]
+    for col in cols:
+        left = col.startswith(("SSD fan", "backup", "best"))
+        t.add_column(col, justify="left" if left else "right", overflow="fold" if "fan-out" in col else "ellipsis")
+    for r in rows:
+        ar, sd, ssd = r["ar"], r["sd"], r["ssd"]
+        hit, miss = ssd["fan_out"], ssd["fan_out_miss"]
+        fan = ",".join(map(str, hit)) + ("" if miss == hit else ";" + ",".join(map(str, miss)))
+        b_star = "never" if ssd["b_star"] is None else f"{ssd['b_star']:g}"
+        t.add_row(str(r["batch_size"]), f"{ar['per_seq_tok_s']:.1f}", f"{sd['K']} / {ssd['K']}",
+                  f"{sd[first]:.1f} / {sd['per_seq_tok_s']:.1f}", f"{ssd[first]:.1f} / {ssd['per_seq_tok_s']:.1f}",
+                  fan, *([ssd["c_label"]] if show_c else []), f"{ssd['backup']} ({b_star})",
+                  f"{r['recommended_mode'].upper()} ({r['p_ssd_beats_sd']:.2f})")
+    con.print(t)
+    unit = rows[0]["decided_on"] if rows else "tok/s per sequence"
+    con.print(f"best: the recommendation under '{result.objective}'; P: the probability that SSD beats SD in {unit} over "
+              "the profile's uncertainty (SSD is recommended from 0.80); b*: the batch size from which the row's plan "
+              "runs the fast backup")
+    bounds: dict[str, list[int]] = {}
+    for r in rows:
+        for note in r["search_bounds"]:
+            bounds.setdefault(note, []).append(r["batch_size"])
+    for note, bs in bounds.items():
+        con.print(f"note: at b = {', '.join(map(str, bs))}: {note}")
+
+
 def print_report(profile: Profile, result: PlanResult, report: dict, explain: bool = False) -> None:
     """Human-readable tables of the report (rich)."""
     from rich.console import Console
@@ -224,8 +292,13 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     for col in ("mode", "K", "tok/s per seq", "total tok/s", "devices", "tok/s per device", "vs AR",
                 "tokens/round", "round ms"):
         t.add_column(col, justify="right" if col != "mode" else "left")
-    for p in (result.ar, result.sd, result.ssd):
-        t.add_row(p.mode.upper(), str(p.num_speculative_tokens or "-"), f"{p.per_seq_tok_s:.2f}",
+    eng = report["engine_flags"]["ssd-engine"]
+    ref = report.get("reference_engine")
+    rows = [(p.mode.upper(), p) for p in (result.ar, result.sd, result.ssd)]
+    if ref is not None and ref["prediction_changed"]:  # the plan as the reference engine runs it (see its note)
+        rows.append(("SSD (ssd-engine)", predict_ssd(profile, Plan.from_dict(eng["plan"]))))
+    for label, p in rows:
+        t.add_row(label, str(p.num_speculative_tokens or "-"), f"{p.per_seq_tok_s:.2f}",
                   f"{p.total_tok_s:.2f}", str(p.devices), f"{p.tok_s_per_device:.2f}",
                   f"{p.per_seq_tok_s / result.ar.per_seq_tok_s:.2f}x", f"{p.tokens_per_round:.2f}",
                   f"{p.round_ms:.1f}")
@@ -262,21 +335,36 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
         f"{m.upper()} {u[m]['low']:.2f}-{u[m]['high']:.2f}" for m in ("ar", "sd", "ssd"))
         + f"; SSD p_hit {u['p_hit']['low']:.2f}-{u['p_hit']['high']:.2f}")
     rec = report["recommended_mode"].upper()
-    con.print(f"recommendation under '{result.objective}': [bold]{rec}[/] "
-              f"(SSD {report['predicted']['speedup_ssd_vs_sd']:.2f}x SD, {report['predicted']['speedup_ssd_vs_ar']:.2f}x AR "
-              f"per sequence, using {s.devices} devices vs {result.sd.devices}); SSD beats SD with probability "
-              f"{u['p_ssd_beats_sd']:.2f} (SSD is recommended from {u['threshold']:.2f})")
-    if u["p_ssd_beats_sd"] < u["threshold"] or u["p_ssd_beats_sd"] < 0.95:
+    pr = report["predicted"]
+    ratios = f"SSD {pr['speedup_ssd_vs_sd']:.2f}x SD, {pr['speedup_ssd_vs_ar']:.2f}x AR per sequence"
+    if result.objective != "latency":  # the objective's own ratios first
+        ratios = (f"SSD {s.tok_s_per_device / result.sd.tok_s_per_device:.2f}x SD, "
+                  f"{s.tok_s_per_device / result.ar.tok_s_per_device:.2f}x AR per device; " + ratios)
+    con.print(f"recommendation under '{result.objective}': [bold]{rec}[/] ({ratios}, using {s.devices} devices vs "
+              f"{result.sd.devices}); SSD beats SD in {u['decided_on']} with probability {u['p_objective']:.2f} "
+              f"(SSD is recommended from {u['threshold']:.2f})"
+              + (f"; per sequence with probability {u['p_ssd_beats_sd']:.2f}" if result.objective != "latency" else ""))
+    if ref is not None and ref["prediction_changed"]:
+        unit = u["decided_on"]
+        verdict = ("SD there, not SSD" if ref["recommended_mode"] != report["recommended_mode"]
+                   else f"still {ref['recommended_mode'].upper()}")
+        con.print(f"  as ssd-engine runs it (budget {result.plan.budget} -> {Plan.from_dict(eng['plan']).budget}, "
+                  f"see its note): SSD {ref['ssd']:.2f} vs SD {ref['sd']:.2f} {unit}, {verdict}")
+    if u["p_objective"] < u["threshold"] or u["p_objective"] < 0.95:
         con.print(f"  largest uncertainty: {u['dominant_uncertainty']}; to settle it: {u['settle']}")
     if "simulated" in report:
         sim = report["simulated"]
         con.print(f"simulated ({sim['tokens_per_sequence']} tokens/sequence, seed {sim['seed']}): "
                   f"AR {sim['ar_tok_s']:.2f}, SD {sim['sd_tok_s']:.2f}, SSD {sim['ssd_tok_s']:.2f} tok/s per sequence, "
                   f"hit rate {sim['p_hit']:.3f}" + ("; re-ranking changed the plan" if sim["changed_plan"] else ""))
-    eng = report["engine_flags"]["ssd-engine"]
-    con.print(f"ssd-engine: {eng['command']}" if eng["supported"] else "ssd-engine: not supported")
+    if eng["supported"]:  # the repository and version on the line above, the command alone on one unwrapped line
+        con.print(f"ssd-engine, {eng['source']}:", soft_wrap=True, markup=False, highlight=False)
+        con.print(eng["command"], soft_wrap=True, markup=False, highlight=False)
+    else:
+        con.print("ssd-engine: not supported")
     for note in eng["notes"]:
-        con.print(f"  note: {escape(note)}")
+        if note != eng["source"]:
+            con.print(f"  note: {escape(note)}")
     if explain:
         t = Table(title=f"where the numbers of {profile.name} come from")
         t.add_column("quantity")
@@ -293,8 +381,10 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
                       f"{pt.source}{'' if not pt.hit_source or pt.hit_source == pt.source else f', hit rates {pt.hit_source}'}")
         for src in profile.sources:
             con.print(f"- {src}")
-        host = profile.host.label() if profile.host is not None else "not host-specific (datasheets, published numbers)"
-        con.print(f"measured on: {host}; this host: {Host.from_dict(report['host']['here']).label()}")
+        measured = report["host"]["measured_on"]
+        host = Host.from_dict(measured).label() if measured is not None else \
+            "not host-specific (datasheets, published numbers)"
+        con.print(f"measured on: {escape(host)}; this host: {escape(Host.from_dict(report['host']['here']).label())}")
 
 
 if __name__ == "__main__":

@@ -18,6 +18,8 @@ import json
 import math
 import sys
 
+import numpy as np
+
 from ssd_sim.cli.args import (
     OneLineParser,
     add_knob_args,
@@ -29,7 +31,7 @@ from ssd_sim.cli.args import (
 )
 from ssd_sim.cli.source import add_source_args, profile_of, source_files, source_of
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.jsonfile import save_json_atomic
+from ssd_sim.io.jsonfile import read_json_object, save_json_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
 from ssd_sim.io.outputs import check_outputs
 from ssd_sim.io.sanity import arrivals_warning, rate_warning
@@ -56,6 +58,7 @@ from ssd_sim.sim.workload import (
 )
 
 PROG = "ssd-sim"
+DEFAULT_PROMPT_TOKENS = 128
 MAX_SEED = 2**32 - 1  # seeds 0..2^32 - 1 (numpy takes no negative seed)
 
 
@@ -80,14 +83,18 @@ def build_parser() -> OneLineParser:
     w.add_argument("--rate", type=nonneg_float, metavar="R",
                    help=f"poisson: arrival rate (requests per second, {MIN_RATE:g}..{MAX_RATE:g})")
     w.add_argument("--arrivals", metavar="FILE",
-                   help=f"arrivals: {ARRIVALS_HINT}; times in ms from the start, sorted")
+                   help=f"arrivals: {ARRIVALS_HINT}; times in ms from the start, sorted; an optional \"prompt_tokens\" "
+                        "(one number, or one per request: the simulator prefills every request with their median)")
     w.add_argument("--num-requests", type=bounded_int(1, MAX_REQUESTS, "requests"), metavar="N",
                    help=f"sequences to simulate (1..{MAX_REQUESTS}; fixed: default the batch size; poisson: default 100)")
     w.add_argument("--max-batch", type=bounded_int(1, MAX_BATCH, "sequences"), metavar="B",
-                   help=f"poisson / arrivals: most sequences decoded together (1..{MAX_BATCH}, default the batch size)")
-    w.add_argument("--prompt-tokens", type=bounded_int(0, MAX_TOKENS, "prompt tokens per request"), default=128,
+                   help=f"poisson / arrivals: most sequences decoded together (1..{MAX_BATCH}); default -b, else the "
+                        "plan file's batch size, else the number of requests up to the profile's max_batch_size "
+                        "(a note says which)")
+    w.add_argument("--prompt-tokens", type=bounded_int(0, MAX_TOKENS, "prompt tokens per request"), default=None,
                    metavar="P", help=f"prompt tokens per request; prefill = one target forward over them "
-                                     f"(0..{MAX_TOKENS}; 0 = no prefill)")
+                                     f"(0..{MAX_TOKENS}; 0 = no prefill; default {DEFAULT_PROMPT_TOKENS}, or the "
+                                     "arrivals file's prompt_tokens)")
     w.add_argument("--output-dist", choices=OUTPUT_DISTS, default="fixed",
                    help="output-length distribution around --tokens (default fixed)")
     w.add_argument("--replay", metavar="TRACE", help="replay accepted counts and bonus ranks of an ssd-run trace")
@@ -110,14 +117,23 @@ def main(argv: list[str] | None = None) -> int:
         pf = load_plan(args.plan) if args.plan else None
         profile = profile_of(source_of(args, (pf.extra.get("profile") or {}) if pf else None))
         base = pf.plan if pf else None
+        auto_batch = args.workload != "fixed" and args.batch_size is None and args.max_batch is None and base is None
         args.batch_size = (args.batch_size or (args.max_batch if args.workload != "fixed" else None)
                            or (base.batch_size if base else 1))
-        workload = workload_from_args(args)
+        explicit_prompt = args.prompt_tokens  # None: not given (an arrivals file may give it)
+        args.prompt_tokens = DEFAULT_PROMPT_TOKENS if explicit_prompt is None else explicit_prompt
+        workload, notes = workload_from_args(args), []
+        args.summary = {}  # what the table's workload line says beyond the Workload (print_table)
+        if args.workload == "arrivals":
+            workload, notes, args.summary["prompts"] = arrivals_extras(args.arrivals, workload, explicit_prompt)
+        if auto_batch:  # a stream of requests with no batch size given: batch them as a server would
+            workload, args.summary["batch"] = default_max_batch(profile, workload)
+            args.batch_size = args.max_batch = workload.max_batch
         plan = resolve_plan(args, profile, base)
         replay = read_trace(args.replay) if args.replay else None
         if replay is not None:  # refused now, before any warning, so bad input stays one line
             outcome_source(profile, plan_for_mode(profile, plan, args.mode), replay)
-        for line in input_warnings(profile, plan, workload, replay, args):  # before the run starts
+        for line in [*notes, *input_warnings(profile, plan, workload, replay, args)]:  # before the run starts
             print(f"{PROG}: warning: {line}", file=sys.stderr)
         progress = not args.no_progress and not args.json and sys.stderr.isatty()
         result = simulate(profile, plan, mode=args.mode, seed=args.seed, workload=workload,
@@ -191,6 +207,65 @@ def _arrivals_workload(args) -> Workload:
                          args.output_dist)
 
 
+def arrivals_extras(path: str, workload: Workload, prompt_flag: int | None) -> tuple[Workload, list[str], str | None]:
+    """What the arrivals file holds beyond what sim.workload.read_arrivals reads (arrival_ms, output_tokens): its
+    prompt lengths, one number or one per request (the simulator prefills every request alike: their median, unless
+    --prompt-tokens is given), and keys nothing reads. Returns the workload with its prompt length, warning lines,
+    and what the workload line says of the file's prompts (None: the file gives none)."""
+    data = read_json_object(path, "arrivals", f"write {ARRIVALS_HINT}")
+    warnings = []
+    unknown = sorted(set(data) - {"arrival_ms", "output_tokens", "prompt_tokens"})
+    if unknown:
+        warnings.append(f"{path}: {', '.join(unknown)} not read (an arrivals file holds arrival_ms and, "
+                        "optionally, output_tokens and prompt_tokens)")
+    if "prompt_tokens" not in data:
+        return workload, warnings, None
+    v, n = data["prompt_tokens"], workload.num_requests
+    values = v if isinstance(v, list) else [v]
+    ok = all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_TOKENS for x in values)
+    if not ok or (isinstance(v, list) and len(values) != n):
+        raise ConfigError("arrivals", f"{path}: prompt_tokens must be one integer or {n} (one per request), "
+                                      f"each in 0..{MAX_TOKENS}")
+    lo, hi, median = min(values), max(values), int(np.median(values))
+    held = f"the file's {lo}-{hi}" if lo != hi else f"the file's {lo}"
+    if prompt_flag is not None:
+        return workload, warnings, f"--prompt-tokens; {held} not used"
+    if lo == hi:
+        return dataclasses.replace(workload, prompt_tokens=lo), warnings, "the file's"
+    return (dataclasses.replace(workload, prompt_tokens=median), warnings,
+            f"the median of {held}: every request prefills alike")
+
+
+def default_max_batch(profile: Profile, workload: Workload) -> tuple[Workload, str]:
+    """No -b, --max-batch or plan file for a stream of requests: decode up to all of them together, at most the
+    profile's max_batch_size (what its KV cache holds); the workload so batched and what the workload line says."""
+    cap = min(workload.num_requests, profile.max_batch_size)
+    why = "every request" if cap == workload.num_requests else "the profile's max_batch_size"
+    return dataclasses.replace(workload, max_batch=cap), f"by default {why}; --max-batch B chooses"
+
+
+def workload_line(wl: Workload, summary: dict | None = None) -> str:
+    """What the simulated workload holds, for the table: requests, their output (and, for arrivals, prompt) lengths,
+    how they arrive and the batch cap; `summary` says where a default came from (main)."""
+    summary = summary or {}
+    if wl.output_lengths:
+        lens = sorted(wl.output_lengths)
+        lo, hi = lens[0], lens[-1]
+        out = (f"{wl.num_requests} requests x {lo} output tokens" if lo == hi else
+               f"{wl.num_requests} requests x {lo}-{hi} output tokens (median {int(np.median(lens))})")
+    else:
+        dist = "" if wl.output_dist == "fixed" else f" ({wl.output_dist}, mean)"
+        out = f"{wl.num_requests} sequences x {wl.output_tokens} tokens{dist}"
+    batch = f"batch <= {wl.max_batch}" + (f" ({summary['batch']})" if summary.get("batch") else "")
+    if wl.kind == "arrivals":
+        span = wl.arrival_ms[-1] - wl.arrival_ms[0] if wl.arrival_ms else 0.0
+        prompts = f" ({summary['prompts']})" if summary.get("prompts") else ""
+        return f"{out}, prompts {wl.prompt_tokens} tokens{prompts}; arrivals over {span:,.0f} ms, {batch}"
+    if wl.kind == "poisson":
+        return f"{out}; poisson, {wl.rate:g} req/s, {batch}"
+    return f"{out} ({wl.kind}, batch {wl.max_batch})"
+
+
 def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Trace | None, args) -> list[str]:
     """One line each for valid input almost certainly not meant (ssd_sim.io.sanity, model.tracematch): arrivals
     spread over hours of idling, a replayed trace of another setup than the profile's."""
@@ -240,9 +315,10 @@ def print_table(profile: Profile, result: SimResult, predicted: Prediction, args
 
     m, plan = result.metrics, result.plan
     wl = result.workload
-    title = (f"ssd-sim {result.mode} on {profile.name}: {m.sequences} sequences x {wl.output_tokens} tokens "
-             f"({wl.kind}{f', {wl.rate:g} req/s' if wl.kind == 'poisson' else ''}, batch {wl.max_batch}), "
-             f"seed {result.seed}")
+    if wl.kind == "fixed":
+        title = f"ssd-sim {result.mode} on {profile.name}: {workload_line(wl)}, seed {result.seed}"
+    else:  # the longer summary of a stream on its own line above the table
+        title = f"ssd-sim {result.mode} on {profile.name}: {wl.kind} workload, seed {result.seed}"
     t = Table(title=title, title_justify="left")
     t.add_column("metric")
     t.add_column("simulated", justify="right")
@@ -250,6 +326,9 @@ def print_table(profile: Profile, result: SimResult, predicted: Prediction, args
     for name, sim, pred in rows(m, predicted):
         t.add_row(name, sim, pred)
     console = Console(width=None if sys.stdout.isatty() else 120)
+    if wl.kind != "fixed":
+        console.print(f"workload: {workload_line(wl, getattr(args, 'summary', None))}", soft_wrap=True, markup=False,
+                      highlight=False)
     console.print(t)
     if m.num_speculative_tokens:
         fo = f" fan-out {list(plan.fan_out)} / miss {list(plan.fan_out_miss)}" if plan.mode == "ssd" else ""

@@ -25,6 +25,8 @@ PROFILE_SCHEMA = "ssd-profile/1"
 # The engines whose loop a profile's latencies can describe; the plan knobs each hard-wires (the planner's defaults
 # for its profiles) are part of the knob schema (ssd_sim.plan.plan.Plan, each Knob's `engine`).
 ENGINES = ("ssd-runtime", "reference")
+# How model.calibrate's provenance["host"] starts for traces made before ssd-run recorded hosts (Profile.measured_host)
+UNRECORDED_HOST = "not recorded in the traces"
 # Profile keys whose values are text, never numbers: a name "inf" stays a name (nonfinite_strings)
 TEXT_KEYS = ("schema", "name", "description", "target_model", "draft_model", "hardware", "sources", "provenance",
              "host", "engine", "source", "hit_source", "response", "downweight")
@@ -51,6 +53,14 @@ class Profile:
     def __post_init__(self):
         if self.engine not in ENGINES:
             raise ConfigError("engine", f"must be one of {', '.join(ENGINES)}, got {self.engine!r}")
+
+    def measured_host(self) -> Host | None:
+        """The host the latencies were measured on: the recorded one, or for a profile calibrated from traces made
+        before ssd-run recorded hosts (its provenance says so) an unrecorded Host whose note is the traces' machine
+        line (what they knew of it); None only for profiles that are not host-specific (datasheets, papers)."""
+        if self.host is not None or not self.provenance.get("host", "").startswith(UNRECORDED_HOST):
+            return self.host
+        return Host(note=f"{self.hardware or 'machine not named'}; host {self.provenance['host']}")
 
     def to_dict(self) -> dict[str, Any]:
         return {

@@ -1,9 +1,11 @@
 """Prediction intervals and decisions under uncertainty: tok/s of AR, SD and SSD over profiles drawn from the
 profile's Uncertainty (model.uncertainty), with common draws for every mode so their differences are sharp.
 
-P(SSD beats SD) is the share of draws where the SSD plan is faster per sequence than SD at its K. The planner
-recommends SSD only when that is at least DECIDE_THRESHOLD; otherwise the safer SD, naming the measurement that
-would settle it (the source whose spread alone moves the SSD / SD ratio most).
+P(SSD beats SD) is the share of draws where the SSD plan beats SD at its K under the objective: faster per sequence
+(latency), or more total tok/s per device used (throughput-per-device: SSD's draft device counts, so SSD must be
+faster per sequence by more than its devices / SD's). The planner recommends SSD only when that is at least
+DECIDE_THRESHOLD; otherwise the safer SD, naming the measurement that would settle it (the source whose spread
+alone moves the SSD / SD ratio most, the same for both objectives).
 """
 
 from __future__ import annotations
@@ -88,25 +90,46 @@ def interval(x: np.ndarray, level: float = LEVEL) -> dict[str, float]:
     return {"mean": float(np.mean(x)), "p50": float(mid), "low": float(lo), "high": float(hi), "level": level}
 
 
+OBJECTIVE_LABEL = {"latency": "tok/s per sequence", "throughput-per-device": "tok/s per device"}
+
+
 @dataclass(frozen=True)
 class Decision:
-    """SSD or SD under uncertainty: P(SSD faster), the recommendation and what would settle a close call."""
+    """SSD or SD under uncertainty: P(SSD beats SD) under the objective, the recommendation and what would settle a
+    close call. p_ssd_beats_sd is always per sequence, p_ssd_beats_sd_per_device per device used; p_objective is the
+    one of the two the decision was taken on."""
 
     p_ssd_beats_sd: float
     recommended_mode: str  # ssd | sd | ar
     threshold: float
     dominant: str  # the uncertainty source that moves SSD / SD most on its own
     settle: str  # the measurement that would settle it
+    p_ssd_beats_sd_per_device: float = float("nan")
+    objective: str = "latency"
+
+    @property
+    def p_objective(self) -> float:
+        return self.p_ssd_beats_sd if self.objective == "latency" else self.p_ssd_beats_sd_per_device
 
     def to_dict(self) -> dict:
-        return {"p_ssd_beats_sd": self.p_ssd_beats_sd, "recommended_mode": self.recommended_mode,
-                "threshold": self.threshold, "dominant_uncertainty": self.dominant, "settle": self.settle}
+        return {"p_ssd_beats_sd": self.p_ssd_beats_sd, "p_ssd_beats_sd_per_device": self.p_ssd_beats_sd_per_device,
+                "decided_on": OBJECTIVE_LABEL[self.objective], "p_objective": self.p_objective,
+                "recommended_mode": self.recommended_mode, "threshold": self.threshold,
+                "dominant_uncertainty": self.dominant, "settle": self.settle}
 
 
 def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarray], n: int = 50,
-           threshold: float = DECIDE_THRESHOLD) -> Decision:
-    """Recommend SSD only if it beats SD in >= threshold of the draws; else SD (or AR if it beats both)."""
-    p = float(np.mean(samples["ssd"] > samples["sd"]))
+           threshold: float = DECIDE_THRESHOLD, objective: str = "latency") -> Decision:
+    """Recommend SSD only if it beats SD under the objective in >= threshold of the draws; else SD (or AR if it
+    beats both: AR and SD use the same devices, so per sequence and per device rank them alike)."""
+    if objective not in OBJECTIVE_LABEL:
+        raise ValueError(f"objective must be one of {tuple(OBJECTIVE_LABEL)}, got {objective!r}")
+    p_seq = float(np.mean(samples["ssd"] > samples["sd"]))
+    # per device: SSD's total tok/s over target + draft devices against SD's over the target's (b cancels)
+    sd_devices = profile.latency.target_devices
+    ssd_devices = sd_devices + plan.draft_devices
+    p_dev = float(np.mean(samples["ssd"] * sd_devices > samples["sd"] * ssd_devices))
+    p = p_seq if objective == "latency" else p_dev
     spread = {}
     for src in SOURCES:
         s = sample(profile, plan, sd_k, n, seed=1, only=src, ar=False)
@@ -119,7 +142,7 @@ def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarra
     from_specs = dominant == "latency" and profile.host is None and "roofline" in profile.provenance
     measured = dominant == "interference" and not uncertainty_of(profile).interference
     key = "latency-specs" if from_specs else "interference-measured" if measured else dominant
-    return Decision(p, rec, threshold, dominant, SETTLE[key])
+    return Decision(p_seq, rec, threshold, dominant, SETTLE[key], p_dev, objective)
 
 
 def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, seed: int = 0) -> list[float]:
@@ -136,17 +159,16 @@ def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, 
 
 def uncertainty_report(profile: Profile, plan: Plan, sd_k: int, objective: str = "latency",
                        seed: int = 0) -> dict:
-    """Intervals of every predicted quantity, P(SSD beats SD) and the decision, as the JSON report holds them."""
+    """Intervals of every predicted quantity, P(SSD beats SD) and the decision under the objective, as the JSON
+    report holds them."""
     s = sample(profile, plan, sd_k, seed=seed)
-    d = decide(profile, plan, sd_k, s)
+    d = decide(profile, plan, sd_k, s, objective=objective)
     u = uncertainty_of(profile)
     out = {k: interval(v) for k, v in s.items()}
     out.update(d.to_dict())
     out.update(draws=len(s["ssd"]), run_sequences=u.run_sequences, sources=dict(u.sources),
-               note="tok/s per sequence; intervals span the profile's uncertainty (model/uncertainty.py); "
-                    "the decision compares SSD with SD at the same draws")
-    if objective != "latency":
-        out["recommended_mode"] = None  # the decision is per sequence; the device objective keeps the point ranking
+               note=f"intervals: tok/s per sequence, spanning the profile's uncertainty (model/uncertainty.py); the "
+                    f"decision compares SSD with SD in {OBJECTIVE_LABEL[objective]} (the objective) at the same draws")
     return out
 
 

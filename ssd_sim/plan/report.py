@@ -51,13 +51,28 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
         report["simulated"] = simulated
     unc = uncertainty_report(profile, result.plan, sd.num_speculative_tokens, result.objective)
     report["uncertainty"] = unc
-    if unc["recommended_mode"] is not None:
-        report["recommended_mode"] = unc["recommended_mode"]
+    report["recommended_mode"] = unc["recommended_mode"]  # the decision under uncertainty, for the objective
+    report["reference_engine"] = reference_engine_report(result, report["engine_flags"]["ssd-engine"],
+                                                         report["recommended_mode"])
     report["host"] = host_report(profile)
     tables = table_report(profile, result.plan, sd.num_speculative_tokens)
     if tables is not None:
         report["latency_tables"] = tables
     return report
+
+
+def reference_engine_report(result: PlanResult, flags: dict, recommended: str) -> dict | None:
+    """The recommendation as the reference engine would run the plan (emit.reference_plan: its budget is a multiple
+    of K + 1, one C, no adaptive backup): SSD there only if SSD is recommended and the engine's SSD plan still beats
+    SD under the objective (point predictions); None where the engine cannot run the pair."""
+    if not flags.get("supported"):
+        return None
+    per_device = result.objective != "latency"
+    ssd = flags["predicted_tok_s_per_device"] if per_device else flags["predicted_tok_s"]
+    sd = result.sd.tok_s_per_device if per_device else result.sd.per_seq_tok_s
+    changed = not math.isclose(flags["predicted_tok_s"], result.ssd.per_seq_tok_s, rel_tol=1e-9)
+    mode = "ssd" if recommended == "ssd" and ssd > sd else ("sd" if recommended == "ssd" else recommended)
+    return {"objective": result.objective, "ssd": ssd, "sd": sd, "prediction_changed": changed, "recommended_mode": mode}
 
 
 def table_report(profile: Profile, plan: Plan, sd_k: int) -> dict | None:
@@ -90,8 +105,8 @@ def plan_file(result: PlanResult, report: dict) -> PlanFile:
 
 def host_report(profile: Profile) -> dict:
     """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
-    here = current_host()
-    return {"measured_on": profile.host.to_dict() if profile.host is not None else None, "here": here.to_dict(),
+    here, measured = current_host(), profile.measured_host()  # measured: also a trace machine line without a record
+    return {"measured_on": measured.to_dict() if measured is not None else None, "here": here.to_dict(),
             "warning": host_warning(profile.name, profile.host, here)}
 
 

@@ -7,7 +7,8 @@ sequences; acceptance and hit rates in [0, 1]; latency ratio = draft(1 row, 1 to
 - `with_overrides` pins acceptance / hit curve / draft latency to what-if values;
 - `build_plan` turns slider knobs (K, budget, C, backup, uniform toggle) into a Plan with the
   exactly optimal integer fan-out; `evaluate` scores it like `ssd-plan` does (PlanResult);
-- sweeps: `speedup_heatmap`, `hit_rate_vs_budget`, `fanout_comparison`, `backup_crossover`, `pareto`.
+- sweeps: `speedup_heatmap`, `hit_rate_vs_budget`, `fanout_comparison`, `backup_crossover`, `pareto`, and
+  `batch_sweep` (the planner per batch size, as `ssd-plan --batch-sizes` prints it).
 A measured trace beside its prediction: ssd_sim.plan.compare.
 """
 
@@ -27,6 +28,7 @@ from ssd_sim.plan.planner import (
     PlanRequest,
     PlanResult,
     SearchLimits,
+    bound_notes,
     budget_fit,
     critical_batch,
     make_plan,
@@ -222,6 +224,12 @@ def backup_crossover(profile: Profile, plan: Plan, batch_sizes) -> dict:
 PARETO_FIELDS = ("per_seq_tok_s", "tok_s_per_device", "total_tok_s", "K")
 
 
+def _mode_point(pred) -> dict[str, float]:
+    """One mode's PARETO_FIELDS from its Prediction."""
+    return {"per_seq_tok_s": pred.per_seq_tok_s, "tok_s_per_device": pred.tok_s_per_device,
+            "total_tok_s": pred.total_tok_s, "K": pred.num_speculative_tokens}
+
+
 def pareto_point(profile: Profile, batch_size: int, temperature: float = 0.0, draft_devices: int = 1,
                  k_max: int = 10) -> dict[str, dict[str, float]]:
     """Best AR / SD / SSD at one batch size (make_plan, latency objective): {mode: {per_seq_tok_s, tok_s_per_device,
@@ -229,9 +237,32 @@ def pareto_point(profile: Profile, batch_size: int, temperature: float = 0.0, dr
     request = PlanRequest(batch_size=int(batch_size), temperature=temperature, draft_devices=draft_devices,
                           limits=SearchLimits(k_max=k_max, top_n=1), b_star=BStar.SKIP)
     res = make_plan(profile, request)
-    return {pred.mode: {"per_seq_tok_s": pred.per_seq_tok_s, "tok_s_per_device": pred.tok_s_per_device,
-                        "total_tok_s": pred.total_tok_s, "K": pred.num_speculative_tokens}
-            for pred in (res.ar, res.sd, res.ssd)}
+    return {pred.mode: _mode_point(pred) for pred in (res.ar, res.sd, res.ssd)}
+
+
+def batch_sweep(profile: Profile, request: PlanRequest, batch_sizes) -> list[dict]:
+    """`ssd-plan --batch-sizes`: the planner (make_plan) at every batch size with the rest of the request kept
+    (temperature, draft devices, fixed knobs, objective, search limits, risk), b* of each chosen plan found with
+    the plan held fixed (BStar.CHOSEN), one memo of fan-out tables for all. One row per batch size (JSON-ready):
+    ar / sd / ssd as pareto_point's fields (SSD adds its fan-out lists, C, the backup it runs at this b and b*),
+    and the decision under uncertainty for the request's objective, as ssd-plan takes it (plan.intervals)."""
+    from ssd_sim.plan.intervals import uncertainty_report
+
+    memo: dict = {}
+    rows = []
+    for b in batch_sizes:
+        res = make_plan(profile, request.replace(batch_size=int(b), b_star=BStar.CHOSEN), memo=memo)
+        plan = res.plan
+        u = uncertainty_report(profile, plan, res.sd.num_speculative_tokens, res.objective)
+        ssd = _mode_point(res.ssd) | {
+            "fan_out": list(plan.fan_out), "fan_out_miss": list(plan.fan_out_miss), "saguaro_c": plan.saguaro_c,
+            "saguaro_c_list": list(plan.saguaro_c_list), "c_label": plan.c_label,
+            "backup": plan.backup_for(plan.batch_size),
+            "b_star": None if not math.isfinite(res.b_star) else res.b_star}
+        rows.append({"batch_size": int(b), "ar": _mode_point(res.ar), "sd": _mode_point(res.sd), "ssd": ssd,
+                     "recommended_mode": u["recommended_mode"], "p_ssd_beats_sd": u["p_objective"],
+                     "decided_on": u["decided_on"], "search_bounds": bound_notes(res)})
+    return rows
 
 
 def pareto_rows(points) -> dict[str, dict[str, list[float]]]:

@@ -61,6 +61,7 @@ COMMANDS: dict[str, str] = {
     "plan-profile": f"ssd-plan --profile {GRID}/profile.json",
     "plan-profile-t1-json": f"ssd-plan --profile {GRID}/profile.json -t 1 --json",
     "plan-bad-fanout": "ssd-plan --preset llama70b-1b-h100 -k 3 --fan-out 1,2",
+    "plan-batch-sizes": "ssd-plan --preset llama70b-1b-h100 --batch-sizes 1,2,4,8,16 -o out/plan.json",  # issue 30
     "sim-llama": "ssd-sim --preset llama70b-1b-h100 --tokens 64",
     "sim-qwen32-fast-b4": "ssd-sim --preset qwen32b-0.6b-h100 --mode ssd-fast -b 4 --tokens 64",
     "sim-cpu-json": "ssd-sim --preset qwen-coder-1.5b-0.5b-cpu --tokens 64 --json",
@@ -144,6 +145,22 @@ for _cid in ['plan-llama70b-1b-h100', 'plan-llama70b-1b-h200', 'plan-llama70b-1b
     DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_30
 
 
+_ISSUE_30_COMMANDS = ("issue 30 (commands that paste, numbers that agree): every emitted command is one unwrapped line under "
+                      "the engine's repository and version (ssd-plan's table: 'ssd-engine, github.com/... at commit ...:' then "
+                      "the command; --emit: '# note:' and '# ENGINE: repository, version' comment lines, the command last; "
+                      "each emitter's JSON has 'source'); commands and notes name models by their Hugging Face id, not the "
+                      "local cache path or a preset's description (emit.model_id, a 'models:' note says where it came from); "
+                      "the reference engine's refusal lists the families and sizes it runs; P(SSD beats SD) is stated for "
+                      "the objective (uncertainty.decided_on / p_objective / p_ssd_beats_sd_per_device; "
+                      "throughput-per-device decides per device, where before it kept the point ranking beside a "
+                      "per-sequence probability); the engine-runnable plan's prediction is a table row and a line under the "
+                      "recommendation where it differs (report.reference_engine, ssd-engine predicted_total_tok_s / "
+                      "predicted_tok_s_per_device); a profile calibrated from traces without host records names their "
+                      "machine line as where it was measured (host.measured_on)")
+for _cid in ['plan-llama70b-1b-h100', 'plan-llama70b-1b-h200', 'plan-qwen32b-0.6b-h100', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200-json', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-llama-b8-t1', 'plan-qwen32-k7-f3', 'plan-llama-fanout-list-c-fast', 'plan-h200-adaptive-json', 'plan-qwen32-engine-knobs', 'plan-llama-throughput-b16', 'plan-cpu-fanout-miss', 'plan-llama-draft-devices', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-llama-emit-sglang', 'plan-llama-explain', 'plan-cpu-limits', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-write', 'plan-file', 'plan-file-json', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-emit', 'plan-file-other-preset', 'plan-file-new-k', 'plan-file-uniform-fanout', 'plan-file-c-list', 'plan-profile', 'plan-profile-t1-json']:
+    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_30_COMMANDS
+
+
 def fixed_host():
     from ssd_sim.io.host import Host
 
@@ -198,17 +215,21 @@ def run(cid: str, folder: Path) -> str:
 
 
 _NUMBER = re.compile(r"-?\d+\.\d+(?:[eE][-+]?\d+)?")
-REL_TOL = 1e-5  # solver tolerances (brentq's xtol, least squares) stop at another point within them on another CPU
+# Solver tolerances (brentq's xtol, least squares' ftol) stop at another point within them on another CPU or numpy /
+# scipy build: measured, calibrate-grid-t1's flat latency fit moves the draft's fixed_ms by 1.1e-5 relative
+# (128.37569 -> 128.37424) and a near-zero slowdown by 4.9e-6 absolute (5.57e-5 -> 5.08e-5) between two hosts.
+REL_TOL = 1e-4
+ABS_TOL = 1e-5  # for numbers near zero, where a relative tolerance means nothing
 
 
 def same_record(got: str, want: str) -> bool:
-    """The record's text equal and every decimal number within REL_TOL: the last digits of a float differ between
-    CPU kinds (numpy / scipy vector paths), not between versions of the tools."""
+    """The record's text equal and every decimal number within REL_TOL (or ABS_TOL): the last digits of a float
+    differ between CPU kinds and numpy / scipy builds (vector paths, solver stopping points)."""
     if got == want:
         return True
     a, b = _NUMBER.findall(got), _NUMBER.findall(want)
     return (_NUMBER.sub("#", got) == _NUMBER.sub("#", want) and len(a) == len(b)
-            and all(abs(float(x) - float(y)) <= REL_TOL * max(abs(float(y)), 1e-9) for x, y in zip(a, b, strict=True)))
+            and all(abs(float(x) - float(y)) <= max(REL_TOL * abs(float(y)), ABS_TOL) for x, y in zip(a, b, strict=True)))
 
 
 def golden_path(cid: str) -> Path:

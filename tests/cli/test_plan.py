@@ -4,6 +4,7 @@ import json
 import subprocess
 import sys
 from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
@@ -39,7 +40,7 @@ def test_every_preset_gives_valid_json_with_flags(capsys, name):
 def test_table_output_names_the_binding_constraint(capsys):
     code, out, _ = run(capsys, "--preset", "llama70b-1b-h100")
     assert code == 0
-    assert "binding:" in out and "SSD" in out and "ssd-engine: python bench/bench.py" in out
+    assert "binding:" in out and "SSD" in out and "\npython bench/bench.py" in out
 
 
 def test_fixed_knobs_are_evaluated(capsys):
@@ -51,9 +52,11 @@ def test_fixed_knobs_are_evaluated(capsys):
 
 def test_emit_prints_one_command(capsys):
     code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "ssd-engine")
-    assert out.count("\n") == 1 and out.startswith("python bench/bench.py --qwen --size 32 --draft 0.6")
+    lines = out.splitlines()  # the repository and version on a comment line, the command on the last
+    assert lines[-1].startswith("python bench/bench.py --qwen --size 32 --draft 0.6") and lines[-2].startswith("# ")
+    assert all(line.startswith("# ") for line in lines[:-1])
     code, out, _ = run(capsys, "--preset", "qwen32b-0.6b-h100", "--emit", "vllm")
-    assert out.startswith("vllm serve Qwen/Qwen3-32B") and "--speculative-config" in out
+    assert out.splitlines()[-1].startswith("vllm serve Qwen/Qwen3-32B") and "--speculative-config" in out
 
 
 def test_emit_for_an_engine_that_cannot_run_the_pair_is_one_line_exit_2(capsys):
@@ -215,3 +218,100 @@ def test_context_re_derives_a_preset_and_the_plan_file_keeps_it(capsys, tmp_path
     assert json.loads((tmp_path / "p.json").read_text())["profile"]["context"] == 32768
     code3, again, _ = run(capsys, "--plan", str(tmp_path / "p.json"), "--json")
     assert code3 == 0 and json.loads(again)["predicted"] == json.loads(long)["predicted"]
+
+
+# --- issue 30: commands that paste, numbers that agree, the host named, the batch sweep -----------------------
+
+GRID_PROFILE = str(Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-grid" / "profile.json")
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_emit_names_the_model_ids_and_the_engine_version_above_one_unwrapped_command(capsys, engine):
+    code, out, _ = run(capsys, "--profile", GRID_PROFILE, "--emit", engine)
+    lines = out.splitlines()
+    assert code == 0 and all(line.startswith("# ") for line in lines[:-1])  # comments: the whole output pastes
+    assert "github.com/" in lines[-2] and lines[-2].startswith(f"# {engine}: ")  # repository and version above it
+    assert ".cache" not in lines[-1] and "Qwen/Qwen2.5-Coder-1.5B-Instruct" in lines[-1]
+    assert any(line.startswith("# note: models: target Qwen/Qwen2.5-Coder-1.5B-Instruct") for line in lines)
+
+
+def test_the_engine_command_in_the_table_is_one_line_under_its_repository(capsys):
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "-b", "16")  # a long command (fan-out lists)
+    lines = out.splitlines()
+    i = next(i for i, line in enumerate(lines) if line.startswith("python bench/bench.py"))
+    assert lines[i - 1].startswith("ssd-engine, github.com/tanishqkumar/ssd at commit 6ed3022") and len(lines[i]) > 120
+    assert lines[i].endswith("--temp 0")  # not wrapped: the whole command on its line
+
+
+def test_throughput_per_device_decides_per_device_and_shows_the_engine_runnable_plan(capsys):
+    """llama70b-1b-h200 at b = 16: SSD is 1.5x SD per sequence (P ~ 1) but about even per device, and the
+    reference engine's padded plan loses per device; the recommendation, its probability and the table agree."""
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h200", "--objective", "throughput-per-device", "-b", "16",
+                       "--json")
+    rep = json.loads(out)
+    u, pr = rep["uncertainty"], rep["predicted"]
+    assert u["decided_on"] == "tok/s per device" and u["p_objective"] == u["p_ssd_beats_sd_per_device"]
+    assert u["p_ssd_beats_sd"] > 0.95 > u["p_ssd_beats_sd_per_device"]  # per sequence SSD wins; per device not
+    assert rep["recommended_mode"] == ("ssd" if u["p_objective"] >= u["threshold"] else "sd")
+    ref = rep["reference_engine"]
+    assert ref["prediction_changed"] and ref["ssd"] == rep["engine_flags"]["ssd-engine"]["predicted_tok_s_per_device"]
+    assert ref["ssd"] < pr["sd_tok_s_per_device"] and ref["recommended_mode"] == "sd"
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h200", "--objective", "throughput-per-device", "-b", "16")
+    rec = next(line for line in out.splitlines() if line.startswith("recommendation"))
+    assert f"recommendation under 'throughput-per-device': {rep['recommended_mode'].upper()} " in rec
+    assert "SSD beats SD in tok/s per device with probability" in out.replace("\n", " ")
+    assert "SSD (ssd-engine)" in out and "as ssd-engine runs it (budget" in out
+
+
+def test_latency_objective_keeps_its_per_sequence_decision(capsys):
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "--json")
+    u = json.loads(out)["uncertainty"]
+    assert u["decided_on"] == "tok/s per sequence" and u["p_objective"] == u["p_ssd_beats_sd"]
+
+
+def test_explain_names_the_host_a_trace_calibrated_profile_was_measured_on(capsys):
+    code, out, err = run(capsys, "--profile", GRID_PROFILE, "--explain")
+    line = " ".join(out.split("measured on: ")[1].split())
+    assert not line.startswith("not host-specific")
+    assert line.startswith("an unrecorded host (x86_64 Linux, 2 cpus, torch threads 1 per process")
+    assert json.loads(run(capsys, "--profile", GRID_PROFILE, "--json")[1])["host"]["measured_on"]["note"].startswith(
+        "x86_64 Linux, 2 cpus")
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "--explain")
+    assert "measured on: not host-specific (datasheets, published numbers)" in out
+
+
+def test_batch_sizes_prints_one_row_per_batch_size_from_the_planner(capsys, tmp_path):
+    from ssd_sim.plan.planner import BStar, PlanRequest, make_plan
+
+    f = tmp_path / "plan.json"
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "--batch-sizes", "16,1,4", "-o", str(f))
+    rows = [line for line in out.splitlines() if line.startswith("│ ") and line.split("│")[1].strip().isdigit()]
+    assert code == 0 and [int(r.split("│")[1]) for r in rows] == [1, 4, 16]
+    sweep = json.loads(f.read_text())["batch_sweep"]
+    assert [r["batch_size"] for r in sweep] == [1, 4, 16]
+    prof = get_preset("llama70b-1b-h100")
+    for r in sweep:  # the planner's numbers, not another search
+        res = make_plan(prof, PlanRequest(batch_size=r["batch_size"], b_star=BStar.CHOSEN))
+        assert r["ssd"]["per_seq_tok_s"] == pytest.approx(res.ssd.per_seq_tok_s)
+        assert (r["ssd"]["K"], r["ssd"]["fan_out"], r["sd"]["K"]) == (res.plan.K, list(res.plan.fan_out),
+                                                                       res.sd.num_speculative_tokens)
+        assert r["ar"]["total_tok_s"] == pytest.approx(res.ar.total_tok_s)
+        assert f"{r['ssd']['total_tok_s']:.1f} / {r['ssd']['per_seq_tok_s']:.1f}" in out
+    code, out, _ = run(capsys, "--preset", "llama70b-1b-h100", "--batch-sizes", "2,8", "-k", "4", "--json")
+    assert [r["ssd"]["K"] for r in json.loads(out)["batch_sweep"]] == [4, 4]  # fixed knobs hold in every row
+
+
+@pytest.mark.parametrize("value", ["0", "-2", "1.5", "", "1,,4", "x", "4097"])
+def test_bad_batch_sizes_are_one_line_exit_2_and_write_nothing(capsys, tmp_path, value):
+    f = tmp_path / "plan.json"
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama70b-1b-h100", f"--batch-sizes={value}", "-o", str(f)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "--batch-sizes" in err and not f.exists()
+
+
+def test_batch_sizes_with_emit_is_refused_in_one_line(capsys):
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama70b-1b-h100", "--batch-sizes", "1,2", "--emit", "vllm"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "--batch-sizes" in err and "--emit" in err

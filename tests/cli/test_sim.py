@@ -145,7 +145,7 @@ def test_help_states_the_limits():
     from ssd_sim.cli.sim import build_parser
 
     text = " ".join(build_parser().format_help().split())
-    for limit in ("1..2097152, default 512", "1..1000000; fixed", "1..4096, default the batch size",
+    for limit in ("1..2097152, default 512", "1..1000000; fixed", "1..4096); default -b, else the plan file's batch size, else the number of requests",
                   "0..2097152; 0 = no prefill", "random seed (0..4294967295)", "1e-06..1e+06"):
         assert limit in text
 
@@ -238,7 +238,7 @@ def test_a_rate_of_days_warns_with_the_span_and_still_simulates(capsys):
                  "--tokens", "16", "--json"]) == 0
     out = capsys.readouterr()
     assert out.err == ("ssd-sim: warning: --rate 1e-06 requests/s spaces 8 requests over ~93 days of simulated "
-                       "waiting, against ~0.45 s of decoding them one after another; --rate is in requests per second\n")
+                       "waiting, against ~0.69 s of decoding them one after another; --rate is in requests per second\n")  # b <= 8 plan
     assert json.loads(out.out)["metrics"]["sequences"] == 8
 
 
@@ -314,3 +314,36 @@ def test_a_stream_within_capacity_is_not_called_overloaded(capsys):
     assert main(["--preset", "qwen32b-0.6b-h100", "--workload", "poisson", "--rate", "2", "--max-batch", "16",
                  "--tokens", "512", "--num-requests", "50", "--json"]) == 0
     assert "overloaded" not in capsys.readouterr().err
+
+
+def test_an_arrivals_file_is_summarised_as_it_is_and_batched_by_default(tmp_path, capsys):
+    """issue 30: per-request lengths were summarised as '5 sequences x 512 tokens' and decoded one at a time."""
+    path = tmp_path / "arrivals.json"
+    path.write_text('{"arrival_ms": [0, 12.5, 30, 31, 80], "output_tokens": [512, 80, 200, 64, 300], '
+                    '"prompt_tokens": [100, 900, 40, 300, 128]}')
+    argv = ["--preset", "llama70b-1b-h100", "--workload", "arrivals", "--arrivals", str(path), "--tokens", "16"]
+    assert main(argv) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("workload: "))
+    assert line == ("workload: 5 requests x 64-512 output tokens (median 200), prompts 128 tokens (the median of the "
+                    "file's 40-900: every request prefills alike); arrivals over 80 ms, batch <= 5 (by default every "
+                    "request; --max-batch B chooses)")
+    out = run_json(capsys, *argv, "--json")
+    assert out["workload"]["max_batch"] == 5 and out["workload"]["prompt_tokens"] == 128
+    assert out["plan"]["batch_size"] == 5
+    out = run_json(capsys, *argv, "--max-batch", "2", "--prompt-tokens", "50", "--json")  # flags still choose
+    assert (out["workload"]["max_batch"], out["workload"]["prompt_tokens"]) == (2, 50)
+
+
+def test_the_default_batch_cap_is_at_most_the_profiles(capsys):
+    out = run_json(capsys, "--preset", "llama70b-1b-h100", "--workload", "poisson", "--rate", "4", "--tokens", "8",
+                   "--num-requests", "40", "--json")
+    assert out["workload"]["max_batch"] == 16  # the preset's max_batch_size, not 1
+
+
+def test_bad_prompt_lengths_in_an_arrivals_file_are_one_line(tmp_path, capsys):
+    path = tmp_path / "arrivals.json"
+    path.write_text('{"arrival_ms": [0, 1], "prompt_tokens": [1, 2, 3]}')
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama70b-1b-h100", "--workload", "arrivals", "--arrivals", str(path)])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "prompt_tokens" in err

@@ -1,11 +1,13 @@
 """Emitted engine commands pass the engines' argument rules (plan.engine_rules), for every GPU preset."""
 
 import json
+from dataclasses import replace
+from pathlib import Path
 
 import pytest
 
 from ssd_sim.model.presets import get_preset, list_presets
-from ssd_sim.plan.emit import engine_flags, reference_plan
+from ssd_sim.plan.emit import FETCHED_MODELS, engine_flags, model_id, reference_plan
 from ssd_sim.plan.engine_rules import check
 from ssd_sim.plan.plan import Plan, engine_defaults
 from ssd_sim.plan.planner import BStar, PlanRequest, make_plan
@@ -70,7 +72,78 @@ def test_cpu_profiles_are_not_emitted_for_the_reference_engine():
     prof = get_preset("qwen-coder-1.5b-0.5b-cpu")
     r = make_plan(prof, PlanRequest(b_star=BStar.CHOSEN))
     ref = engine_flags(prof, r.plan, r.sd)["ssd-engine"]
-    assert not ref["supported"] and ref["command"] == "" and "has no target Qwen2.5-Coder-1.5B" in ref["notes"][0]
+    assert not ref["supported"] and ref["command"] == ""
+    assert "has no target Qwen/Qwen2.5-Coder-1.5B-Instruct" in ref["notes"][0]
+
+
+# --- model names, not cache paths ------------------------------------------------------------------------------
+
+def _fetched_models_of_the_runtime() -> dict[str, str]:
+    """ssd_runtime/fetch.py MODELS as {name: description}, read from its source (ssd_sim never imports ssd_runtime)."""
+    import ast
+
+    tree = ast.parse((Path(__file__).resolve().parents[2] / "ssd_runtime" / "fetch.py").read_text())
+    out = {}
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Call) and getattr(node.func, "id", None) == "ModelSource":
+            kw = {k.arg: k.value.value for k in node.keywords if isinstance(k.value, ast.Constant)}
+            out[kw["name"]] = kw["description"]
+    return out
+
+
+def test_the_fetched_model_table_names_what_ssd_run_fetches():
+    runtime = _fetched_models_of_the_runtime()
+    assert set(runtime) == set(FETCHED_MODELS) and runtime
+    for name, hf_id in FETCHED_MODELS.items():  # "Qwen2.5-Coder-1.5B-Instruct Q4_K_M GGUF (target)"
+        assert runtime[name].split()[0] == hf_id.split("/")[1], (name, runtime[name], hf_id)
+
+
+@pytest.mark.parametrize("given, want", [
+    ("/root/.cache/ssd/models/qwen-coder-1.5b/hf", "Qwen/Qwen2.5-Coder-1.5B-Instruct"),  # ssd-run's cache
+    ("~/.cache/ssd/models/qwen-coder-0.5b/hf", "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
+    ("/data/hf/hub/models--Qwen--Qwen3-8B/snapshots/0123abcd", "Qwen/Qwen3-8B"),  # a Hugging Face cache snapshot
+    ("Qwen2.5-Coder-1.5B-Instruct (Q4_K_M GGUF dequantised to fp32)", "Qwen/Qwen2.5-Coder-1.5B-Instruct"),  # presets
+    ("Qwen2.5-Coder-0.5B-Instruct, int8 dynamic", "Qwen/Qwen2.5-Coder-0.5B-Instruct"),
+    ("meta-llama/Llama-3.1-70B-Instruct", "meta-llama/Llama-3.1-70B-Instruct"),
+])
+def test_commands_name_models_by_their_hugging_face_id(given, want):
+    got, note = model_id(given, "target")
+    assert got == want
+    assert (note is None) == (given == want) and (note is None or "/root" not in note and "~" not in note)
+
+
+def test_a_local_directory_is_named_by_its_config_and_only_a_path_is_said_in_one_line(tmp_path):
+    (tmp_path / "mine").mkdir()
+    (tmp_path / "mine" / "config.json").write_text(json.dumps({"_name_or_path": "org/my-model-7b"}))
+    assert model_id(str(tmp_path / "mine"), "draft")[0] == "org/my-model-7b"
+    got, note = model_id(str(tmp_path / "other"), "draft")
+    assert got == str(tmp_path / "other") and note.startswith("only a local path is known for the draft") and "\n" not in note
+
+
+@pytest.mark.parametrize("engine", ["vllm", "sglang"])
+def test_a_profile_calibrated_from_cached_models_emits_ids_not_paths(engine):
+    from ssd_sim.model.profile import load_profile_file
+
+    prof = load_profile_file(Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-grid" / "profile.json")
+    assert prof.target_model.startswith("/root/.cache/")  # what the traces recorded
+    r = make_plan(prof, PlanRequest(b_star=BStar.CHOSEN))
+    flags = engine_flags(prof, r.plan, r.sd)
+    f = flags[engine]
+    assert "/" + "root" not in f["command"] and ".cache" not in f["command"]
+    assert "Qwen/Qwen2.5-Coder-1.5B-Instruct" in f["args"] and check(engine, f["args"]) == []
+    assert "\n" not in f["command"] and f["source"] in f["notes"] and "github.com/" in f["source"]
+    assert any(n.startswith("models: target Qwen/Qwen2.5-Coder-1.5B-Instruct (the profile names ssd-run's fetched copy")
+               for n in f["notes"])
+    ref = flags["ssd-engine"]
+    assert not ref["supported"] and ".cache" not in ref["notes"][0] and "Qwen/Qwen2.5-Coder-1.5B-Instruct" in ref["notes"][0]
+
+
+def test_the_reference_engine_runs_qwen3_and_llama_3_only():
+    """bench.py's --qwen selects Qwen3: a Qwen2.5 pair of a Qwen3 size must not be emitted as Qwen3."""
+    prof = replace(get_preset("qwen32b-0.6b-h100"), target_model="Qwen/Qwen2.5-Coder-32B-Instruct")
+    r = make_plan(prof, PlanRequest(b_star=BStar.CHOSEN))
+    ref = engine_flags(prof, r.plan, r.sd)["ssd-engine"]
+    assert not ref["supported"] and "no target Qwen/Qwen2.5-Coder-32B-Instruct" in ref["notes"][0]
 
 
 # --- the encoded rules reject what the engines reject ---------------------------------------------------------
@@ -128,8 +201,9 @@ def test_emitted_vllm_and_sglang_commands_name_the_engine_version_and_shard_the_
     flags = engine_flags(prof, r.plan, r.sd)
     cfg = json.loads(flags["vllm"]["args"][-1])
     assert cfg["draft_tensor_parallel_size"] == 4 == prof.latency.target_devices
-    assert any("vllm-project/vllm at 9b849b1" in n for n in flags["vllm"]["notes"])
-    assert any("sgl-project/sglang" in n for n in flags["sglang"]["notes"])
+    assert "vllm-project/vllm at 9b849b1" in flags["vllm"]["source"] and flags["vllm"]["source"] in flags["vllm"]["notes"]
+    assert "sgl-project/sglang" in flags["sglang"]["source"]
+    assert "tanishqkumar/ssd at commit 6ed3022" in flags["ssd-engine"]["source"]
 
 
 def test_sglang_rules():
