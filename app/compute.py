@@ -49,10 +49,35 @@ def evaluate(key: str, _profile: Profile, _plan: Plan, objective: str) -> PlanRe
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def heatmap(key: str, _profile: Profile, _plan: Plan, baseline: str) -> list[list[float]]:
-    """whatif.speedup_heatmap over HEATMAP_ACCEPTANCES x HEATMAP_RATIOS."""
-    z = whatif.speedup_heatmap(_profile, _plan, HEATMAP_ACCEPTANCES, HEATMAP_RATIOS, baseline)
-    return z.tolist()
+def heatmap(key: str, _profile: Profile, _plan: Plan, baseline: str) -> dict:
+    """The speedup heatmap with the profile's own point in it, so that the circled cell is the page's headline.
+
+    Rows: whatif.speedup_heatmap over HEATMAP_ACCEPTANCES (one i.i.d. acceptance rate each, as the acceptance
+    override pins it), plus one row for the profile's own (per-position) acceptance, placed by its mean; columns:
+    HEATMAP_RATIOS plus the profile's own draft/target latency ratio. The profile row varies the latency ratio
+    only (whatif.with_overrides(draft_latency_ratio=...), which at the profile's own ratio is the profile itself),
+    so the cell at (profile row, own ratio) is predict_ssd / baseline of the unmodified profile: what the What-if
+    metrics show. Returns rows / cols (axis labels), z (rows x cols), marker (row, col) of that cell, acceptance and
+    ratio (the profile's values).
+    """
+    from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
+
+    own = whatif.profile_values(_profile, _plan.temperature, _plan.K)
+    alpha, rho = float(own["acceptance"]), float(own["draft_latency_ratio"])
+    ratios = sorted({*(r for r in HEATMAP_RATIOS if f"{r:.3g}" != f"{rho:.3g}"), rho})
+    grid = whatif.speedup_heatmap(_profile, _plan, HEATMAP_ACCEPTANCES, ratios, baseline).tolist()
+
+    def speedup(prof: Profile) -> float:
+        base = (predict_ar(prof, _plan.batch_size) if baseline == "ar"
+                else predict_sd(prof, _plan.batch_size, _plan.K, _plan.temperature))
+        return predict_ssd(prof, _plan).per_seq_tok_s / base.per_seq_tok_s
+
+    mine = [speedup(_profile if r == rho else whatif.with_overrides(_profile, _plan.temperature, draft_latency_ratio=r))
+            for r in ratios]
+    at = sum(1 for a in HEATMAP_ACCEPTANCES if a <= alpha)  # rows run bottom (low acceptance) to top
+    labels = [f"{a:.2f}" for a in HEATMAP_ACCEPTANCES]
+    return {"rows": [*labels[:at], f"profile ({alpha:.3f})", *labels[at:]], "cols": [f"{r:.3g}" for r in ratios],
+            "z": [*grid[:at], mine, *grid[at:]], "marker": (at, ratios.index(rho)), "acceptance": alpha, "ratio": rho}
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
@@ -79,6 +104,17 @@ def pareto(key: str, profile: Profile, batch_sizes: tuple[int, ...], temperature
            draft_devices: int) -> dict:
     """whatif.pareto, one cached make_plan per batch size: a batch size added to the chart costs one plan."""
     return whatif.pareto_rows((b, pareto_point(key, profile, b, temperature, draft_devices)) for b in batch_sizes)
+
+
+@st.cache_data(max_entries=16, show_spinner=False)
+def optimised(key: str, _profile: Profile, batch_size: int, temperature: float, draft_devices: int,
+              objective: str) -> PlanResult:
+    """make_plan for the workload, exactly as `ssd-plan -b B -t T --draft-devices D --objective O` runs it (b* from
+    the re-optimised crossover, so the report has its b_star_curve; the binding is the search's)."""
+    from ssd_sim.plan.planner import PlanRequest, make_plan
+
+    return make_plan(_profile, PlanRequest(batch_size=batch_size, temperature=temperature,
+                                           draft_devices=draft_devices, objective=objective))
 
 
 @st.cache_data(max_entries=64, show_spinner=False)

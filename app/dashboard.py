@@ -93,11 +93,26 @@ def main() -> None:
             st.session_state["_scenario"] = state.scenario(profile)
         except ConfigError as e:
             st.sidebar.error(str(e))
+    st.navigation(navigation()).run()
+
+
+def url_paths() -> list[str]:
+    """Each page's URL path (/whatif, /timeline, ...: the page file's name), in the order of PAGES."""
+    return [Path(path).stem for path, _, _ in PAGES]
+
+
+def navigation() -> list:
+    """The pages for st.navigation: each at /<url path> (What-if too: every page URL the README or a link names
+    opens), plus the app's root URL, a hidden page that opens What-if at /whatif."""
     here = Path(__file__).resolve().parent
-    pages = [st.Page(str(here / path), title=title, icon=icon, default=(i == 0),
-                     url_path=None if i == 0 else Path(path).stem)
-             for i, (path, title, icon) in enumerate(PAGES)]
-    st.navigation(pages).run()
+    pages = [st.Page(str(here / path), title=title, icon=icon, url_path=url)
+             for (path, title, icon), url in zip(PAGES, url_paths(), strict=True)]
+
+    def root() -> None:
+        st.switch_page(pages[0])
+
+    return [st.Page(root, title=PAGES[0][1], icon=PAGES[0][2], url_path="root", default=True,
+                    visibility="hidden"), *pages]
 
 
 main()

@@ -3,7 +3,8 @@
     apt-get install -y chromium            # Debian's chromium (nothing is installed by this script)
     .venv/bin/python bench/dashboard_screenshots.py [--out docs/screenshots] [--chromium /usr/bin/chromium]
 
-Starts `streamlit run app/dashboard.py --server.headless true` on a free port, drives Chromium over the
+Starts the dashboard as `ssd-dashboard --server.headless true` does (127.0.0.1 only, the upload cap) on a free
+port, drives Chromium over the
 DevTools protocol (the `websockets` client that ships with streamlit), waits on each page until the
 title is shown, the "running" indicator is gone and the expected Plotly charts are drawn, then saves
 <out>/<page>.png and prints one table row per page (load time, charts, PNG size). Exit status 1 if a
@@ -31,7 +32,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 # (url path, title, plotly charts expected when rendered); query params deep-link the traces page.
 PAGES = [("whatif", "What-if", 5), ("timeline", "Timeline", 1), ("pareto", "Pareto", 1),
-         ("traces", "Traces", 3), ("plan", "Plan", 0)]
+         ("traces", "Traces", 6), ("plan", "Plan", 0)]
 CHROMIUM_FLAGS = ["--headless", "--no-sandbox", "--disable-gpu", "--disable-quic", "--no-first-run",
                   "--disable-background-networking", "--disable-component-update", "--disable-sync",
                   "--hide-scrollbars", "--remote-debugging-port=0"]
@@ -56,9 +57,12 @@ def wait_http(url: str, timeout_s: float) -> None:
 
 
 def start_streamlit(port: int, traces: Path, log: Path) -> subprocess.Popen:
+    """The dashboard as `ssd-dashboard` starts it (app.launch.command: 127.0.0.1 only, the upload cap), headless."""
+    sys.path.insert(0, str(ROOT))
+    from app.launch import command
+
     env = {**os.environ, "SSD_TRACES_DIR": str(traces)}
-    cmd = [sys.executable, "-m", "streamlit", "run", str(ROOT / "app" / "dashboard.py"), "--server.headless", "true",
-           "--server.port", str(port), "--browser.gatherUsageStats", "false"]
+    cmd = command(["--port", str(port), "--server.headless", "true", "--browser.gatherUsageStats", "false"])
     return subprocess.Popen(cmd, cwd=ROOT, env=env, stdout=log.open("w"), stderr=subprocess.STDOUT)
 
 
@@ -112,7 +116,9 @@ STATE_JS = """(() => {
   return {h1, charts: document.querySelectorAll('.js-plotly-plot').length,
           running: !!document.querySelector('[data-testid="stStatusWidgetRunningIcon"]')
                    || !!document.querySelector('[data-testid="stSkeleton"]'),
-          exceptions: document.querySelectorAll('[data-testid="stException"]').length};
+          exceptions: document.querySelectorAll('[data-testid="stException"]').length,
+          none_text: [...document.querySelectorAll('[data-testid="stMain"] *')]
+            .filter(e => !e.children.length && /^(None|nan|NaN|null)$/.test((e.innerText || '').trim())).length};
 })()"""
 
 
@@ -203,12 +209,17 @@ def main(argv: list[str] | None = None) -> int:
         dt = DevTools(ws)
         dt.call("Page.enable")
         print(f"{'page':10} {'load s':>7} {'charts':>6} {'PNG KB':>7}  file")
+        root = load_page(dt, f"http://127.0.0.1:{port}/", PAGES[0][1], PAGES[0][2], args.timeout)
+        if PAGES[0][1] not in root.get("h1", []):
+            print(f"the root URL did not open {PAGES[0][1]}: {json.dumps(root)}")
+            failed += 1
         for path, title, charts in PAGES:
             query = f"?trace={trace_name}" if path == "traces" and trace_name else ""
-            url = f"http://127.0.0.1:{port}/{'' if path == PAGES[0][0] else path}{query}"
+            url = f"http://127.0.0.1:{port}/{path}{query}"
             st = load_page(dt, url, title, charts, args.timeout)
             size_b = screenshot(dt, out / f"{path}.png", size, args.max_height)
-            ok = title in st.get("h1", []) and st.get("charts", 0) >= charts and not st.get("exceptions")
+            ok = (title in st.get("h1", []) and st.get("charts", 0) >= charts and not st.get("exceptions")
+                  and not st.get("none_text"))
             failed += not ok
             print(f"{path:10} {st['load_s']:7.1f} {st.get('charts', 0):6d} {size_b / 1024:7.0f}  "
                   f"{out / (path + '.png')}{'' if ok else '  FAILED ' + json.dumps(st)}")

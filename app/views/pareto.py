@@ -38,7 +38,7 @@ def render() -> None:
         return
     data = compute.pareto(compute.key_of(sc.profile), sc.profile, tuple(sorted(batches)), p.temperature,
                           p.draft_devices)
-    st.plotly_chart(charts.pareto(data, x), key="ch_pareto")
+    st.plotly_chart(charts.pareto(data, x), key="ch_pareto", config=charts.CONFIG)
     st.dataframe(table(data), hide_index=True, width="stretch")
     capacity_section(sc)
 
@@ -66,15 +66,15 @@ def capacity_section(sc) -> None:
                            price or None, sc.plan.temperature)
     best = res["best"]
     cost = "usd_per_mtok" if price else "gpus"
-    st.plotly_chart(charts.capacity_pareto(res["simulated"], best, tpot, cost), key="ch_capacity")
+    st.plotly_chart(charts.capacity_pareto(res["simulated"], best, tpot, cost), key="ch_capacity", config=charts.CONFIG)
     if best is None:
         st.warning("no configuration meets the targets within 64 replicas")
     else:
         st.success(f"cheapest: {best['mode'].upper()} {best['replicas']} x b<={best['max_batch']}"
                    + (f", {best['backup']} backup" if best["mode"] == "ssd" else "") + f" on {best['gpus']} GPUs")
-    st.dataframe([{"mode": m.upper(), **({k: o[k] for k in ("replicas", "max_batch", "backup", "gpus", "ttft_ms",
-                                                              "tpot_ms", "usd_per_mtok")} if o else {})}
-                  for m, o in res["per_mode"].items()], hide_index=True, width="stretch")
+    cols = ("replicas", "max_batch", "backup", "gpus", "ttft_ms", "tpot_ms") + (("usd_per_mtok",) if price else ())
+    st.dataframe(charts.table_rows([{"mode": m.upper(), **({k: o[k] for k in cols} if o else {c: None for c in cols})}
+                                    for m, o in res["per_mode"].items()]), hide_index=True, width="stretch")
 
 
 render()

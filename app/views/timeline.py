@@ -44,7 +44,7 @@ def render() -> None:
     fig = charts.gantt(spans, devices, f"simulated {MODES[mode]}: first {rounds} rounds")
     if tl["rounds"]:
         charts.round_markers(fig, tl["rounds"], devices[0])
-    st.plotly_chart(fig, key="ch_gantt")
+    st.plotly_chart(fig, key="ch_gantt", config=charts.CONFIG)
     m = tl["metrics"]
     cols = st.columns(4)
     cols[0].metric("simulated tok/s per seq", f"{m['per_seq_tok_s']:.1f}")

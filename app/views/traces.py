@@ -4,6 +4,7 @@ calibrated profile shipped beside it, one calibrated from the trace on request, 
 
 from __future__ import annotations
 
+import json
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -17,7 +18,7 @@ from ssd_sim.model import tracematch
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.compare import position_curves, predicted_vs_measured, trace_plan, trace_series
 
-NONE = "(choose a trace)"
+NONE = "(no traces in traces/)"
 OWN, CALIBRATED, SIDEBAR = "own", "calibrated", "sidebar"
 TAGS = {OWN: "the trace's setup", CALIBRATED: "calibrated from the trace", SIDEBAR: "sidebar"}
 
@@ -49,27 +50,45 @@ def parse_upload(name: str, data: bytes) -> Trace:
     return parse_trace(text.splitlines(), source=name)
 
 
+def default_trace(files: list[str]) -> str:
+    """The trace the page opens with: the first SSD trace shipped beside a calibrated profile (the page then compares
+    it with a profile of its own setup), else the first SSD trace, else the first trace."""
+    d = state.traces_dir()
+    beside = {Path(src.removeprefix("file:")).parent for src in state.profile_choices().values()
+              if src.startswith("file:")}
+    ssd = [f for f in files if _header_mode(d / f) == "ssd"]
+    return next((f for f in ssd if (d / f).parent in beside), (ssd or files)[0])
+
+
+def _header_mode(path: Path) -> str | None:
+    """The mode named by a trace's first line (None if it cannot be read)."""
+    try:
+        with path.open(encoding="utf-8") as f:
+            return json.loads(f.readline()).get("mode")
+    except (OSError, ValueError, AttributeError):
+        return None
+
+
 def choose_trace() -> Chosen | None:
     files = trace_files()
     linked = st.query_params.get("trace")  # deep link: ?trace=NAME.jsonl
-    if linked in files and "tr_file" not in st.session_state:
-        st.session_state["tr_file"] = linked
+    if files and "tr_file" not in st.session_state:
+        st.session_state["tr_file"] = linked if linked in files else default_trace(files)
     c1, c2 = st.columns(2)
-    picked = c1.selectbox("trace in traces/", [NONE, *files], key="tr_file",
-                          help=f"JSONL traces found under {state.traces_dir()}")
+    picked = c1.selectbox("trace in traces/", files or [NONE], key="tr_file", disabled=not files,
+                          help=f"JSONL traces found under {state.traces_dir()}; an upload on the right replaces it")
     upload = c2.file_uploader("or upload a trace (.jsonl)", type=["jsonl", "json", "txt"], key="tr_upload")
     try:
         if upload is not None:
             data = upload.getvalue()
             return Chosen(parse_upload(upload.name, data), f"upload:{upload.name}:{hash(data)}", None)
-        if picked != NONE:
+        if picked in files:
             path = state.traces_dir() / picked
             return Chosen(state.trace_file(path), f"file:{picked}", path)
     except ConfigError as e:
         st.error(str(e))
         return None
-    if not files:
-        st.info("no traces in traces/ yet: record one with `ssd-run ... --trace traces/SETUP/NAME.jsonl`, or upload one")
+    st.info("no traces in traces/ yet: record one with `ssd-run ... --trace traces/SETUP/NAME.jsonl`, or upload one")
     return None
 
 
@@ -114,15 +133,15 @@ def charts_of(trace: Trace) -> None:
     left, right = st.columns(2)
     left.plotly_chart(charts.series(s["round"], {"mean acceptance length": s["accept_len"]},
                                     "per-round acceptance", "round", "tokens per sequence (bonus included)"),
-                      key="ch_tr_acc")
+                      key="ch_tr_acc", config=charts.CONFIG)
     if trace.mode == "ssd":
         right.plotly_chart(charts.series(s["round"], {"this round": s["hit_rate"],
                                                       f"rolling ({window} rounds)": s["rolling_hit_rate"]},
-                                         "cache hit rate over time", "round", "hit rate", (0, 1)), key="ch_tr_hit")
+                                         "cache hit rate over time", "round", "hit rate", (0, 1)), key="ch_tr_hit", config=charts.CONFIG)
     else:
         right.info(f"no cache hits in {trace.mode.upper()} mode")
     phases = {ph: s["phase_ms"][ph] for ph in PHASES if ph != "round"}
-    st.plotly_chart(charts.stacked_phases(s["round"], phases), key="ch_tr_phase")
+    st.plotly_chart(charts.stacked_phases(s["round"], phases), key="ch_tr_phase", config=charts.CONFIG)
 
 
 # --- the profile it is compared with ------------------------------------------------------------------------
@@ -211,11 +230,21 @@ def compare(trace: Trace, profile: Profile) -> None:
     simulated = simulate_trace(trace, profile, plan)
     pvm = predicted_vs_measured(profile, trace, simulated)
     st.subheader(f"predicted ({profile.name}) vs measured")
-    left, right = st.columns(2)
-    left.plotly_chart(charts.predicted_vs_measured(pvm["rows"]), key="ch_tr_pvm")
-    right.dataframe([{"metric": n, "predicted": p, "measured": m, "simulated": s,
-                      "measured / predicted": (m / p) if (p and m is not None) else None}
-                     for n, p, m, s in pvm["rows"]], hide_index=True, width="stretch")
+    left, right = st.columns([2, 3])  # the table's five columns need the wider half
+    left.plotly_chart(charts.predicted_vs_measured(pvm["rows"]), key="ch_tr_pvm", config=charts.CONFIG)
+    right.dataframe(compare_rows(pvm["rows"]), hide_index=True, width="stretch", column_config={
+        "metric": st.column_config.TextColumn(width="medium"),
+        **{c: st.column_config.NumberColumn(format="%.4g") for c in ("predicted", "measured", "simulated")},
+        "measured / predicted": st.column_config.NumberColumn("ratio", help="measured / predicted", format="%.3f")})
+
+
+def compare_rows(rows) -> list[dict]:
+    """The predicted-vs-measured table: metric, predicted, measured, simulated (only once simulated) and their
+    ratio; a missing value shows as "-" (charts.table_rows)."""
+    sim = any(s is not None for *_, s in rows)
+    return charts.table_rows([{"metric": n, "predicted": p, "measured": m, **({"simulated": s} if sim else {}),
+                               "measured / predicted": (m / p) if (p and m is not None) else None}
+                              for n, p, m, s in rows])
 
 
 def positions_of(trace: Trace, profile: Profile) -> None:
@@ -231,11 +260,11 @@ def positions_of(trace: Trace, profile: Profile) -> None:
     left.plotly_chart(charts.position_lines(c["position"], {
         "measured": c["measured_acceptance"], "derived from the trace's distributions": c["derived_acceptance"],
         f"profile {profile.name}": c["profile_acceptance"]}, "acceptance per position", "P(accept | reached)"),
-        key="ch_tr_pos_acc")
+        key="ch_tr_pos_acc", config=charts.CONFIG)
     right.plotly_chart(charts.position_lines(c["position"], {
         "measured (SSD)": c["measured_hit"] if trace.mode == "ssd" else None,
         "derived from the trace's distributions": c["derived_hit"], f"profile {profile.name}": c["profile_hit"]},
-        "next-round hit rate per position (the plan's fan-out)", "P(hit | stopped at k)"), key="ch_tr_pos_hit")
+        "next-round hit rate per position", "P(hit | stopped at k), the plan's fan-out"), key="ch_tr_pos_hit", config=charts.CONFIG)
 
 
 def simulate_trace(trace: Trace, profile: Profile, plan) -> dict | None:

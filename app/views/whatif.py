@@ -10,7 +10,7 @@ import streamlit as st
 from app import charts, compute, sim, state
 from ssd_sim.plan.plan import BACKUPS
 from ssd_sim.plan.planner import OBJECTIVES, BStar, PlanRequest, SearchLimits, make_plan
-from ssd_sim.plan.whatif import fanout_comparison, profile_values
+from ssd_sim.plan.whatif import fanout_comparison
 
 P = state.PREFIX
 
@@ -106,9 +106,14 @@ def metrics_row(res, sim_rates: dict | None) -> None:
             row["simulated tok/s per seq"] = round(sim_rates[p.mode], 2) if p.mode in sim_rates else None
         rows.append(row)
     st.dataframe(rows, hide_index=True, width="stretch")
-    st.caption(f"cache budget {res.plan.budget} guesses per sequence; the draft finishes up to {res.budget_fit} "
-               f"inside one verify at b = {res.plan.batch_size}. SSD: E_hit {ssd.e_hit:.2f}, E_miss {ssd.e_miss:.2f} tokens; "
+    st.caption(f"cache budget {res.plan.budget} guesses per sequence; {fit_text(res.budget_fit)} inside one verify "
+               f"at b = {res.plan.batch_size}. SSD: E_hit {ssd.e_hit:.2f}, E_miss {ssd.e_miss:.2f} tokens; "
                f"T_v {ssd.verify_ms:.2f} ms, T_p {ssd.draft_ms:.2f} ms, backup ({ssd.backup}) {ssd.backup_ms:.2f} ms")
+
+
+def fit_text(fit: int) -> str:
+    """The budget the draft finishes inside one verify, in words (the caption's and the budget chart's number)."""
+    return f"the draft finishes up to {fit}" if fit else "the draft finishes not even a budget of 1"
 
 
 def simulate_button(sc, res) -> dict | None:
@@ -133,35 +138,56 @@ def charts_grid(sc, res, sim_rates) -> None:
     u = compute.uncertainty(key, sc.profile, sc.plan, res.sd.num_speculative_tokens)
     left.plotly_chart(charts.tok_s_bars({"ar": res.ar.per_seq_tok_s, "sd": res.sd.per_seq_tok_s,
                                          "ssd": res.ssd.per_seq_tok_s}, sim_rates,
-                                        {m: (u[m]["low"], u[m]["high"]) for m in ("ar", "sd", "ssd")}), key="ch_tok")
+                                        {m: (u[m]["low"], u[m]["high"]) for m in ("ar", "sd", "ssd")}), key="ch_tok",
+                      config=charts.CONFIG)
     left.caption(f"error bars: {u['ar']['level']:.0%} intervals over the profile's uncertainty. SSD beats SD with "
                  f"probability {u['p_ssd_beats_sd']:.2f}; recommended: {u['recommended_mode'].upper()} "
                  f"(SSD from {u['threshold']:.2f}). Largest uncertainty: {u['dominant_uncertainty']} ({u['settle']}).")
     fo = fanout_comparison(sc.profile, sc.plan)
     right.plotly_chart(charts.fanout_bars(fo["k"], fo["fan_out"], fo["uniform"], fo["p_hit"], fo["p_hit_uniform"]),
-                       key="ch_fanout")
+                       key="ch_fanout", config=charts.CONFIG)
     left, right = st.columns(2)
-    hv = compute.hit_vs_budget(key, sc.profile, sc.plan, 128)
+    fit = res.budget_fit  # one number for the caption above and the chart's "fits in one verify" line
+    hv = compute.hit_vs_budget(key, sc.profile, sc.plan, budget_axis(sc.plan.budget, fit))
     left.plotly_chart(charts.hit_vs_budget(hv["budgets"], hv["optimal"], hv["uniform_budgets"], hv["uniform"],
-                                           sc.plan.budget, hv["fits"]), key="ch_budget")
+                                           sc.plan.budget, fit), key="ch_budget", config=charts.CONFIG)
     cx = compute.crossover(key, sc.profile, sc.plan)
     right.plotly_chart(charts.backup_crossover(cx["batch_sizes"], cx["jit"], cx["fast"], cx["b_star"],
-                                               sc.plan.batch_size), key="ch_backup")
+                                               sc.plan.batch_size), key="ch_backup", config=charts.CONFIG)
     left, right = st.columns(2)
     right.markdown(
         f"**Plan**: K={sc.plan.K}, fan_out={list(sc.plan.fan_out)}, fan_out_miss={list(sc.plan.fan_out_miss)}, "
         f"saguaro_c={sc.plan.saguaro_c:g}, backup={sc.plan.backup}"
         + (f" (b*={sc.plan.backup_threshold:g})" if sc.plan.backup == "adaptive" else "")
         + f"\n\n**b\\*** = {_fmt_b(cx['b_star'])} (closed form, latencies at b=1: {cx['b_star_closed_form']:.2f}). "
-        "The heatmap keeps this plan's K, fan-out, C and backup and varies the acceptance rate α (plain "
-        "sampling; Saguaro C moves it as in the profile) and the draft/target latency ratio. "
+        "The heatmap keeps this plan's K, fan-out, C and backup and varies the acceptance rate α (one rate per "
+        "token, plain sampling; Saguaro C moves it as in the profile) and the draft/target latency ratio. "
         "Open **Plan** for the plan file and engine flags.")
     base = right.radio("heatmap baseline", ["ar", "sd"], horizontal=True, key=P + "hm_base",
                        format_func=lambda b: "autoregressive" if b == "ar" else "SD at the plan's K")
-    z = compute.heatmap(key, sc.profile, sc.plan, base)
-    vals = profile_values(sc.profile, sc.plan.temperature, sc.plan.K)
-    left.plotly_chart(charts.speedup_heatmap(compute.HEATMAP_ACCEPTANCES, compute.HEATMAP_RATIOS, z, base.upper(),
-                                             (vals["acceptance"], vals["draft_latency_ratio"])), key="ch_heat")
+    hm = compute.heatmap(key, sc.profile, sc.plan, base)
+    left.plotly_chart(charts.speedup_heatmap(hm["rows"], hm["cols"], hm["z"], base.upper(), hm["marker"]),
+                      key="ch_heat", config=charts.CONFIG)
+    right.caption(heatmap_caption(hm, res, base))
+
+
+def budget_axis(budget: int, fit: int, least: int = 128) -> int:
+    """The largest budget the hit-rate chart shows: 128, or more so that the plan's budget and what fits inside one
+    verify are both on it."""
+    return max(least, budget, fit)
+
+
+def heatmap_caption(hm: dict, res, base: str) -> str:
+    """What the circled cell is, quoting its printed value (the same z cell the chart prints)."""
+    i, j = hm["marker"]
+    cell = charts.speedup_text(hm["z"][i][j])
+    if base == "ar":
+        quote = f"SSD {res.ssd.per_seq_tok_s:.1f} / AR {res.ar.per_seq_tok_s:.1f} tok/s above"
+    else:
+        quote = f"SSD {res.ssd.per_seq_tok_s:.1f} tok/s over SD at K = {res.plan.K} (the metric above compares with the best K)"
+    return (f"Boxed: this profile (its own per-position acceptance, mean α {hm['acceptance']:.3f}; latency ratio "
+            f"{hm['ratio']:.3g}): **{cell}x** {base.upper()} = {quote}. The other rows pin one acceptance rate per "
+            "token, as the α override does.")
 
 
 def _fmt_b(b: float) -> str:

@@ -199,9 +199,8 @@ def test_pareto_page(at):
 def test_traces_page(at, traces):
     at.switch_page("views/traces.py").run()
     ok(at)
-    assert at.selectbox(key="tr_file").options == ["(choose a trace)", "ssd-run.jsonl", "sub/sd-run.jsonl"]
-    at.selectbox(key="tr_file").set_value("ssd-run.jsonl").run()
-    ok(at)
+    assert at.selectbox(key="tr_file").options == ["ssd-run.jsonl", "sub/sd-run.jsonl"]
+    assert at.selectbox(key="tr_file").value == "ssd-run.jsonl"  # opens with a trace: the first SSD one
     pvm = compare.predicted_vs_measured(get_preset(LLAMA), read_trace(traces / "ssd-run.jsonl"))
     table = at.dataframe[0].value
     assert list(table["metric"]) == [r[0] for r in pvm["rows"]]
@@ -258,12 +257,21 @@ def test_plan_page_matches_ssd_plan(at, tmp_path):
     at.switch_page("views/plan.py").run()
     ok(at)
     prof = get_preset(LLAMA)
-    plan = make_plan(prof).plan
-    rep = report(prof, whatif.evaluate(prof, plan), f"preset:{LLAMA}", LLAMA, {})
+    rep = report(prof, make_plan(prof), f"preset:{LLAMA}", LLAMA, {})  # the knobs are make_plan's: its search
     assert [c.value for c in at.code] == [rep["engine_flags"][e]["command"] for e in ("ssd-engine", "vllm", "sglang")]
     assert json.loads(at.json[0].value) == json.loads(json.dumps(rep))
     assert [b.label for b in at.get("download_button")] == ["download plan.json", "download engine flags"]
-    # The downloaded plan file is what `ssd-plan --preset NAME --plan plan.json -o out.json` writes.
+    # The downloaded plan file is what `ssd-plan --preset NAME -o out.json` writes.
+    assert ssd_plan(["--preset", LLAMA, "-o", str(tmp_path / "o.json")]) == 0
+    assert (tmp_path / "o.json").read_text() == plan_file_text(rep)
+    # Knobs moved on the What-if page: the plan as given, what `ssd-plan --preset NAME --plan plan.json` writes.
+    at.switch_page("views/whatif.py").run()
+    at.slider(key="wi_B").set_value(40).run()
+    at.switch_page("views/plan.py").run()
+    ok(at)
+    plan = whatif.build_plan(prof, rep["plan"]["num_speculative_tokens"], 40, 0.0, 1.0, "adaptive", 1)
+    rep = report(prof, whatif.evaluate(prof, plan), f"preset:{LLAMA}", LLAMA, {})
+    assert json.loads(at.json[0].value) == json.loads(json.dumps(rep))
     (tmp_path / "plan.json").write_text(plan_file_text(rep))
     assert ssd_plan(["--preset", LLAMA, "--plan", str(tmp_path / "plan.json"), "-o", str(tmp_path / "o.json")]) == 0
     assert (tmp_path / "o.json").read_text() == plan_file_text(rep)
@@ -444,3 +452,129 @@ def test_pareto_page_capacity_search_stars_what_ssd_plan_capacity_chooses(at):
     want = f"cheapest: {best.config.mode.upper()} {best.config.replicas} x b<={best.config.max_batch}"
     assert at.success[0].value.startswith(want) and f"on {best.gpus} GPUs" in at.success[0].value
     assert "ch_capacity" in [c.key for c in at.get("plotly_chart")]
+
+
+# --- what a new user reads (issue 30): one number per fact, readable labels, every URL opens ------------------------
+
+def charts_by_key(at: AppTest) -> dict[str, dict]:
+    return {c.key: json.loads(c.proto.spec) for c in at.get("plotly_chart")}
+
+
+def test_the_boxed_heatmap_cell_is_the_headline_speedup(at):
+    res = make_plan(get_preset(LLAMA))
+    want = f"{res.ssd.per_seq_tok_s / res.ar.per_seq_tok_s:.2f}"  # 283.7 / 54.7 tok/s, the metrics above
+    heat = charts_by_key(at)["ch_heat"]
+    (box,) = heat["layout"]["shapes"]
+    i, j = round((box["y0"] + box["y1"]) / 2), round((box["x0"] + box["x1"]) / 2)
+    cell = heat["data"][0]["text"][i][j]
+    assert cell == want and heat["data"][0]["y"][i].startswith("profile")
+    (caption,) = [c.value for c in at.caption if c.value.startswith("Boxed")]
+    assert f"**{want}x** AR" in caption
+    at.radio(key="wi_hm_base").set_value("sd").run()
+    heat = charts_by_key(at)["ch_heat"]
+    (caption,) = [c.value for c in at.caption if c.value.startswith("Boxed")]
+    assert f"**{heat['data'][0]['text'][i][j]}x** SD" in caption
+
+
+def test_the_budget_chart_marks_the_fit_the_caption_states(at):
+    at.selectbox(key="profile_choice").set_value("llama70b-1b-h200").run()
+    at.slider(key="wi_T").set_value(1.0).run()
+    at.button(key="btn_optimise").click().run()  # budget 128 (the cap); 151 fit inside one verify
+    ok(at)
+    fit = make_plan(get_preset("llama70b-1b-h200"), PlanRequest(temperature=1.0)).budget_fit
+    assert fit > 128
+    assert any(f"the draft finishes up to {fit} inside one verify" in c.value for c in at.caption)
+    budget = charts_by_key(at)["ch_budget"]["layout"]
+    assert f"fits in one verify: {fit}" in [a["text"] for a in budget["annotations"]]
+    assert budget["xaxis"]["range"][1] >= fit
+
+
+def test_log_axes_are_labelled_in_full(at):
+    cross = charts_by_key(at)["ch_backup"]["layout"]["xaxis"]
+    assert cross["ticktext"] == ["1", "2", "4", "8", "16", "32", "64"]
+    at.switch_page("views/pareto.py").run()
+    pareto = charts_by_key(at)["ch_pareto"]["layout"]["xaxis"]
+    assert pareto["tickmode"] == "array" and all(t.replace(",", "").isdigit() for t in pareto["ticktext"])
+    assert [float(t.replace(",", "")) for t in pareto["ticktext"]] == pareto["tickvals"]
+
+
+def test_every_chart_has_axis_titles_and_a_toolbar_only_under_the_pointer(at, traces):
+    seen = {}
+    for page in PAGES:
+        at.switch_page(page).run()
+        ok(at)
+        for c in at.get("plotly_chart"):
+            seen[c.key] = json.loads(c.proto.spec)["layout"]
+            assert json.loads(c.proto.config)["displayModeBar"] == "hover", c.key
+    assert {"ch_tok", "ch_fanout", "ch_budget", "ch_backup", "ch_heat", "ch_gantt", "ch_pareto", "ch_tr_acc",
+            "ch_tr_hit", "ch_tr_phase", "ch_tr_pvm", "ch_tr_pos_acc", "ch_tr_pos_hit"} <= set(seen)
+    for key, lay in seen.items():
+        def titles(axis: str, lay=lay) -> list[str]:
+            return [v.get("title", {}).get("text") for k, v in lay.items() if k.startswith(axis)]
+
+        assert any(titles("xaxis")), key
+        assert key == "ch_gantt" or all(titles("yaxis")), key  # the Gantt's rows are named devices
+        if key in HALF_WIDTH:  # the title ends left of the toolbar (shown at once where there is no hover)
+            assert len(lay["title"]["text"]) <= 34, (key, lay["title"]["text"])
+
+
+HALF_WIDTH = {"ch_tok", "ch_fanout", "ch_budget", "ch_backup", "ch_heat", "ch_tr_acc", "ch_tr_hit", "ch_tr_pvm",
+              "ch_tr_pos_acc", "ch_tr_pos_hit"}
+def test_timeline_colours_each_event_kind_apart_with_a_legend(at):
+    pytest.importorskip("ssd_sim.sim.des")
+    at.switch_page("views/timeline.py").run()
+    ok(at)
+    gantt = charts_by_key(at)["ch_gantt"]
+    bars = {t["name"]: t["marker"]["color"] for t in gantt["data"] if t["type"] == "bar"}
+    assert {"request", "reply", "verify", "backup"} <= set(bars)
+    assert len(set(bars.values())) == len(bars)
+    assert gantt["layout"]["legend"]["title"]["text"] == "event"
+
+
+def test_traces_page_opens_with_a_trace_and_its_tables_show_no_none(at, traces):
+    at.switch_page("views/traces.py").run()
+    ok(at)
+    assert at.subheader[0].value.startswith("predicted (") and len(at.get("plotly_chart")) >= 4
+    table = at.dataframe[0].value
+    assert list(table.columns) == ["metric", "predicted", "measured", "measured / predicted"]  # simulated: once run
+    cells = [str(v) for v in table.to_numpy().ravel()]
+    assert not any(v in ("None", "nan", "NaN") for v in cells)
+
+
+def test_traces_page_without_traces_says_what_to_do(tmp_path, monkeypatch):
+    monkeypatch.setenv("SSD_TRACES_DIR", str(tmp_path))
+    at = AppTest.from_file(str(DASHBOARD), default_timeout=60).run()
+    at.switch_page("views/traces.py").run()
+    ok(at)
+    (info,) = at.info
+    assert info.value.startswith("no traces in traces/ yet") and "\n" not in info.value
+
+
+def test_every_page_has_its_own_url_and_the_root_opens_what_if(at):
+    from tests.helpers.bench import load_bench
+
+    assert at.title[0].value == "What-if"  # the app's root URL
+    registered = {info["url_pathname"]: info for info in at._registered_pages.values()}  # what the server matches
+    for path, title, _ in load_bench("dashboard_screenshots").PAGES:  # /whatif, /timeline, ...
+        assert registered[path]["page_name"] == title
+    assert "" in registered  # the root
+
+
+def test_plan_page_reports_the_search_when_the_knobs_are_make_plans(at, tmp_path, capsys):
+    from ssd_sim.cli.plan import main as ssd_plan
+
+    at.switch_page("views/plan.py").run()
+    ok(at)
+    rep = json.loads(at.json[0].value)
+    assert "fixed by the user" not in rep["binding"] and rep["b_star_curve"] is not None
+    assert ssd_plan(["--preset", LLAMA, "--json"]) == 0
+    cli = json.loads(capsys.readouterr().out)
+    assert rep == cli  # `ssd-plan --preset NAME --json`, field for field
+    assert any("make_plan's plan" in c.value for c in at.caption)
+    at.switch_page("views/whatif.py").run()
+    at.slider(key="wi_K").set_value(3).run()
+    at.switch_page("views/plan.py").run()
+    ok(at)
+    rep = json.loads(at.json[0].value)
+    assert "fixed by the user" in rep["binding"]  # they were: on the What-if page
+    assert any("differ from make_plan's plan" in c.value for c in at.caption)
