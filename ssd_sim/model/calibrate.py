@@ -33,6 +33,7 @@ from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.sanity import distinct_traces
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
+from ssd_sim.model.drift import session_drift
 from ssd_sim.model.latency import (
     PINNED_AT,
     FitReport,
@@ -525,9 +526,10 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
     if lat_sd is None:
         lat_sd, src["latency_run_sd"] = 0.08, "assumed 8%: fewer than 3 AR / SD traces to compare runs"
     else:
-        measured, lat_sd = lat_sd, math.hypot(lat_sd, SESSION_SD)
+        drift = session_drift(traces)
+        measured, lat_sd = lat_sd, math.hypot(lat_sd, drift.sd)
         src["latency_run_sd"] = (f"measured {measured:.1%} (SD of the runs' median verify residual around the fit) "
-                                 f"and assumed {SESSION_SD:.0%} more between sessions: {lat_sd:.1%}")
+                                 f"and {drift.sd:.1%} run-to-run drift ({drift.source}): {lat_sd:.1%}")
     inter = report.latency["interference"]
     if inter["source"].startswith("measured") or "inside the target's fit" in inter["source"]:
         copied = "copies the other" in inter["source"]
@@ -557,9 +559,6 @@ def _device_kind(traces: Sequence[Trace]) -> str:
 def interference_range(traces: Sequence[Trace]) -> tuple[float, float]:
     """The assumed range of the target's slowdown beside the busy draft for these traces' devices."""
     return CPU_INTERFERENCE if _device_kind(traces) == "CPU" else GPU_INTERFERENCE
-
-
-SESSION_SD = 0.03  # run-to-run timing spread between sessions the calibration's own runs cannot show (assumed)
 
 
 def _max_rows_tokens(traces: Sequence[Trace]) -> tuple[int, int]:
