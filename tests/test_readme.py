@@ -92,3 +92,26 @@ def test_the_dashboard_is_started_the_safe_way():
     assert "`ssd-dashboard`" in row.split("|")[3]
     shots = (ROOT / "bench" / "dashboard_screenshots.py").read_text()
     assert "from app.launch import command" in shots and '"streamlit", "run"' not in shots
+
+
+def ssd_run_commands() -> list[list[str]]:
+    """Every line of a bash block that starts with ssd-run, comments removed."""
+    lines = [shlex.split(line, comments=True) for block in code_blocks("bash") for line in block.splitlines()]
+    return [words for words in lines if words and words[0] == "ssd-run"]
+
+
+def test_every_ssd_run_command_in_the_readme_parses():
+    """ssd-run needs real models to run, which CI does not fetch; its README lines must at least be what its
+    parsers accept (a renamed or removed flag fails here)."""
+    from ssd_runtime.calibrate_here import build_parser as calibrate_here_parser
+    from ssd_runtime.cli import build_parser
+
+    commands = ssd_run_commands()
+    assert len(commands) >= 6
+    for words in commands:
+        if words[1:2] == ["fetch-models"]:
+            assert words == ["ssd-run", "fetch-models"]
+        elif words[1:2] == ["calibrate-here"]:
+            calibrate_here_parser().parse_args(words[2:])
+        else:
+            build_parser().parse_args(words[1:])
