@@ -42,7 +42,7 @@ from ssd_sim.io.trace import Trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import plan_point
-from ssd_sim.sim import direct
+from ssd_sim.sim import direct, fast
 from ssd_sim.sim.batching import Batcher
 from ssd_sim.sim.metrics import SeqRecords, SimMetrics, percentiles, ratio, tok_rates, tpots
 from ssd_sim.sim.outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes
@@ -54,6 +54,8 @@ MODES = ("ar", "sd", "ssd", "ssd-fast", "ssd-adaptive")
 SIM_PHASES = tuple(p.value for p in (Phase.VERIFY, Phase.TARGET_WAIT, Phase.DRAFT_SD, Phase.DRAFT_BACKUP,
                                      Phase.DRAFT_GLUE, Phase.DRAFT_BRANCH))
 MAX_SPANS = 200_000  # timeline spans recorded at most (~25,000 SSD rounds; a Chrome trace of ~30 MB)
+LOOPS = ("auto", "simpy", "direct", "fast")
+FAST_MIN_TOKENS = 1 << 24  # auto runs the fast loop from this many output tokens on (~33,000 x 512; tokens)
 
 
 @dataclass
@@ -104,7 +106,9 @@ def simulate(profile: Profile, plan: Plan, mode: str = "ssd", tokens: int | None
     chrome_trace: record every phase (result.timeline, result.event_log(), result.chrome_trace()).
     outcomes: None (draw from the acceptance model), a Trace to replay, or an outcome source (tests).
     loop: "simpy" runs the processes below; "direct" the same model as one loop (ssd_sim.sim.direct: equal results,
-    several times faster, no timeline); "auto" = direct unless a timeline is recorded.
+    several times faster, no timeline); "fast" the same model vectorised over rounds (ssd_sim.sim.fast: equal in
+    distribution, not bit for bit; the acceptance model or AR only, no timeline); "auto" = simpy when a timeline
+    is recorded, else fast for runs of at least FAST_MIN_TOKENS output tokens that it supports, else direct.
     """
     if mode not in MODES:
         raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
@@ -114,10 +118,18 @@ def simulate(profile: Profile, plan: Plan, mode: str = "ssd", tokens: int | None
     elif tokens is not None:
         workload = Workload(**{**workload.to_dict(), "output_tokens": tokens})
     source = outcome_source(profile, plan, outcomes)
-    if loop not in ("auto", "simpy", "direct") or (loop == "direct" and (timeline or chrome_trace)):
-        raise ConfigError("loop", f"must be auto, simpy or direct (direct records no timeline), got {loop!r}")
-    sim = Simulation(profile, plan, mode, workload, source, seed, timeline or chrome_trace, progress)
-    return sim.run(simpy_loop=loop == "simpy" or timeline or chrome_trace)
+    record = timeline or chrome_trace
+    if loop not in LOOPS or (loop in ("direct", "fast") and record):
+        raise ConfigError("loop", f"must be auto, simpy, direct or fast (direct and fast record no timeline), "
+                                  f"got {loop!r}")
+    sim = Simulation(profile, plan, mode, workload, source, seed, record, progress)
+    if loop == "fast" and not fast.supports(sim):
+        raise ConfigError("loop", "fast draws from the acceptance model only: replayed traces and given outcome "
+                                  "sources need loop direct (or auto)")
+    if loop == "auto":
+        big = int(sim.batch.requests.output_tokens.sum()) >= FAST_MIN_TOKENS
+        loop = "simpy" if record else "fast" if big and fast.supports(sim) else "direct"
+    return sim.run(loop)
 
 
 def plan_for_mode(profile: Profile, plan: Plan, mode: str) -> Plan:
@@ -208,13 +220,17 @@ class Simulation:
         self._new_prompt_tokens, self._prefill_start = 0, 0.0
 
     # ---- the run --------------------------------------------------------------------------------
-    def run(self, simpy_loop: bool = True) -> SimResult:
-        if simpy_loop:
+    def run(self, loop: str = "simpy") -> SimResult:
+        """Run to the end with one loop: simpy (the processes below), direct (the same, bit for bit) or fast
+        (ssd_sim.sim.fast, equal in distribution)."""
+        if loop == "simpy":
             target = {"ar": self.target_ar, "sd": self.target_sd, "ssd": self.target_ssd}[self.kind]
             self.env.process(target())
             if self.kind == "ssd":
                 self.env.process(self.draft_ssd())
             self.env.run()
+        elif loop == "fast":
+            fast.run(self)
         else:
             direct.run(self)
         if self.progress is not None:

@@ -46,5 +46,5 @@ def test_the_direct_loop_equals_the_simpy_processes(mode, workload, plan):
 
 def test_auto_records_a_timeline_with_simpy_and_direct_refuses_one():
     assert simulate(PROFILE, PLAN, tokens=8, timeline=True).timeline
-    with pytest.raises(ConfigError, match="^loop: must be auto, simpy or direct"):
+    with pytest.raises(ConfigError, match="^loop: must be auto, simpy, direct or fast"):
         simulate(PROFILE, PLAN, tokens=8, timeline=True, loop="direct")
