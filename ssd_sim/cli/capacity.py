@@ -58,12 +58,13 @@ def build_parser() -> OneLineParser:
     w.add_argument("--num-requests", type=bounded_int(1, MAX_REQUESTS, "requests"), default=10_000, metavar="N",
                    help="requests of the Poisson load (default 10000)")
     w.add_argument("--arrivals", metavar="FILE", help='instead of --rate: {"arrival_ms": [...], "output_tokens": '
-                   '[...] (optional)}, times in ms from the start')
+                   '[...] (optional), "prompt_tokens": [...] or one number (optional)}, times in ms from the start; '
+                   'each request prefills its own prompt')
     w.add_argument("--tokens", type=bounded_int(1, MAX_TOKENS, "output tokens per request"), default=512, metavar="N",
                    help="mean output tokens per request (default 512)")
     w.add_argument("--output-dist", choices=OUTPUT_DISTS, default="fixed", help="output lengths around --tokens")
     w.add_argument("--prompt-tokens", type=bounded_int(0, MAX_TOKENS, "prompt tokens"), default=128, metavar="P",
-                   help="prompt tokens per request (default 128)")
+                   help="prompt tokens per request (default 128; an arrivals file's prompt_tokens replace it)")
     add_knob_arg(w, "temperature")
     t = p.add_argument_group("targets (at least one)")
     t.add_argument("--ttft-ms", type=nonneg_float, metavar="MS", help="time to first token target (ms)")

@@ -54,6 +54,7 @@ from ssd_sim.sim.workload import (
     OUTPUT_DISTS,
     WORKLOADS,
     Workload,
+    file_prompt_lengths,
     read_arrivals,
 )
 
@@ -120,7 +121,7 @@ def main(argv: list[str] | None = None) -> int:
         auto_batch = args.workload != "fixed" and args.batch_size is None and args.max_batch is None and base is None
         args.batch_size = (args.batch_size or (args.max_batch if args.workload != "fixed" else None)
                            or (base.batch_size if base else 1))
-        explicit_prompt = args.prompt_tokens  # None: not given (an arrivals file may give it)
+        explicit_prompt = args.explicit_prompt = args.prompt_tokens  # None: not given (an arrivals file may give it)
         args.prompt_tokens = DEFAULT_PROMPT_TOKENS if explicit_prompt is None else explicit_prompt
         workload, notes = workload_from_args(args), []
         args.summary = {}  # what the table's workload line says beyond the Workload (print_table)
@@ -204,14 +205,14 @@ def _arrivals_workload(args) -> Workload:
             raise ConfigError(flag, f"--{flag.replace('_', '-')} does not apply to --workload arrivals: the file "
                                     "gives every request")
     return read_arrivals(args.arrivals, args.max_batch or args.batch_size, args.tokens, args.prompt_tokens,
-                         args.output_dist)
+                         args.output_dist, file_prompts=getattr(args, "explicit_prompt", None) is None)
 
 
 def arrivals_extras(path: str, workload: Workload, prompt_flag: int | None) -> tuple[Workload, list[str], str | None]:
-    """What the arrivals file holds beyond what sim.workload.read_arrivals reads (arrival_ms, output_tokens): its
-    prompt lengths, one number or one per request (the simulator prefills every request alike: their median, unless
-    --prompt-tokens is given), and keys nothing reads. Returns the workload with its prompt length, warning lines,
-    and what the workload line says of the file's prompts (None: the file gives none)."""
+    """What the workload line and warnings say of an arrivals file beyond sim.workload.read_arrivals, which reads
+    its arrival_ms, output_tokens and prompt_tokens (one number, or one per request: each request prefills its
+    own): where the prompts came from, and keys nothing reads. Returns the workload, warning lines, and what the
+    workload line says of the file's prompts (None: the file gives none)."""
     data = read_json_object(path, "arrivals", f"write {ARRIVALS_HINT}")
     warnings = []
     unknown = sorted(set(data) - {"arrival_ms", "output_tokens", "prompt_tokens"})
@@ -220,20 +221,12 @@ def arrivals_extras(path: str, workload: Workload, prompt_flag: int | None) -> t
                         "optionally, output_tokens and prompt_tokens)")
     if "prompt_tokens" not in data:
         return workload, warnings, None
-    v, n = data["prompt_tokens"], workload.num_requests
-    values = v if isinstance(v, list) else [v]
-    ok = all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_TOKENS for x in values)
-    if not ok or (isinstance(v, list) and len(values) != n):
-        raise ConfigError("arrivals", f"{path}: prompt_tokens must be one integer or {n} (one per request), "
-                                      f"each in 0..{MAX_TOKENS}")
-    lo, hi, median = min(values), max(values), int(np.median(values))
+    values = file_prompt_lengths(data, workload.num_requests, path)
+    lo, hi = min(values), max(values)
     held = f"the file's {lo}-{hi}" if lo != hi else f"the file's {lo}"
     if prompt_flag is not None:
         return workload, warnings, f"--prompt-tokens; {held} not used"
-    if lo == hi:
-        return dataclasses.replace(workload, prompt_tokens=lo), warnings, "the file's"
-    return (dataclasses.replace(workload, prompt_tokens=median), warnings,
-            f"the median of {held}: every request prefills alike")
+    return workload, warnings, "the file's" if lo == hi else "the file's, per request"
 
 
 def default_max_batch(profile: Profile, workload: Workload) -> tuple[Workload, str]:
@@ -260,7 +253,10 @@ def workload_line(wl: Workload, summary: dict | None = None) -> str:
     if wl.kind == "arrivals":
         span = wl.arrival_ms[-1] - wl.arrival_ms[0] if wl.arrival_ms else 0.0
         prompts = f" ({summary['prompts']})" if summary.get("prompts") else ""
-        return f"{out}, prompts {wl.prompt_tokens} tokens{prompts}; arrivals over {span:,.0f} ms, {batch}"
+        lens = sorted(wl.prompt_lengths)
+        said = (f"{lens[0]}-{lens[-1]} tokens (median {int(np.median(lens))})" if lens
+                else f"{wl.prompt_tokens} tokens")
+        return f"{out}, prompts {said}{prompts}; arrivals over {span:,.0f} ms, {batch}"
     if wl.kind == "poisson":
         return f"{out}; poisson, {wl.rate:g} req/s, {batch}"
     return f"{out} ({wl.kind}, batch {wl.max_batch})"

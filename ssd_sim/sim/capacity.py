@@ -44,22 +44,28 @@ SCREEN_REQUESTS = 2_000  # the replica search runs on the first requests of the 
 
 @dataclass(frozen=True)
 class Load:
-    """The requests to serve: arrival times (ms, sorted), output lengths (tokens) and one prompt length (tokens)."""
+    """The requests to serve: arrival times (ms, sorted), output and prompt lengths (tokens) per request; a prompt
+    length given as one number is every request's."""
 
     arrival_ms: np.ndarray
     output_tokens: np.ndarray
-    prompt_tokens: int = 128
+    prompt_tokens: np.ndarray | int = 128
+
+    def __post_init__(self):
+        prompts = np.asarray(self.prompt_tokens, dtype=int)
+        object.__setattr__(self, "prompt_tokens", np.full(len(self.arrival_ms), int(prompts)) if prompts.ndim == 0
+                           else prompts)
 
     @classmethod
     def of(cls, workload: Workload, seed: int = 0) -> Load:
         """The requests a poisson or arrivals workload draws with this seed."""
         req = workload.requests(np.random.default_rng(seed))
-        return cls(req.arrival_ms, req.output_tokens, workload.prompt_tokens)
+        return cls(req.arrival_ms, req.output_tokens, req.prompt_tokens)
 
     def head(self, n: int) -> Load:
         """The first n requests (the whole load when it has fewer)."""
         return self if n >= len(self.arrival_ms) else Load(self.arrival_ms[:n], self.output_tokens[:n],
-                                                              self.prompt_tokens)
+                                                              self.prompt_tokens[:n])
 
     @property
     def offered_tok_s(self) -> float:
@@ -140,10 +146,10 @@ def meets(ttft: float, tpot: float, targets: Targets) -> tuple[bool, dict[str, f
 # ---- one replica, one configuration -----------------------------------------------------------------------------
 def _replica(task: tuple) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Simulate one replica's share: (TTFT per request, TPOT per request of >= 2 tokens, first arrival, last finish)."""
-    profile, plan, mode, arrival_ms, outputs, prompt_tokens, cap, seed = task
+    profile, plan, mode, arrival_ms, outputs, prompts, cap, seed = task
     if len(arrival_ms) == 0:
         return np.empty(0), np.empty(0), math.inf, -math.inf
-    wl = arrivals(arrival_ms, cap, prompt_tokens=prompt_tokens, output_lengths=outputs)
+    wl = arrivals(arrival_ms, cap, output_lengths=outputs, prompt_lengths=prompts)
     rec = simulate(profile, plan, mode=mode, seed=seed, workload=wl).records
     dec = rec.decode_tokens[: rec.n]
     tpot = rec.decode_ms[dec > 0] / dec[dec > 0]
@@ -202,7 +208,7 @@ class Capacity:
         service = load.output_tokens / max(one.per_seq_tok_s, 1e-9) * 1e3
         where = assign(config.router, load.arrival_ms, service, r, cap)
         tasks = [(self.profile, plan, sim_mode, load.arrival_ms[where == i], load.output_tokens[where == i],
-                  load.prompt_tokens, cap, self.seed + i) for i in range(r)]
+                  load.prompt_tokens[where == i], cap, self.seed + i) for i in range(r)]
         parts = list(self.mapper(_replica, tasks))
         ttft = np.concatenate([p[0] for p in parts])
         tpot = np.concatenate([p[1] for p in parts])

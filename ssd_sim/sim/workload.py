@@ -28,7 +28,8 @@ from ssd_sim.model.latency import LatencyModel
 
 WORKLOADS = ("fixed", "poisson", "arrivals")
 MIN_RATE, MAX_RATE = 1e-6, 1e6  # poisson arrival rates (requests per second): one in 12 days .. a million a second
-ARRIVALS_HINT = 'a JSON object {"arrival_ms": [0, 12.5, ...], "output_tokens": [512, 80, ...] (optional)}'
+ARRIVALS_HINT = ('a JSON object {"arrival_ms": [0, 12.5, ...], "output_tokens": [512, 80, ...] (optional), '
+                 '"prompt_tokens": [128, 900, ...] or one number (optional)}')
 OUTPUT_DISTS = ("fixed", "uniform", "geometric")
 
 
@@ -45,12 +46,18 @@ class Workload:
     prompt_tokens: int = 128  # prompt length (tokens); prefill = one target forward over all new prompts; 0 = none
     arrival_ms: tuple[float, ...] = ()  # arrivals: the arrival time of every request (ms, sorted)
     output_lengths: tuple[int, ...] = ()  # exact output length of every request (tokens); overrides output_dist
+    prompt_lengths: tuple[int, ...] = ()  # prompt length of every request (tokens); overrides prompt_tokens
 
     def __post_init__(self):
         object.__setattr__(self, "arrival_ms", tuple(float(t) for t in self.arrival_ms))
         object.__setattr__(self, "output_lengths", tuple(int(n) for n in self.output_lengths))
+        object.__setattr__(self, "prompt_lengths", tuple(int(n) for n in self.prompt_lengths))
         if self.output_lengths and (len(self.output_lengths) != self.num_requests or min(self.output_lengths) < 1):
             raise ConfigError("output_lengths", f"needs num_requests = {self.num_requests} lengths >= 1 (tokens)")
+        if self.prompt_lengths and (len(self.prompt_lengths) != self.num_requests
+                                    or not 0 <= min(self.prompt_lengths) <= max(self.prompt_lengths) <= MAX_TOKENS):
+            raise ConfigError("prompt_lengths", f"needs num_requests = {self.num_requests} lengths in 0..{MAX_TOKENS} "
+                                                "(tokens)")
         if self.kind not in WORKLOADS:
             raise ConfigError("workload", f"must be one of {WORKLOADS}, got {self.kind!r}")
         for name, lo, hi, unit in (("num_requests", 1, MAX_REQUESTS, "requests"), ("max_batch", 1, MAX_BATCH, "sequences"),
@@ -85,7 +92,9 @@ class Workload:
             arrival = np.asarray(self.arrival_ms, dtype=float)
         else:
             arrival = np.cumsum(rng.exponential(1e3 / self.rate, size=n))
-        return Requests(arrival, np.full(n, self.prompt_tokens, dtype=int), self._output_lengths(rng))
+        prompts = (np.asarray(self.prompt_lengths, dtype=int) if self.prompt_lengths
+                   else np.full(n, self.prompt_tokens, dtype=int))
+        return Requests(arrival, prompts, self._output_lengths(rng))
 
     def _output_lengths(self, rng: np.random.Generator) -> np.ndarray:
         n, m = self.num_requests, self.output_tokens
@@ -102,6 +111,7 @@ class Workload:
         d = asdict(self)
         d["arrival_ms"] = list(self.arrival_ms)
         d["output_lengths"] = list(self.output_lengths)
+        d["prompt_lengths"] = list(self.prompt_lengths)
         return d
 
 
@@ -130,18 +140,20 @@ def poisson(rate: float, num_requests: int, max_batch: int, output_tokens: int =
 
 
 def arrivals(arrival_ms, max_batch: int, output_tokens: int = 512, prompt_tokens: int = 128,
-             output_dist: str = "fixed", output_lengths=()) -> Workload:
-    """Requests at the given arrival times (ms), batched continuously up to `max_batch`; output_lengths
-    (tokens, one per request) override output_dist."""
+             output_dist: str = "fixed", output_lengths=(), prompt_lengths=()) -> Workload:
+    """Requests at the given arrival times (ms), batched continuously up to `max_batch`; output_lengths and
+    prompt_lengths (tokens, one per request) override output_dist and prompt_tokens."""
     times = tuple(float(t) for t in arrival_ms)
     return Workload("arrivals", len(times), max_batch, 0.0, output_tokens, output_dist, prompt_tokens, times,
-                    tuple(output_lengths))
+                    tuple(output_lengths), tuple(prompt_lengths))
 
 
 def read_arrivals(path: str, max_batch: int, output_tokens: int = 512, prompt_tokens: int = 128,
-                  output_dist: str = "fixed") -> Workload:
+                  output_dist: str = "fixed", file_prompts: bool = True) -> Workload:
     """An arrivals workload from a JSON file (ARRIVALS_HINT): sorted arrival times (ms from the start) and,
-    optionally, every request's output length (tokens). Any problem is a one-line ConfigError naming the entry."""
+    optionally, every request's output length and prompt length (tokens; prompts also as one number for all). The
+    file's prompts replace `prompt_tokens` unless file_prompts is False (a flag gave them). Any problem is a one-line
+    ConfigError naming the entry."""
     data = read_json_object(path, "arrivals", f"write {ARRIVALS_HINT}")
     times = [_float(t) for t in _number_list(data, "arrival_ms", path, required=True)]
     for i, t in enumerate(times):
@@ -155,7 +167,24 @@ def read_arrivals(path: str, max_batch: int, output_tokens: int = 512, prompt_to
     for i, n in enumerate(lengths):
         if not (isinstance(n, int) and 1 <= n <= MAX_TOKENS):
             raise ConfigError("arrivals", f"{path}: output_tokens[{i}] = {n!r} must be an integer in 1..{MAX_TOKENS}")
-    return arrivals(times, max_batch, output_tokens, prompt_tokens, output_dist, lengths)
+    prompts = file_prompt_lengths(data, len(times), path) if file_prompts else []
+    if len(set(prompts)) == 1:  # one length for all: the plain field
+        prompt_tokens, prompts = prompts[0], []
+    return arrivals(times, max_batch, output_tokens, prompt_tokens, output_dist, lengths, prompts)
+
+
+def file_prompt_lengths(data: dict, n: int, path: str) -> list[int]:
+    """An arrivals file's prompt_tokens: [] when absent, else one length per request (tokens, 0..MAX_TOKENS);
+    one number means every request's."""
+    if "prompt_tokens" not in data:
+        return []
+    v = data["prompt_tokens"]
+    values = v if isinstance(v, list) else [v] * n
+    ok = all(isinstance(x, int) and not isinstance(x, bool) and 0 <= x <= MAX_TOKENS for x in values)
+    if not ok or len(values) != n:
+        raise ConfigError("arrivals", f"{path}: prompt_tokens must be one integer or {n} (one per request), "
+                                      f"each in 0..{MAX_TOKENS}")
+    return list(values)
 
 
 def _float(x: int | float) -> float:

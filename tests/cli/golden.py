@@ -160,6 +160,12 @@ _ISSUE_30_COMMANDS = ("issue 30 (commands that paste, numbers that agree): every
 for _cid in ['plan-llama70b-1b-h100', 'plan-llama70b-1b-h200', 'plan-qwen32b-0.6b-h100', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200-json', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-llama-b8-t1', 'plan-qwen32-k7-f3', 'plan-llama-fanout-list-c-fast', 'plan-h200-adaptive-json', 'plan-qwen32-engine-knobs', 'plan-llama-throughput-b16', 'plan-cpu-fanout-miss', 'plan-llama-draft-devices', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-llama-emit-sglang', 'plan-llama-explain', 'plan-cpu-limits', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-write', 'plan-file', 'plan-file-json', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-emit', 'plan-file-other-preset', 'plan-file-new-k', 'plan-file-uniform-fanout', 'plan-file-c-list', 'plan-profile', 'plan-profile-t1-json']:
     DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_30_COMMANDS
 
+_ISSUE_28_PROMPTS = ("issue 28 (part): a workload carries every request's prompt length (an arrivals file's prompt_tokens, "
+                     "one per request, are prefilled as given instead of their median): the JSON's workload has "
+                     "'prompt_lengths' ([] when one length is every request's)")
+for _cid in ['sim-cpu-json', 'sim-llama-sd-json', 'sim-poisson-json', 'sim-plan-file-b2-json']:
+    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_28_PROMPTS
+
 
 def fixed_host():
     from ssd_sim.io.host import Host

@@ -324,14 +324,15 @@ def test_an_arrivals_file_is_summarised_as_it_is_and_batched_by_default(tmp_path
     argv = ["--preset", "llama70b-1b-h100", "--workload", "arrivals", "--arrivals", str(path), "--tokens", "16"]
     assert main(argv) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("workload: "))
-    assert line == ("workload: 5 requests x 64-512 output tokens (median 200), prompts 128 tokens (the median of the "
-                    "file's 40-900: every request prefills alike); arrivals over 80 ms, batch <= 5 (by default every "
-                    "request; --max-batch B chooses)")
+    assert line == ("workload: 5 requests x 64-512 output tokens (median 200), prompts 40-900 tokens (median 128) "
+                    "(the file's, per request); arrivals over 80 ms, batch <= 5 (by default every request; "
+                    "--max-batch B chooses)")
     out = run_json(capsys, *argv, "--json")
-    assert out["workload"]["max_batch"] == 5 and out["workload"]["prompt_tokens"] == 128
+    assert out["workload"]["max_batch"] == 5 and out["workload"]["prompt_lengths"] == [100, 900, 40, 300, 128]
     assert out["plan"]["batch_size"] == 5
     out = run_json(capsys, *argv, "--max-batch", "2", "--prompt-tokens", "50", "--json")  # flags still choose
-    assert (out["workload"]["max_batch"], out["workload"]["prompt_tokens"]) == (2, 50)
+    assert (out["workload"]["max_batch"], out["workload"]["prompt_tokens"], out["workload"]["prompt_lengths"]) == (
+        2, 50, [])
 
 
 def test_the_default_batch_cap_is_at_most_the_profiles(capsys):

@@ -50,6 +50,16 @@ def test_a_load_offers_its_tokens_over_its_arrival_span():
     assert Load(np.zeros(3), np.ones(3, dtype=int)).offered_tok_s == math.inf
 
 
+def test_each_request_keeps_its_own_prompt_through_routing_and_the_replicas():
+    wl = arrivals([0.0, 10.0, 20.0, 30.0], 2, output_lengths=[8, 8, 8, 8], prompt_lengths=[16, 3000, 16, 3000])
+    load = Load.of(wl)
+    assert load.prompt_tokens.tolist() == [16, 3000, 16, 3000] and load.head(3).prompt_tokens.tolist() == [16, 3000, 16]
+    assert Load(np.zeros(2), np.ones(2, dtype=int), 64).prompt_tokens.tolist() == [64, 64]
+    cap = Capacity(PROFILE, load, Targets(ttft_ms=1e4), seed=1)
+    short = Capacity(PROFILE, Load(load.arrival_ms, load.output_tokens, 16), Targets(ttft_ms=1e4), seed=1)
+    assert cap.evaluate(Config("ar", 2, 2)).ttft_ms > short.evaluate(Config("ar", 2, 2)).ttft_ms  # long prompts prefill
+
+
 def test_one_replica_s_percentiles_are_the_simulator_s():
     load = Load.of(poisson(rate=4.0, num_requests=60, max_batch=4, output_tokens=32), seed=3)
     cap = Capacity(PROFILE, load, Targets(ttft_ms=1e3, tpot_ms=50.0, ttft_pct=90, tpot_pct=90), seed=7)
