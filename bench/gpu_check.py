@@ -16,27 +16,26 @@ in float32, one torch thread in this process (as bench/runtime_scaling.py; ssd-r
 Sections, in this order; by the end of each, at most 6 / 35 / 48 / 100% of --max-seconds is spent (time a section
 leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so far stay, the rest say "skipped"):
   exact     greedy AR == SD == SSD on the tiny pair (ssd_runtime.specs TINY_TARGET / TINY_DRAFT, float32, target
-            and draft in this process through transport.LocalLink; also with the compiled path where ModelSpec has
-            `compile`), and a chi-square test at T = 1 of the verify rule on the device: the first token emitted
+            and draft in this process through transport.LocalLink; also compiled with --compile), and a chi-square test at T = 1 of the verify rule on the device: the first token emitted
             after a proposal of K Saguaro-sampled draft tokens must follow the target's p exactly (a verifier fed
             the wrong q must fail the same test). On the CPU the chi-square runs with fewer samples.
   forward   one runtime forward (StaticKV.append over a prompt of --context tokens, device synchronised before and
             after) per shape at b = 1 and 8 for 1 and K + 1 tokens, eager and compiled (ModelSpec.compile =
-            --compile, where that field exists; "-" otherwise; the first --models shape both ways first), against the weight-bytes roofline: weight bytes
+            --compile; the first --models shape both ways first), against the weight-bytes roofline: weight bytes
             read per forward / HBM bandwidth (the GPU's datasheet number in ssd_sim.model.hardware, matched by
             torch.cuda.get_device_name; on the CPU a measured memcpy bandwidth, read + write).
   overhead  target and draft in this process (transport.LocalLink: the draft replies, then speculates), as in
             bench/runtime_scaling.py: per round, overhead = round wall time - time inside the models' forwards
             (StaticKV._run timed, device synchronised), median over the rounds of at most 32 new tokens, eager and
             compiled, AR / SD / SSD at b = 1 and 8, forced acceptance 0.7; host syncs per round from
-            ssd_runtime.syncs.SYNCS (both sides in this process; "-" where the module is missing).
+            ssd_runtime.syncs.SYNCS (both sides in this process).
   toks      ssd-run's two processes (Session: target on cuda:0, draft on cuda:1 where there are two GPUs, else both
             on cuda:0; on the CPU one core each): AR, SD and SSD decode tok/s (the runtime's summary, all
             sequences) at forced acceptance 0.7 and 1.0 (TargetConfig.forced_acceptance), b = 1 and 8, greedy, EOS
             ignored. SSD uses the fast backup: under forced acceptance a proposal's content does not matter, so a
             miss served by random tokens costs what a cache hit does and the timing is that of a pipeline that
             always hits (random weights would otherwise never hit). Eager first (one Session), then compiled (a
-            second Session) where ModelSpec has `compile` and the time left allows.
+            second Session) with --compile where the time left allows.
 Every measurement is warmed up first (untimed), repeats are interleaved across configurations, medians reported.
 Each measurement is one JSON line in --out as soon as it exists (default runs/gpu_check.jsonl, git-ignored); the
 table is built from those rows, so Ctrl-C / SIGTERM prints what was measured and exits 130 / 143.
@@ -61,20 +60,17 @@ from collections.abc import Callable, Iterator
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parents[1]
-for p in (ROOT, ROOT / "bench"):
-    if str(p) not in sys.path:
-        sys.path.insert(0, str(p))
+if str(ROOT) not in sys.path:  # the project runs from this folder (bench/gpu_check.sh installs nothing)
+    sys.path.insert(0, str(ROOT))
 os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
+
+from ssd_runtime.specs import COMPILE as COMPILE_MODES  # noqa: E402  (torch-free)
 
 PROG = "gpu_check"
 SECTIONS = ("exact", "forward", "overhead", "toks")
 # cumulative share of --max-seconds by the end of each section (time a section leaves over goes to the next)
 SECTION_END = {"exact": 0.06, "forward": 0.35, "overhead": 0.48, "toks": 1.0}
-try:  # torch-free; the runtime's own list of torch.compile modes where it has one
-    from ssd_runtime.specs import COMPILE as COMPILE_MODES
-except ImportError:
-    COMPILE_MODES = ("off", "default", "reduce-overhead")
 ACCEPTANCES = (0.7, 1.0)
 BATCHES = (1, 8)
 ALPHA = 1e-3
@@ -133,12 +129,15 @@ class Ctx:
     out: Path
     rows: list[dict] = dataclasses.field(default_factory=list)
     t0: float = dataclasses.field(default_factory=time.monotonic)
-    has_compile: bool = False
-    has_syncs: bool = False
 
     @property
     def cuda(self) -> bool:
         return self.device.startswith("cuda")
+
+    @property
+    def compile_modes(self) -> list[str]:
+        """Eager, then the compiled mode asked for (if any)."""
+        return ["off"] + ([self.compile] if self.compile != "off" else [])
 
     def shape(self, name: str) -> dict:
         return MODELS[name] if self.cuda else scaled(MODELS[name])
@@ -150,26 +149,6 @@ class Ctx:
         with self.out.open("a") as f:
             f.write(json.dumps(row) + "\n")
         return row
-
-
-def has_field(cls, name: str) -> bool:
-    return dataclasses.is_dataclass(cls) and any(f.name == name for f in dataclasses.fields(cls))
-
-
-def compile_available() -> bool:
-    """ModelSpec has a `compile` field (torch.compile / CUDA graphs of the runtime's forwards)."""
-    from ssd_runtime.specs import ModelSpec
-
-    return has_field(ModelSpec, "compile")
-
-
-def sync_counter():
-    """ssd_runtime.syncs.SYNCS (device -> host reads counted by the runtime), or None where it is missing."""
-    try:
-        from ssd_runtime.syncs import SYNCS
-    except ImportError:
-        return None
-    return SYNCS if hasattr(SYNCS, "count") and hasattr(SYNCS, "reset") else None
 
 
 def sync(device: str) -> None:
@@ -187,15 +166,12 @@ def median(xs: list[float]) -> float | None:
 # ---- models -------------------------------------------------------------------------------------------------
 def model_spec(ctx: Ctx, shape: dict, compile_mode: str = "off", seed: int = 0, dtype: str | None = None,
                device: str | None = None, init_std: float = 0.02):
-    """ModelSpec of a random model of `shape` (tiny_spec), on the run's device and dtype, compiled where asked
-    and ModelSpec has the field."""
+    """ModelSpec of a random model of `shape` (tiny_spec), on the run's device and dtype, compiled as asked."""
     from ssd_runtime.specs import ModelSpec
 
     kw = {"max_positions": MAX_POSITIONS, "seed": seed, "init_std": init_std, **shape}
-    spec = dataclasses.replace(ModelSpec.tiny_spec(**kw), device=device or ctx.device, dtype=dtype or ctx.dtype)
-    if compile_mode != "off":
-        spec = dataclasses.replace(spec, compile=compile_mode)
-    return spec
+    return dataclasses.replace(ModelSpec.tiny_spec(**kw), device=device or ctx.device, dtype=dtype or ctx.dtype,
+                               compile=compile_mode)
 
 
 def load(spec, role: str = "model", on_device: bool = True):
@@ -266,52 +242,34 @@ def match_gpu(name: str, gpus: dict):
 
 # ---- timing helpers -----------------------------------------------------------------------------------------
 class RunClock:
-    """Time inside the runtime's model forwards (ms, device synchronised at both ends).
+    """Time inside the runtime's model forwards (ms, device synchronised at both ends): StaticKV._run (the call of
+    the model by every forward of the runtime) is wrapped at class level for the duration, which works for eager
+    and compiled models alike."""
 
-    Where StaticKV has `_run` (the call of the model by every forward of the runtime) it is wrapped at class level
-    for the duration, which works for eager and compiled models alike; otherwise bench/runtime_scaling.py's
-    ForwardClock hooks go on the models."""
-
-    def __init__(self, device: str, *models):
-        self.device, self.models, self.ms = device, models, 0.0
-        self._restore: Callable[[], None] | None = None
-        self._hooks = None
+    def __init__(self, device: str):
+        self.device, self.total_ms = device, 0.0
+        self._orig = None
 
     def __enter__(self) -> RunClock:
         from ssd_runtime.kv import StaticKV
 
-        orig = StaticKV.__dict__.get("_run")
-        if orig is not None:
-            clock = self
+        orig, clock = StaticKV._run, self
 
-            def timed_run(kv, *args, **kwargs):
-                sync(clock.device)
-                t0 = time.perf_counter()
-                out = orig(kv, *args, **kwargs)
-                sync(clock.device)
-                clock.ms += (time.perf_counter() - t0) * 1e3
-                return out
+        def timed_run(kv, *args, **kwargs):
+            sync(clock.device)
+            t0 = time.perf_counter()
+            out = orig(kv, *args, **kwargs)
+            sync(clock.device)
+            clock.total_ms += (time.perf_counter() - t0) * 1e3
+            return out
 
-            StaticKV._run = timed_run
-            self._restore = lambda: setattr(StaticKV, "_run", orig)
-        else:
-            from runtime_scaling import ForwardClock
-
-            handles = []
-            for m in self.models:  # synchronise before ForwardClock's own hooks run (they run in this order)
-                handles.append(m.register_forward_pre_hook(lambda *_: sync(self.device)))
-                handles.append(m.register_forward_hook(lambda *_: sync(self.device)))
-            self._hooks = ForwardClock(*self.models)
-            self._restore = lambda: [h.remove() for h in handles]
+        self._orig, StaticKV._run = orig, timed_run
         return self
 
-    @property
-    def total_ms(self) -> float:
-        return self._hooks.ms if self._hooks is not None else self.ms
-
     def __exit__(self, *exc) -> None:
-        if self._restore is not None:
-            self._restore()
+        from ssd_runtime.kv import StaticKV
+
+        StaticKV._run = self._orig
 
 
 @contextlib.contextmanager
@@ -385,7 +343,7 @@ def section_exact(ctx: Ctx) -> None:
         raise
     except Exception as e:  # noqa: BLE001
         ctx.emit({"section": "exact", "case": case, "status": "FAIL", "detail": one_line(e)})
-    if ctx.compile != "off" and ctx.has_compile:
+    if ctx.compile != "off":
         greedy_equality(ctx, ctx.compile)
 
 
@@ -453,13 +411,8 @@ def section_forward(ctx: Ctx, bw: float | None) -> None:
     """The first shape (the target) eager and compiled, then the others eager, then the others compiled: the
     rows that matter most come first if the budget runs out."""
     first, rest = ctx.models[0], ctx.models[1:]
-    compiled = ctx.compile != "off" and ctx.has_compile
-    phases = [("off", first)] + ([(ctx.compile, first)] if compiled else []) + [("off", m) for m in rest]
-    phases += [(ctx.compile, m) for m in rest] if compiled else []
-    if ctx.compile != "off":
-        if not ctx.has_compile:
-            ctx.emit({"section": "forward", "case": f"compile={ctx.compile}", "status": "skipped",
-                      "detail": "ModelSpec has no `compile` field in this checkout: compiled column '-'"})
+    phases = [(cmode, first) for cmode in ctx.compile_modes] + [(cmode, m) for cmode in ctx.compile_modes
+                                                                for m in rest]
     for cmode, name in phases:
         try:
             forward_model(ctx, name, cmode, bw)
@@ -520,21 +473,25 @@ def free(ctx: Ctx) -> None:
 
 # ---- section: per-round overhead and syncs ------------------------------------------------------------------
 def section_overhead(ctx: Ctx) -> None:
-    modes = ["off"] + ([ctx.compile] if ctx.compile != "off" and ctx.has_compile else [])
-    for cmode in modes:
+    per_compile_mode(ctx, "overhead", overhead_runs)
+
+
+def per_compile_mode(ctx: Ctx, section: str, run: Callable[[Ctx, str], None]) -> None:
+    """run(ctx, mode) for eager, then the compiled mode; a failure is one FAIL row, the device freed after each."""
+    for cmode in ctx.compile_modes:
         try:
-            overhead_runs(ctx, cmode)
+            run(ctx, cmode)
         except OutOfTime:
             raise
         except Exception as e:  # noqa: BLE001
-            ctx.emit({"section": "overhead", "case": f"compile={cmode}", "status": "FAIL", "detail": one_line(e)})
+            ctx.emit({"section": section, "case": f"compile={cmode}", "status": "FAIL", "detail": one_line(e)})
         free(ctx)
 
 
 def overhead_runs(ctx: Ctx, cmode: str) -> None:
     t = load(model_spec(ctx, ctx.shape(TARGET), cmode, seed=1), "target")
     d = load(model_spec(ctx, ctx.shape(DRAFT), cmode, seed=2), "draft")
-    counter = sync_counter() if ctx.has_syncs else None
+    from ssd_runtime.syncs import SYNCS as counter
     acc = ACCEPTANCES[0]
     configs = [(mode, b) for b in BATCHES for mode in ("ar", "sd", "ssd")]
     ps = {b: prompts(b, ctx.context, t.vocab_size, seed=10 + b) for b in BATCHES}
@@ -545,13 +502,13 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
         def wrap(round_fn):
             def timed(*args):
                 sync(ctx.device)
-                s0 = counter.count if counter is not None else 0
+                s0 = counter.count
                 f0, t0 = clock.total_ms if clock else 0.0, time.perf_counter()
                 out = round_fn(*args)
                 sync(ctx.device)
                 wall = (time.perf_counter() - t0) * 1e3
                 fwd = (clock.total_ms if clock else 0.0) - f0
-                rounds.append((wall, fwd, (counter.count - s0) if counter is not None else None))
+                rounds.append((wall, fwd, counter.count - s0))
                 return out
             return timed
 
@@ -561,14 +518,14 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
         body = rounds[1:] or rounds  # the first round has nothing cached yet
         return {"round_ms": median([r[0] for r in body]), "forward_ms": median([r[1] for r in body]),
                 "overhead_ms": median([r[0] - r[1] for r in body]),
-                "syncs_per_round": median([r[2] for r in body]) if counter is not None else None,
+                "syncs_per_round": median([r[2] for r in body]),
                 "rounds": len(rounds)}
 
     for mode, b in configs:  # warm-up
         run(mode, b, None)
     for rep in range(ctx.repeats):
         for mode, b in configs:
-            with RunClock(ctx.device, t.model, d.model) as clock:
+            with RunClock(ctx.device) as clock:
                 stats = run(mode, b, clock)
             ctx.emit({"section": "overhead", "mode": mode, "b": b, "compile": cmode, "acceptance":
                       acc if mode != "ar" else None, "rep": rep, **stats, "status": "ok"})
@@ -576,16 +533,9 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
 
 # ---- section: tok/s through ssd-run's two processes ------------------------------------------------------------
 def section_toks(ctx: Ctx) -> None:
-    """Eager, then the compiled mode where ModelSpec has one (compiling in both workers takes a while: eager's
-    numbers come first in case the budget runs out)."""
-    for cmode in ["off"] + ([ctx.compile] if ctx.compile != "off" and ctx.has_compile else []):
-        try:
-            toks_session(ctx, cmode)
-        except OutOfTime:
-            raise
-        except Exception as e:  # noqa: BLE001
-            ctx.emit({"section": "toks", "case": f"compile={cmode}", "status": "FAIL", "detail": one_line(e)})
-        free(ctx)
+    """Eager, then the compiled mode (compiling in both workers takes a while: eager's numbers come first in case
+    the budget runs out)."""
+    per_compile_mode(ctx, "toks", toks_session)
 
 
 def toks_session(ctx: Ctx, cmode: str) -> None:
@@ -698,8 +648,7 @@ def print_table(ctx: Ctx, note: str = "") -> None:
     title = (f"gpu_check --device {ctx.device}: {header.get('gpu', '?')}, torch {header.get('torch', '?')}, "
              f"{ctx.dtype}, K = {ctx.k}, context {ctx.context}, {ctx.new_tokens} new tokens, medians of "
              f"{ctx.repeats}; roofline bandwidth: {header.get('bandwidth_source', '-')}; compile: "
-             f"{'available' if ctx.has_compile else 'no ModelSpec.compile'}; syncs: "
-             f"{'ssd_runtime.syncs' if ctx.has_syncs else 'no ssd_runtime.syncs'}")
+             f"{ctx.compile}; syncs: ssd_runtime.syncs")
     toks = next((r for r in ctx.rows if r.get("section") == "toks" and "backend" in r), None)
     if toks:
         title += f"; toks: target {toks['target']}, draft {toks['draft']} ({toks['backend']})"
@@ -791,7 +740,6 @@ def make_ctx(args: argparse.Namespace) -> Ctx:
               new_tokens=args.new_tokens or (64 if cuda else 16 if args.quick else 32),
               repeats=args.repeats or (2 if args.quick else 3), inner=10 if cuda else 2 if args.quick else 3,
               models=args.models, out=Path(args.out))
-    ctx.has_compile, ctx.has_syncs = compile_available(), sync_counter() is not None
     if cuda:
         torch.cuda.set_device(0)
     try:
@@ -826,8 +774,7 @@ def main(argv: list[str] | None = None) -> int:
         bw, bw_source = bandwidth(ctx.device)
         ctx.emit({"section": "header", "device": ctx.device, "dtype": ctx.dtype, "torch": torch.__version__,
                   "gpu": torch.cuda.get_device_name(0) if ctx.cuda else "CPU", "bandwidth_bytes_s": bw,
-                  "bandwidth_source": bw_source, "compile": ctx.compile, "compile_available": ctx.has_compile,
-                  "syncs_available": ctx.has_syncs, "k": ctx.k, "context": ctx.context,
+                  "bandwidth_source": bw_source, "compile": ctx.compile, "k": ctx.k, "context": ctx.context,
                   "new_tokens": ctx.new_tokens, "repeats": ctx.repeats, "max_seconds": args.max_seconds,
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
         runs = {"exact": lambda: section_exact(ctx), "forward": lambda: section_forward(ctx, bw),

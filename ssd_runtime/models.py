@@ -10,7 +10,6 @@ from __future__ import annotations
 import hashlib
 import json
 import os
-import re
 import struct
 import warnings
 from dataclasses import dataclass, field
@@ -19,6 +18,7 @@ from pathlib import Path
 import torch
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.hf import HF_ID, cache_id
 from ssd_sim.io.jsonfile import read_json_object
 
 from .families import tiny_model  # noqa: F401  (re-exported: the runtime's tests build models through here)
@@ -69,23 +69,11 @@ def resolve_path(name_or_path: str, role: str = "model") -> Path:
                             f"a Hugging Face id in the local cache, nor a fetched model name ({known})")
 
 
-HF_ID = re.compile(r"^[A-Za-z0-9][\w.\-]*/[\w.\-]+$")  # organisation/name, as the Hub spells ids
-
-
 def hf_cache_dir() -> Path:
     """The local Hugging Face hub cache: $HF_HUB_CACHE, else $HF_HOME/hub, else ~/.cache/huggingface/hub."""
     if os.environ.get("HF_HUB_CACHE"):
         return Path(os.environ["HF_HUB_CACHE"]).expanduser()
     return Path(os.environ.get("HF_HOME", "~/.cache/huggingface")).expanduser() / "hub"
-
-
-def hf_id_of(path: Path | str) -> str | None:
-    """The Hugging Face id of a snapshot in a hub cache (.../models--org--name/snapshots/<rev>), else None."""
-    parts = Path(path).parts
-    for i, part in enumerate(parts[:-2]):
-        if part.startswith("models--") and parts[i + 1] == "snapshots":
-            return part[len("models--"):].replace("--", "/", 1)
-    return None
 
 
 def hf_cached(repo_id: str, role: str = "model") -> Path:
@@ -140,7 +128,7 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         model.forward = torch.compile(model.forward, mode=spec.compile, dynamic=True)
         path += f", torch.compile {spec.compile}"
     return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,
-                       {"parameters": params, "linear": kernels, "kernels": path, "hf_id": hf_id_of(source),
+                       {"parameters": params, "linear": kernels, "kernels": path, "hf_id": cache_id(source),
                         "max_positions": context_length(model.config.get_text_config().to_dict())})
 
 

@@ -19,6 +19,7 @@ import re
 import shlex
 from pathlib import Path
 
+from ssd_sim.io.hf import HF_ID, cache_id
 from ssd_sim.model.architecture import BUILTIN
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.engine_rules import ENGINE_SOURCES, REFERENCE_COMMIT, REFERENCE_FAMILY_SIZES
@@ -44,7 +45,6 @@ SGLANG_SOURCE = f"checked against {ENGINE_SOURCES['sglang'].split(':')[0]} (serv
 # ssd_runtime; tests/plan/test_emit.py asserts the two tables name the same models.
 FETCHED_MODELS = {"qwen-coder-1.5b": "Qwen/Qwen2.5-Coder-1.5B-Instruct",
                   "qwen-coder-0.5b": "Qwen/Qwen2.5-Coder-0.5B-Instruct"}
-_HF_ID = re.compile(r"^[A-Za-z0-9][\w.-]*/[\w.-]+$")  # org/name
 _BUILTIN_IDS = {k.split("/")[-1].lower(): k for k in BUILTIN}
 
 
@@ -58,16 +58,15 @@ def _id_in_path(text: str) -> tuple[str | None, str]:
     try:
         cfg = json.loads((p if p.suffix == ".json" else p / "config.json").read_text())
         name = cfg.get("_name_or_path") if isinstance(cfg, dict) else None
-        if isinstance(name, str) and _HF_ID.match(name):
+        if isinstance(name, str) and HF_ID.match(name):
             return name, "a local directory whose config.json names it"
     except (OSError, ValueError):
         pass
     for part in reversed(p.parts):
         if part in FETCHED_MODELS:
             return FETCHED_MODELS[part], f"ssd-run's fetched copy {part}, a local path"
-        if part.startswith("models--") and part.count("--") >= 2:  # a Hugging Face cache: models--ORG--NAME
-            org, name = part[len("models--"):].split("--", 1)
-            return f"{org}/{name}", "a Hugging Face cache snapshot, a local path"
+        if (found := cache_id(part)) is not None:
+            return found, "a Hugging Face cache snapshot, a local path"
     return None, ""
 
 
@@ -85,7 +84,7 @@ def model_id(model: str, role: str) -> tuple[str, str | None]:
         return text, (f"only a local path is known for the {role} ({text}): the command runs only where it exists; "
                       f"name the model's Hugging Face id instead")
     base = re.split(r" \(|, ", text, maxsplit=1)[0].strip()  # "Qwen2.5-Coder-1.5B-Instruct, int8 dynamic"
-    found = base if _HF_ID.match(base) else _BUILTIN_IDS.get(base.lower())
+    found = base if HF_ID.match(base) else _BUILTIN_IDS.get(base.lower())
     if found is None:
         return base, f"the {role} {base!r} is not a Hugging Face id (org/name): replace it with one"
     return found, (None if found == text else f"{role} {found} (the profile names {text})")

@@ -83,6 +83,13 @@ COMMANDS: dict[str, str] = {
                          f"{GRID}/ssd-k2-f112-b1-t1.jsonl -o out/profile.json",
 }
 
+
+def _document(cids, change: str) -> None:
+    """Add `change` to the documented changes of each record (joined with '; ' after any earlier one)."""
+    for cid in cids:
+        DOCUMENTED_CHANGES[cid] = (DOCUMENTED_CHANGES[cid] + "; " if cid in DOCUMENTED_CHANGES else "") + change
+
+
 # id -> why its record differs from the one recorded before the knob schema (issue 24's merge fix)
 DOCUMENTED_CHANGES: dict[str, str] = {
     "plan-file-uniform-fanout": "a uniform --fan-out keeps the plan file's K (before, ssd-plan re-searched K while "
@@ -101,8 +108,7 @@ DOCUMENTED_CHANGES: dict[str, str] = {
 _ENGINE_FLAGS = ("the ssd-engine command names its family (--qwen / --llama) as the reference engine's current "
                  "bench.py needs, and a note names the engine's repository and the commit its flags were checked "
                  "against")
-for _cid in ('plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-emit', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-file', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h200-json', 'plan-llama70b-1b-h200', 'plan-qwen32-emit-engine', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen32b-0.6b-h100', 'plan-write'):
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ENGINE_FLAGS
+_document(('plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-emit', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-file', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h200-json', 'plan-llama70b-1b-h200', 'plan-qwen32-emit-engine', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen32b-0.6b-h100', 'plan-write'), _ENGINE_FLAGS)
 
 # Issue 25: what moved the planner's numbers (each a model change, none fitted to a published result).
 _ISSUE_25 = ("issue 25: GPU presets are spec + measured inputs (model.roofline's KV reads per row, FLOPs and all-reduce "
@@ -112,37 +118,32 @@ _ISSUE_25 = ("issue 25: GPU presets are spec + measured inputs (model.roofline's
              "down-weighted set; the budget search covers caches past what fits inside one verify; the vLLM command "
              "shards the draft like the target (its draft-model proposer requires it) and both SD commands name the "
              "engine version they were checked against; the reference engine keeps fan-out lists above b = 8")
-for _cid in ['plan-file', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200', 'plan-llama70b-1b-h200-json', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100', 'plan-qwen32b-0.6b-h100-json', 'plan-write', 'sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4']:
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_25
+_document(['plan-file', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200', 'plan-llama70b-1b-h200-json', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100', 'plan-qwen32b-0.6b-h100-json', 'plan-write', 'sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25)
 
 _ISSUE_26 = ("issue 26: where the interference is measured (SSD traces or a probe) and its spread dominates, the advice "
              "to settle it no longer says it is not measured")
-for _cid in ['plan-cpu-fanout-miss', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json',
-             'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json']:
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_26
+_document(['plan-cpu-fanout-miss', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json',
+             'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json'], _ISSUE_26)
 
 
 _ISSUE_29 = ("issue 29: a plan file's (or flag's) fixed backup threshold is what the plan line prints, beside the "
              "crossover b* the planner found (before, the line printed the crossover as the plan's threshold)")
-for _cid in ['plan-file', 'plan-file-b4', 'plan-file-new-k']:
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_29
+_document(['plan-file', 'plan-file-b4', 'plan-file-new-k'], _ISSUE_29)
 _FIT = ("issue 29: a latency fit frees only as many curve parameters as the traces time distinct forward sizes "
         "(model.latency.identifiable); the rest are held and a calibrate warning says so (before, the surplus left "
         "a valley of equal cost whose end point differed between CPU kinds)")
-for _cid in ['calibrate-grid', 'calibrate-grid-t1', 'plan-profile', 'plan-profile-t1-json']:  # the last two plan
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _FIT  # the refit
+_document(['calibrate-grid', 'calibrate-grid-t1', 'plan-profile', 'plan-profile-t1-json'], _FIT)  # the last two plan with the refit
 
 
 _ISSUE_30 = ("issue 30 (part): an optimum on a search bound says so (a note line and the report's search_bounds: SD's "
              "best K = --max-k); ssd-sim's table is 120 columns wide off a terminal, as ssd-plan's (it wrapped at 80)")
-for _cid in ['plan-llama70b-1b-h100', 'plan-llama70b-1b-h200', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200-json',
+_document(['plan-llama70b-1b-h100', 'plan-llama70b-1b-h200', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200-json',
              'plan-qwen32b-0.6b-h100-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json',
              'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-h200-adaptive-json', 'plan-llama-throughput-b16',
              'plan-llama-draft-devices', 'plan-llama-explain', 'plan-cpu-limits', 'plan-llama-risk', 'plan-write',
              'plan-file-json', 'plan-file-other-preset', 'plan-file-c-list', 'plan-profile-t1-json', 'sim-llama',
              'sim-qwen32-fast-b4', 'sim-cpu-fixed-knobs', 'sim-h200-adaptive-t1', 'sim-plan-file', 'sim-plan-file-c',
-             'sim-plan-file-new-k', 'sim-chrome-trace']:
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_30
+             'sim-plan-file-new-k', 'sim-chrome-trace'], _ISSUE_30)
 
 
 _ISSUE_30_COMMANDS = ("issue 30 (commands that paste, numbers that agree): every emitted command is one unwrapped line under "
@@ -157,14 +158,12 @@ _ISSUE_30_COMMANDS = ("issue 30 (commands that paste, numbers that agree): every
                       "recommendation where it differs (report.reference_engine, ssd-engine predicted_total_tok_s / "
                       "predicted_tok_s_per_device); a profile calibrated from traces without host records names their "
                       "machine line as where it was measured (host.measured_on)")
-for _cid in ['plan-llama70b-1b-h100', 'plan-llama70b-1b-h200', 'plan-qwen32b-0.6b-h100', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200-json', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-llama-b8-t1', 'plan-qwen32-k7-f3', 'plan-llama-fanout-list-c-fast', 'plan-h200-adaptive-json', 'plan-qwen32-engine-knobs', 'plan-llama-throughput-b16', 'plan-cpu-fanout-miss', 'plan-llama-draft-devices', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-llama-emit-sglang', 'plan-llama-explain', 'plan-cpu-limits', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-write', 'plan-file', 'plan-file-json', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-emit', 'plan-file-other-preset', 'plan-file-new-k', 'plan-file-uniform-fanout', 'plan-file-c-list', 'plan-profile', 'plan-profile-t1-json']:
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_30_COMMANDS
+_document(['plan-llama70b-1b-h100', 'plan-llama70b-1b-h200', 'plan-qwen32b-0.6b-h100', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200-json', 'plan-qwen32b-0.6b-h100-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-llama-b8-t1', 'plan-qwen32-k7-f3', 'plan-llama-fanout-list-c-fast', 'plan-h200-adaptive-json', 'plan-qwen32-engine-knobs', 'plan-llama-throughput-b16', 'plan-cpu-fanout-miss', 'plan-llama-draft-devices', 'plan-qwen32-emit-engine', 'plan-qwen32-emit-vllm', 'plan-llama-emit-sglang', 'plan-llama-explain', 'plan-cpu-limits', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-write', 'plan-file', 'plan-file-json', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-emit', 'plan-file-other-preset', 'plan-file-new-k', 'plan-file-uniform-fanout', 'plan-file-c-list', 'plan-profile', 'plan-profile-t1-json'], _ISSUE_30_COMMANDS)
 
 _ISSUE_28_PROMPTS = ("issue 28 (part): a workload carries every request's prompt length (an arrivals file's prompt_tokens, "
                      "one per request, are prefilled as given instead of their median): the JSON's workload has "
                      "'prompt_lengths' ([] when one length is every request's)")
-for _cid in ['sim-cpu-json', 'sim-llama-sd-json', 'sim-poisson-json', 'sim-plan-file-b2-json']:
-    DOCUMENTED_CHANGES[_cid] = (DOCUMENTED_CHANGES[_cid] + "; " if _cid in DOCUMENTED_CHANGES else "") + _ISSUE_28_PROMPTS
+_document(['sim-cpu-json', 'sim-llama-sd-json', 'sim-poisson-json', 'sim-plan-file-b2-json'], _ISSUE_28_PROMPTS)
 
 
 def fixed_host():
