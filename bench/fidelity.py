@@ -23,6 +23,14 @@ mean interval width. A split may name a probe of its host ("probe": ssd-run prob
 from the probe's measured tables (model.probed); --no-probe calibrates them from the traces' rounds instead.
 Decisions are judged by regret: among a split's predicted runs of one workload (same prompts, T, b), the run the
 prediction ranks first against the run that measured fastest; a choice is good within 5% of the best.
+
+Random halves of a prompt pool ("halves" splits, traces/cpu-fp32-pool): every run decoded the whole pool at b = 1,
+one request after another, so a run cut to some of its requests (Trace.only_requests) is that configuration on those
+prompts, timed in the same minutes. Each draw splits the pool's requests at random into halves A and B (numpy
+default_rng([seed, draw])), calibrates on the A requests of the split's "calibrate" runs and predicts the B requests of
+its "predict" runs; the draws' runs are pooled (each run is predicted once per draw, on its own B half). What such a
+split shares and does not: no text (A and B are different prompts; the overlap check runs per draw), the same host
+and session (drift between calibration and prediction is at most the length of one run; bench/drift.py sizes it).
 """
 
 from __future__ import annotations
@@ -33,19 +41,23 @@ import statistics
 import sys
 from pathlib import Path
 
+import numpy as np
+
 from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids
 from ssd_sim.io.probe import load_probe
 from ssd_sim.io.trace import Trace, read_trace, summarize
-from ssd_sim.model.calibrate import calibrate
+from ssd_sim.model.calibrate import calibrate_traces
 from ssd_sim.model.profile import Profile
-from ssd_sim.plan.intervals import scaled_interval
+from ssd_sim.plan.intervals import decide, sample, scaled_interval
 from ssd_sim.plan.plan import Plan
 from ssd_sim.sim.des import simulate
 from ssd_sim.sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = (ROOT / "traces" / "cpu-fp32-splits" / "manifest.json", ROOT / "traces" / "cpu-fp32-grid" / "manifest.json",
-             ROOT / "traces" / "cpu-fp32-halves" / "manifest.json")
+             ROOT / "traces" / "cpu-fp32-halves" / "manifest.json", ROOT / "traces" / "cpu-fp32-pool" / "manifest.json",
+             ROOT / "traces" / "cpu-fp32-epyc-avx512" / "manifest.json")
+DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
 
@@ -53,6 +65,8 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
     """name -> {"what", "calibrate": [paths], "predict": [paths], "goal": bool} from every manifest."""
     out = {}
     for m in manifests:
+        if not m.is_file():
+            continue
         spec = json.loads(m.read_text())
         for name, s in spec.get("splits", {}).items():
             out[name] = {"what": s["what"], "goal": s.get("goal", True),
@@ -60,6 +74,9 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
                          "acceptance_from": [m.parent / f for f in s["acceptance_from"]] if "acceptance_from" in s else None,
                          "probe": m.parent / s["probe"] if "probe" in s else None,
                          "predict": [m.parent / f for f in s["predict"]]}
+            if "halves" in s:  # random halves of the runs' requests: calibrate on A, predict B (module docstring)
+                out[name]["halves"] = {"draws": int(s["halves"].get("draws", DRAWS)),
+                                       "seed": int(s["halves"].get("seed", 0))}
         if "calibrate" in spec and "holdout" in spec:
             out["config"] = {"what": "configuration hold-out: same 8 prompts (and at T = 0 the same tokens), "
                                      "other K / fan-out / batch / mode (traces without logged distributions)",
@@ -153,50 +170,124 @@ def check_holdout(name: str, cal: list[Trace], pred: dict[str, Trace]) -> dict[s
     return text
 
 
-def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool = True) -> dict:
+def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool = True,
+              draws: int | None = None) -> dict:
     """Calibrate on the split's traces (and its probe, unless use_probe is False), predict its runs; per-run and
     summary errors (%). A split whose runs share text with its calibration is refused (LeakingSplit) unless
-    allow_leaks, which reports it marked as leaking."""
-    cal = [read_trace(p) for p in split["calibrate"]]
-    pred_traces = [read_trace(p) for p in split["predict"]]
-    text, leak = shared_text(name, cal, {p.name: t for p, t in zip(split["predict"], pred_traces, strict=True)})
+    allow_leaks, which reports it marked as leaking. A "halves" split is evaluated on `draws` random halves of its
+    runs' requests (default: the manifest's) and pooled (run_halves)."""
+    if "halves" in split:
+        return run_halves(name, split, allow_leaks, use_probe, draws)
+    cal = {p.name: read_trace(p) for p in split["calibrate"]}
+    pred = {p.name: read_trace(p) for p in split["predict"]}
+    acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
+    return evaluate(name, split, cal, pred, acc, allow_leaks, use_probe)
+
+
+def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trace], acceptance_from: list[str] | None,
+             allow_leaks: bool, use_probe: bool) -> dict:
+    """One calibration ({name: trace}) and the prediction of every run in `pred` ({name: trace}): the split's report."""
+    text, leak = shared_text(name, list(cal.values()), pred)
     if leak and not allow_leaks:
         raise LeakingSplit(leak)
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
-    profile, report = calibrate(split["calibrate"], name=f"fidelity-{name}", acceptance_from=split["acceptance_from"],
-                                probe=probe)
+    profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
+                                       acceptance_from=acceptance_from, probe=probe)
     runs = []
-    for path, trace in zip(split["predict"], pred_traces, strict=True):
-        meas, pred = summarize(trace), predict(profile, trace)
-        low, high = run_interval(profile, trace, pred["tok_s"])
+    for run, trace in pred.items():
+        meas, guess = summarize(trace), predict(profile, trace)
+        low, high = run_interval(profile, trace, guess["tok_s"])
         runs.append({
             "interval_90": [low, high], "inside": bool(low <= meas.tok_s <= high),
-            "trace": path.name, "mode": trace.mode, "K": trace.plan.get("num_speculative_tokens", 0) if trace.mode != "ar" else 0,
+            "trace": run, "mode": trace.mode, "K": trace.plan.get("num_speculative_tokens", 0) if trace.mode != "ar" else 0,
             "batch_size": trace.header.batch_size, "temperature": trace.plan.get("temperature", 0.0),
             "saguaro_c": trace.plan.get("saguaro_c", 1.0), "fan_out": trace.plan.get("fan_out") if trace.mode == "ssd" else None,
-            "measured_tok_s": meas.tok_s, "predicted_tok_s": pred["tok_s"], "tok_s_err_pct": err_pct(pred["tok_s"], meas.tok_s),
-            "measured_mean_accept_len": meas.mean_accept_len, "predicted_mean_accept_len": pred["mean_accept_len"],
-            "mean_accept_len_err_pct": err_pct(pred["mean_accept_len"], meas.mean_accept_len),
-            "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": pred["hit_rate"], "shared_text": text[path.name],
+            "measured_tok_s": meas.tok_s, "predicted_tok_s": guess["tok_s"], "tok_s_err_pct": err_pct(guess["tok_s"], meas.tok_s),
+            "measured_mean_accept_len": meas.mean_accept_len, "predicted_mean_accept_len": guess["mean_accept_len"],
+            "mean_accept_len_err_pct": err_pct(guess["mean_accept_len"], meas.mean_accept_len),
+            "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": guess["hit_rate"], "shared_text": text[run],
+            "workload": (tuple(sorted(prompt_ids(trace))), trace.plan.get("temperature", 0.0), trace.header.batch_size),
         })
-    for r, trace in zip(runs, pred_traces, strict=True):
-        r["workload"] = (tuple(sorted(prompt_ids(trace))), r["temperature"], r["batch_size"])
+    return summary_of(name, split, runs, leak, {
+        "calibrate": list(cal), "probe": probe.path if probe else None, "acceptance_from": acceptance_from or [],
+        "shared": shared(list(cal.values()), list(pred.values())), "warnings": report.warnings,
+        "choices": choices(runs, recommender(profile, pred))})
+
+
+def summary_of(name: str, split: dict, runs: list[dict], leak: str | None, extra: dict) -> dict:
+    """A split's report: its runs, their |tok/s error| median and worst, the interval coverage and mean width."""
     errs = [abs(r["tok_s_err_pct"]) for r in runs]
     widths = [(r["interval_90"][1] - r["interval_90"][0]) / r["predicted_tok_s"] * 100 for r in runs]
     return {"name": name, "what": split["what"], "goal": split["goal"] and leak is None, "leak": leak,
             "coverage_90": sum(r["inside"] for r in runs) / len(runs), "mean_width_pct": statistics.mean(widths),
-            "calibrate": [p.name for p in split["calibrate"]], "probe": probe.path if probe else None,
-            "acceptance_from": [p.name for p in split["acceptance_from"] or []], "shared": shared(cal, pred_traces),
-            "warnings": report.warnings, "runs": runs, "choices": choices(runs),
-            "median_abs_err_pct": statistics.median(errs), "worst_abs_err_pct": max(errs)}
+            **extra, "runs": runs, "median_abs_err_pct": statistics.median(errs), "worst_abs_err_pct": max(errs)}
+
+
+def halves(seqs: list[int], draw: int, seed: int = 0) -> tuple[list[int], list[int]]:
+    """Draw `draw` of the random halves of `seqs`: (A, B), each sorted; A gets the smaller half of an odd pool."""
+    perm = np.random.default_rng([seed, draw]).permutation(sorted(seqs))
+    n = len(perm) // 2
+    return sorted(int(q) for q in perm[:n]), sorted(int(q) for q in perm[n:])
+
+
+def pool_requests(traces: dict[str, Trace]) -> list[int]:
+    """The requests every run of a halves split decoded (the same pool in each); ValueError if they differ."""
+    seqs = {name: frozenset(q.seq for r in t.rounds for q in r.seqs) for name, t in traces.items()}
+    first = next(iter(seqs.values()))
+    odd = [name for name, s in seqs.items() if s != first]
+    if odd or {t.header.prompt_source for t in traces.values()} != {next(iter(traces.values())).header.prompt_source}:
+        raise ValueError(f"a halves split needs runs over one prompt pool; {odd or 'the prompt sources'} differ")
+    return sorted(first)
+
+
+def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws: int | None = None) -> dict:
+    """evaluate() on random halves of the runs' requests, draw by draw, pooled: every draw's runs, choices and
+    warnings; the median / worst error and the coverage over all of them; per run, its spread over the draws."""
+    h = split["halves"]
+    cal_all = {p.name: read_trace(p) for p in split["calibrate"]}
+    pred_all = {p.name: read_trace(p) for p in split["predict"]}
+    seqs = pool_requests({**cal_all, **pred_all})
+    acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
+    reports = []
+    for d in range(h["draws"] if draws is None else draws):
+        a, b = halves(seqs, d, h["seed"])
+        cal = {f"{n}[A{d}]": t.only_requests(a, f"A{d}") for n, t in cal_all.items()}
+        pred = {f"{n}[B{d}]": t.only_requests(b, f"B{d}") for n, t in pred_all.items()}
+        res = evaluate(name, split, cal, pred, [f"{n}[A{d}]" for n in acc] if acc else None, allow_leaks, use_probe)
+        reports.append(res)
+        for r in res["runs"]:
+            r["draw"], r["run"] = d, r["trace"].rsplit("[", 1)[0]
+    runs = [r for res in reports for r in res["runs"]]
+    leaks = [res["leak"] for res in reports if res["leak"]]
+    warnings = list(dict.fromkeys(w for res in reports for w in res["warnings"]))
+    return summary_of(name, split, runs, leaks[0] if leaks else None, {
+        "calibrate": list(cal_all), "probe": reports[0]["probe"], "acceptance_from": acc or [],
+        "shared": reports[0]["shared"], "warnings": warnings, "choices": [c for res in reports for c in res["choices"]],
+        "draws": len(reports), "pool": len(seqs), "per_run": per_run(runs)})
+
+
+def per_run(runs: list[dict]) -> dict[str, dict]:
+    """Per run of a halves split, over its draws: median and worst |tok/s error|, the median signed error and the
+    share of draws inside the 90% interval."""
+    out: dict[str, dict] = {}
+    for r in runs:
+        out.setdefault(r["run"], {"errs": [], "inside": []})
+        out[r["run"]]["errs"].append(r["tok_s_err_pct"])
+        out[r["run"]]["inside"].append(r["inside"])
+    return {run: {"draws": len(v["errs"]), "median_err_pct": statistics.median(v["errs"]),
+                  "median_abs_err_pct": statistics.median(abs(e) for e in v["errs"]),
+                  "worst_abs_err_pct": max(abs(e) for e in v["errs"]),
+                  "coverage_90": sum(v["inside"]) / len(v["inside"])} for run, v in out.items()}
 
 
 REGRET_OK = 5.0  # a choice is good when the run it picks measured within this % of the best measured run
 
 
-def choices(runs: list[dict]) -> list[dict]:
+def choices(runs: list[dict], recommend=None) -> list[dict]:
     """Per workload (same prompts, T, b) with two or more predicted runs: the run the prediction ranks first, the run
-    that measured fastest, and the regret = the % of tok/s lost by taking the predicted pick."""
+    that measured fastest, and the regret = the % of tok/s lost by taking the predicted pick. With `recommend` (a
+    function of the workload's runs -> (run, P(SSD beats SD))), also the run the planner's decision rule
+    recommends and its regret."""
     groups: dict[tuple, list[dict]] = {}
     for r in runs:
         groups.setdefault(r["workload"], []).append(r)
@@ -207,9 +298,36 @@ def choices(runs: list[dict]) -> list[dict]:
         pick = max(rs, key=lambda r: r["predicted_tok_s"])
         best = max(rs, key=lambda r: r["measured_tok_s"])
         regret = 100.0 * (1.0 - pick["measured_tok_s"] / best["measured_tok_s"])
-        out.append({"pick": pick["trace"], "best": best["trace"], "regret_pct": regret, "ok": regret <= REGRET_OK,
-                    "candidates": len(rs)})
+        c = {"pick": pick["trace"], "best": best["trace"], "regret_pct": regret, "ok": regret <= REGRET_OK,
+             "candidates": len(rs)}
+        if recommend is not None:
+            rec, p_ssd = recommend(rs)
+            rec_regret = 100.0 * (1.0 - rec["measured_tok_s"] / best["measured_tok_s"])
+            c.update(recommended=rec["trace"], recommended_regret_pct=rec_regret,
+                     recommended_ok=rec_regret <= REGRET_OK, p_ssd_beats_sd=p_ssd)
+        out.append(c)
     return out
+
+
+def recommender(profile: Profile, traces: dict[str, Trace]):
+    """The planner's decision rule over one workload's predicted runs (for `choices`): the predicted-best SSD run, the
+    predicted-best SD run and AR over the profile's uncertainty draws (plan.intervals.decide, for a run of the
+    workload's sequences); of the modes the workload has runs of, the one with the highest mean tok/s over the draws.
+    A workload without both an SSD and an SD run gets its predicted best (P = None)."""
+    def recommend(rs: list[dict]) -> tuple[dict, float | None]:
+        best = {m: max((r for r in rs if r["mode"] == m), key=lambda r: r["predicted_tok_s"], default=None)
+                for m in ("ar", "sd", "ssd")}
+        if best["ssd"] is None or best["sd"] is None:
+            return max(rs, key=lambda r: r["predicted_tok_s"]), None
+        trace = traces[best["ssd"]["trace"]]
+        plan = Plan.from_dict({**trace.plan, "mode": "ssd", "batch_size": int(trace.header.batch_size)})
+        n_seq = len({s.seq for r in trace.rounds for s in r.seqs})
+        sd_k = int(best["sd"]["K"])
+        d = decide(profile, plan, sd_k, sample(profile, plan, sd_k, run_sequences=max(n_seq, 1)))
+        ran = [m for m in ("ar", "sd", "ssd") if best[m] is not None]  # the modes the workload has runs of
+        mode = max(ran, key=lambda m: d.expected[("ar", "sd", "ssd").index(m)])
+        return best[mode], d.p_ssd_beats_sd
+    return recommend
 
 
 def print_table(res: dict) -> None:
@@ -226,14 +344,21 @@ def print_table(res: dict) -> None:
     print("shared with the predicted runs: " + "; ".join(f"{k} {v}" for k, v in res["shared"].items() if v))
     for w in res["warnings"]:
         print(f"warning: {w}")
-    head = ("run", "mode", "K", "b", "T", "C", "tok/s meas", "pred", "90% interval", "err %", "acc.len meas", "pred",
-            "hit meas", "pred")
-    rows = [(r["trace"], r["mode"], str(r["K"]), str(r["batch_size"]), f"{r['temperature']:g}", f"{r['saguaro_c']:g}",
-             f(r["measured_tok_s"], ".3f"), f(r["predicted_tok_s"], ".3f"),
-             f"{r['interval_90'][0]:.2f}-{r['interval_90'][1]:.2f}" + ("" if r["inside"] else " (out)"),
-             f(r["tok_s_err_pct"], "+.1f"),
-             f(r["measured_mean_accept_len"], ".2f"), f(r["predicted_mean_accept_len"], ".2f"),
-             f(r["measured_hit_rate"], ".3f"), f(r["predicted_hit_rate"], ".3f")) for r in res["runs"]]
+    if "per_run" in res:
+        print(f"{res['draws']} random halves of {res['pool']} requests: calibrated on half A of each draw, predicted "
+              "on half B")
+        head = ("run", "draws", "median err %", "median |err| %", "worst |err| %", "inside 90%")
+        rows = [(run, str(v["draws"]), f"{v['median_err_pct']:+.1f}", f"{v['median_abs_err_pct']:.1f}",
+                 f"{v['worst_abs_err_pct']:.1f}", f"{v['coverage_90']:.0%}") for run, v in res["per_run"].items()]
+    else:
+        head = ("run", "mode", "K", "b", "T", "C", "tok/s meas", "pred", "90% interval", "err %", "acc.len meas",
+                "pred", "hit meas", "pred")
+        rows = [(r["trace"], r["mode"], str(r["K"]), str(r["batch_size"]), f"{r['temperature']:g}",
+                 f"{r['saguaro_c']:g}", f(r["measured_tok_s"], ".3f"), f(r["predicted_tok_s"], ".3f"),
+                 f"{r['interval_90'][0]:.2f}-{r['interval_90'][1]:.2f}" + ("" if r["inside"] else " (out)"),
+                 f(r["tok_s_err_pct"], "+.1f"),
+                 f(r["measured_mean_accept_len"], ".2f"), f(r["predicted_mean_accept_len"], ".2f"),
+                 f(r["measured_hit_rate"], ".3f"), f(r["predicted_hit_rate"], ".3f")) for r in res["runs"]]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]
     print("  ".join(h.ljust(w) for h, w in zip(head, widths, strict=True)))
     for row in rows:
@@ -241,9 +366,19 @@ def print_table(res: dict) -> None:
     goal = f"goal: median <= {GOAL_MEDIAN:g}%, worst <= {GOAL_WORST:g}%" if res["goal"] else "no goal (reported)"
     print(f"tok/s: median |error| {res['median_abs_err_pct']:.1f}%, worst {res['worst_abs_err_pct']:.1f}% ({goal}); "
           f"90% intervals hold {res['coverage_90']:.0%} of the runs (goal 80-95%), mean width {res['mean_width_pct']:.0f}%")
+    if "per_run" in res and res["choices"]:
+        cs = res["choices"]
+        regrets, rec = [c["regret_pct"] for c in cs], [c["recommended_regret_pct"] for c in cs]
+        print(f"choices: {len(cs)} workloads (halves x temperatures); within {REGRET_OK:g}% of the best measured run: "
+              f"the predicted best in {sum(c['ok'] for c in cs)} (median regret {statistics.median(regrets):.1f}%, "
+              f"worst {max(regrets):.1f}%), the recommended (decision rule) in {sum(c['recommended_ok'] for c in cs)} "
+              f"(median regret {statistics.median(rec):.1f}%, worst {max(rec):.1f}%)")
+        return
     for c in res["choices"]:
-        print(f"choice among {c['candidates']} runs of one workload: predicted best {c['pick']}, measured best "
-              f"{c['best']}: regret {c['regret_pct']:.1f}% ({'within' if c['ok'] else 'beyond'} {REGRET_OK:g}%)")
+        p = "-" if c["p_ssd_beats_sd"] is None else f"{c['p_ssd_beats_sd']:.2f}"
+        print(f"choice among {c['candidates']} runs of one workload: measured best {c['best']}; predicted best "
+              f"{c['pick']}: regret {c['regret_pct']:.1f}% ({'within' if c['ok'] else 'beyond'} {REGRET_OK:g}%); "
+              f"recommended {c['recommended']} (P(SSD beats SD) {p}): regret {c['recommended_regret_pct']:.1f}%")
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -256,11 +391,14 @@ def main(argv: list[str] | None = None) -> int:
                          "instead of refusing them")
     ap.add_argument("--no-probe", action="store_true",
                     help="calibrate latencies from the traces' rounds only, ignoring the splits' probes (to compare)")
+    ap.add_argument("--draws", type=int, help=f"random halves per halves split (default: the manifest's, else {DRAWS})")
     args = ap.parse_args(argv)
+    if args.draws is not None and args.draws < 1:
+        ap.error(f"--draws must be an integer >= 1, got {args.draws}")
     results = []
     for n in args.split or every:
         try:
-            results.append(run_split(n, every[n], args.allow_leaks, use_probe=not args.no_probe))
+            results.append(run_split(n, every[n], args.allow_leaks, use_probe=not args.no_probe, draws=args.draws))
         except LeakingSplit as e:
             if args.split:  # asked for by name: refuse in one line
                 raise SystemExit(f"fidelity: {e}; a hold-out must share no text (--allow-leaks reports it anyway)") \
@@ -269,7 +407,8 @@ def main(argv: list[str] | None = None) -> int:
     runs = [r for res in results if res["goal"] for r in res["runs"]]
     picks = [c for res in results if res["goal"] for c in res["choices"]]
     pooled = {"runs": len(runs), "coverage_90": sum(r["inside"] for r in runs) / len(runs),
-              "choices": len(picks), "choices_within_5pct": sum(c["ok"] for c in picks)} if runs else {}
+              "choices": len(picks), "choices_within_5pct": sum(c["ok"] for c in picks),
+              "recommended_within_5pct": sum(c["recommended_ok"] for c in picks)} if runs else {}
     if args.json:
         print(json.dumps({"splits": results, "pooled_goal_splits": pooled}, indent=2, default=str))
     else:
@@ -277,8 +416,9 @@ def main(argv: list[str] | None = None) -> int:
             print_table(res)
         if pooled:
             print(f"\nall splits with a goal: 90% intervals hold {pooled['coverage_90']:.0%} of {pooled['runs']} runs "
-                  f"(a run in several splits counts in each); the predicted best run measured within {REGRET_OK:g}% of "
-                  f"the best in {pooled['choices_within_5pct']} of {pooled['choices']} workloads")
+                  f"(a run in several splits or draws counts in each); within {REGRET_OK:g}% of the best measured run: "
+                  f"the predicted best in {pooled['choices_within_5pct']} of {pooled['choices']} workloads, the "
+                  f"recommended in {pooled['recommended_within_5pct']}")
     return 0
 
 

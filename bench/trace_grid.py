@@ -5,9 +5,10 @@
 
 The grid file is JSON: {"out": "traces/cpu-fp32-grid", "num_prompts": 8, "max_new_tokens": 64, "runs": [{"name", "mode",
 plus any Plan field (num_speculative_tokens, fan_out, fan_out_miss, saguaro_c, backup, batch_size,
-temperature, ...) or "plan_file": a plan written by ssd-plan}]}. "prompt_set" (code | chat), "prompt_offset",
-"prompt_stride" (2 with offsets 0 / 1: the even / odd prompts), "num_prompts", "max_new_tokens" and "log_topn" (ssd-run --log-topn; 0 if absent) may be set grid-wide or per run.
-All runs share one process pair (models loaded once, one warm-up job) and seed 0. Existing traces are kept unless
+temperature, ...) or "plan_file": a plan written by ssd-plan}]}. "prompt_set" (code | chat | pool), "prompt_offset",
+"prompt_stride" (2 with offsets 0 / 1: the even / odd prompts), "num_prompts", "max_new_tokens", "log_topn" (ssd-run
+--log-topn; 0 if absent) and "seed" (ssd-run --seed; 0 if absent: give runs at T > 0 their own, so that no two share
+sampled text) may be set grid-wide or per run. All runs share one process pair (models loaded once, one warm-up job). Existing traces are kept unless
 --force. Prints one line per run and writes <out>/grid.json with the summaries. A new trace must also be
 listed in <out>/manifest.json and described in <out>/README.md (tests/test_traces.py checks it).
 Not part of CI: needs `ssd-run fetch-models` and ~2-3 minutes per run on this machine's 2 cores.
@@ -26,7 +27,7 @@ from ssd_runtime.prompts import encode, prompt_set
 from ssd_runtime.run import Job, Session
 from ssd_sim.plan.plan import Plan, load_plan
 
-RUN_KEYS = ("prompt_set", "prompt_offset", "prompt_stride", "num_prompts", "max_new_tokens", "log_topn")  # per run or grid-wide
+RUN_KEYS = ("prompt_set", "prompt_offset", "prompt_stride", "num_prompts", "max_new_tokens", "log_topn", "seed")  # per run or grid-wide
 
 
 def run_prompts(grid: dict, spec: dict, tokenizer) -> tuple[list[list[int]], str]:
@@ -80,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
                 t = time.time()
                 tokens = int(spec.get("max_new_tokens", grid.get("max_new_tokens", 64)))
                 res = session.run(Job(plan.replace(mode=mode), prompts, tokens, trace_path=str(path),
+                                      seed=int(spec.get("seed", grid.get("seed", 0))),
                                       log_topn=int(spec.get("log_topn", grid.get("log_topn", 0))),
                                       header={"prompt_source": label, "bench": "bench/trace_grid.py",
                                               "grid_run": spec["name"]}))

@@ -57,9 +57,26 @@ CHAT_PROMPTS: tuple[str, ...] = (
     "Question: What were the main causes of the French Revolution?\nAnswer:",
     "List some tips for a first-time visitor to a big city.\n\n1.",
     "Question: Why do leaves change colour in autumn?\nAnswer:",
+    # 12-23: added for issue 26's random halves of a 48-prompt pool (the `pool` set); the shipped chat traces use 0-11
+    "Question: How do vaccines train the immune system?\nAnswer:",
+    "Write a polite note to a neighbour asking them to keep their dog quiet at night.\n\nDear neighbour,\n",
+    "Describe a calm morning at a lake in a few sentences.\n\nThe lake",
+    "Question: What should I pack for a three-day hiking trip?\nAnswer: 1.",
+    "Explain in simple terms what inflation is and why prices rise.\n\nInflation",
+    "Question: Why do we have leap years?\nAnswer:",
+    "Write a short thank-you message to a teacher at the end of the school year.\n\nDear Ms. Lee,\n",
+    "Give three reasons why reading books is good for children.\n\n1.",
+    "Question: How do airplanes stay in the air?\nAnswer:",
+    "Write the opening paragraph of a mystery story set on a train.\n\n",
+    "Question: What is the best way to learn a new language as an adult?\nAnswer:",
+    "Explain how to change a flat tyre on a bicycle, step by step.\n\nStep 1:",
 )
 
-PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS, "chat": CHAT_PROMPTS}
+# The issue-26 pool: every code prompt, then every chat prompt (`pool:i`, i = 0..47); random halves of it are the
+# text hold-outs of bench/fidelity.py.
+POOL_PROMPTS: tuple[str, ...] = CODE_PROMPTS + CHAT_PROMPTS
+
+PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS, "chat": CHAT_PROMPTS, "pool": POOL_PROMPTS}
 
 
 @dataclass(frozen=True)

@@ -142,7 +142,8 @@ def charts_grid(sc, res, sim_rates) -> None:
                       config=charts.CONFIG)
     left.caption(f"error bars: {u['ar']['level']:.0%} intervals over the profile's uncertainty. SSD beats SD with "
                  f"probability {u['p_ssd_beats_sd']:.2f}; recommended: {u['recommended_mode'].upper()} "
-                 f"(SSD from {u['threshold']:.2f}). Largest uncertainty: {u['dominant_uncertainty']} ({u['settle']}).")
+                 f"(the highest mean over the draws{'; a close call' if u['close_call'] else ''}). Largest uncertainty: "
+                 f"{u['dominant_uncertainty']} ({u['settle']}).")
     fo = fanout_comparison(sc.profile, sc.plan)
     right.plotly_chart(charts.fanout_bars(fo["k"], fo["fan_out"], fo["uniform"], fo["p_hit"], fo["p_hit_uniform"]),
                        key="ch_fanout", config=charts.CONFIG)

@@ -267,7 +267,8 @@ def print_sweep(profile: Profile, result: PlanResult, report: dict) -> None:
     con.print(t)
     unit = rows[0]["decided_on"] if rows else "tok/s per sequence"
     con.print(f"best: the recommendation under '{result.objective}'; P: the probability that SSD beats SD in {unit} over "
-              "the profile's uncertainty (SSD is recommended from 0.80); b*: the batch size from which the row's plan "
+              "the profile's uncertainty (the recommendation: the mode with the highest mean over it); b*: the batch size "
+              "from which the row's plan "
               "runs the fast backup")
     bounds: dict[str, list[int]] = {}
     for r in rows:
@@ -341,16 +342,16 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
         ratios = (f"SSD {s.tok_s_per_device / result.sd.tok_s_per_device:.2f}x SD, "
                   f"{s.tok_s_per_device / result.ar.tok_s_per_device:.2f}x AR per device; " + ratios)
     con.print(f"recommendation under '{result.objective}': [bold]{rec}[/] ({ratios}, using {s.devices} devices vs "
-              f"{result.sd.devices}); SSD beats SD in {u['decided_on']} with probability {u['p_objective']:.2f} "
-              f"(SSD is recommended from {u['threshold']:.2f})"
-              + (f"; per sequence with probability {u['p_ssd_beats_sd']:.2f}" if result.objective != "latency" else ""))
+              f"{result.sd.devices}); SSD beats SD in {u['decided_on']} with probability {u['p_objective']:.2f}"
+              + (f"; per sequence with probability {u['p_ssd_beats_sd']:.2f}" if result.objective != "latency" else "")
+              + f" (recommended: the highest mean over the draws{'; a close call' if u['close_call'] else ''})")
     if ref is not None and ref["prediction_changed"]:
         unit = u["decided_on"]
         verdict = ("SD there, not SSD" if ref["recommended_mode"] != report["recommended_mode"]
                    else f"still {ref['recommended_mode'].upper()}")
         con.print(f"  as ssd-engine runs it (budget {result.plan.budget} -> {Plan.from_dict(eng['plan']).budget}, "
                   f"see its note): SSD {ref['ssd']:.2f} vs SD {ref['sd']:.2f} {unit}, {verdict}")
-    if u["p_objective"] < u["threshold"] or u["p_objective"] < 0.95:
+    if u["close_call"] or u["p_objective"] < 0.95:
         con.print(f"  largest uncertainty: {u['dominant_uncertainty']}; to settle it: {u['settle']}")
     if "simulated" in report:
         sim = report["simulated"]

@@ -25,15 +25,20 @@ _LP_DIGITS = 3
 
 
 def prompt_ids(trace: Trace) -> set[str]:
-    """The prompts a trace ran, as 'set:index' labels (from its header's prompt_source, e.g. prompt-set:code[8:16])."""
+    """The prompts a trace ran, as 'set:index' labels (from its header's prompt_source, e.g. prompt-set:code[8:16]);
+    of a cut run (Trace.only_requests) only its sequences' prompts (sequence i ran the i-th)."""
     src = str(trace.header.prompt_source)
     m = re.fullmatch(r"(?:prompt-set|calibrate-here):(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
     if not m:
-        return {src}
-    name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
-    lo = int(lo or 0)
-    hi = int(hi) if hi else lo + int(trace.header.num_prompts)
-    return {f"{name}:{i}" for i in range(lo, hi, int(step or 1))}
+        labels = [src] if trace.requests is None else [f"{src}#{i}" for i in range(int(trace.header.num_prompts))]
+    else:
+        name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
+        lo = int(lo or 0)
+        hi = int(hi) if hi else lo + int(trace.header.num_prompts)
+        labels = [f"{name}:{i}" for i in range(lo, hi, int(step or 1))]
+    if trace.requests is None:
+        return set(labels)
+    return {labels[i] if i < len(labels) else f"{src}#{i}" for i in trace.requests}
 
 
 def context_keys(trace: Trace) -> list[tuple] | None:

@@ -36,6 +36,7 @@ class Trace:
     rounds: list[RoundRecord]
     summary: Summary | None = None
     path: str | None = None
+    requests: tuple[int, ...] | None = None  # the sequences kept by `only_requests` (None: the whole run)
 
     @property
     def mode(self) -> str:
@@ -44,6 +45,28 @@ class Trace:
     @property
     def plan(self) -> dict[str, Any]:
         return self.header.plan
+
+    def only_requests(self, seqs: Iterable[int], label: str = "") -> Trace:
+        """The run cut to the rounds of these sequences (seq i = the run's i-th prompt): a hold-out of requests drawn
+        from one run, e.g. a random half of a prompt pool. The summary is dropped (its wall time and request list
+        are the whole run's); metrics come from the kept rounds (`summarize`). A round is all kept or all dropped:
+        one that batches kept with dropped sequences (b > 1) cannot be split, since its time is theirs together,
+        and is refused in one line. `label` is appended to the path ("FILE[label]") to name the cut."""
+        keep = frozenset(int(q) for q in seqs)
+        rounds = []
+        for r in self.rounds:
+            ids = {q.seq for q in r.seqs}
+            if ids <= keep:
+                rounds.append(r)
+            elif ids & keep:
+                raise ConfigError("requests", f"{self.path} round {r.round} batches kept sequences with others "
+                                              f"({sorted(ids)}): its time cannot be split; cut runs of batch size 1")
+        unknown = keep - {q.seq for r in self.rounds for q in r.seqs}
+        if unknown:
+            raise ConfigError("requests", f"{self.path} has no sequence {min(unknown)}; its sequences are the run's "
+                                          "prompts in order, from 0")
+        return Trace(self.header, rounds, None, f"{self.path}[{label}]" if label else self.path,
+                     tuple(sorted(keep)))
 
 
 def read_trace(path: str | Path) -> Trace:

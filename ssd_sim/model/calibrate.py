@@ -233,6 +233,7 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
     return LatencyModel(target, draft, target_devices=1, round_overhead_ms=ov["round_overhead_ms"],
                         transfer_ms=ov["transfer_ms"], lookup_ms=ov["lookup_ms"],
                         fast_backup_ms=ov["fast_backup_ms"], sd_transfer=sd_remote,
+                        sd_transfer_ms=ov["sd_transfer_ms"],
                         verify_slowdown_one_row=slow["one_row"], verify_slowdown_rows=slow["rows"],
                         draft_slowdown=d_slow)
 
@@ -320,20 +321,24 @@ def _warn_at_bound(report, role: str, rep) -> None:
 def _fit_dict(rep: FitReport, n: int, model: ForwardLatency) -> dict:
     return {"samples": n, "r2": rep.r2, "max_abs_rel_err": rep.max_abs_rel_err,
             "median_abs_rel_err": float(np.median(np.abs(rep.rel_residuals))),
-            "params": model.to_dict(), "stderr": rep.stderr}
+            "params": model.to_dict(), "stderr": rep.stderr, "level": rep.level}
 
 
 def _median(xs: list[float]) -> float:
     return float(np.median(xs)) if xs else 0.0
 
 
-def _overheads(traces: Sequence[Trace]) -> dict[str, float]:
-    """Medians of the per-round overheads (ms); transfer from the idle-draft rounds' wait."""
-    commit, lookup, fast, wait = [], [], [], []
+def _overheads(traces: Sequence[Trace]) -> dict[str, float | None]:
+    """Medians of the per-round overheads (ms); SSD's transfer from a low quantile of its rounds' wait beyond the
+    draft's lookup and backup, SD's from its rounds' wait beyond the drafting (None without SD rounds)."""
+    commit, lookup, fast, wait, sd_wait = [], [], [], [], []
     for t in traces:
         for r in t.rounds:
             ms = r.timings_ms
             commit.append(ms[Phase.COMMIT])
+            if t.mode == "sd" and ms[Phase.DRAFT_SD] > 0:
+                # the target waits for the request, the K draft steps and the reply: the wait beyond the steps
+                sd_wait.append(max(ms[Phase.TARGET_WAIT] - ms[Phase.DRAFT_SD], 0.0))
             if t.mode != "ssd":
                 continue
             lookup.append(ms[Phase.DRAFT_LOOKUP])
@@ -343,7 +348,7 @@ def _overheads(traces: Sequence[Trace]) -> dict[str, float]:
             wait.append(ms[Phase.TARGET_WAIT] - ms[Phase.DRAFT_LOOKUP] - ms[Phase.DRAFT_BACKUP])
     transfer = max(float(np.percentile(wait, 25)), 0.0) if wait else 0.0
     return {"round_overhead_ms": _median(commit), "transfer_ms": transfer, "lookup_ms": _median(lookup),
-            "fast_backup_ms": _median(fast)}
+            "fast_backup_ms": _median(fast), "sd_transfer_ms": _median(sd_wait) if sd_wait else None}
 
 
 def _neural(t: Trace, s: SeqRecord) -> bool:

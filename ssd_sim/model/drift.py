@@ -33,11 +33,12 @@ class Drift:
         return self.runs - self.groups
 
 
-# bench/drift.py over traces/ on 2026-12-02: 9 setups run 2-3 times (21 traces, 7-64 minutes apart, two 2-core CPU
-# hosts): pooled SD 4.4%, 90% interval 3.3-6.7% (chi-square, 12 degrees of freedom). Drift over hours is larger: a
-# probe and runs 2.5 h apart differed by 17-23% on one host (traces/cpu-fp32-halves/README.md), not in this number.
-SHIPPED_DRIFT = Drift(0.044, 9, 21, "measured over the repeat runs in this project's traces/ (bench/drift.py: 9 "
-                                    "setups, 21 runs 7-64 min apart, two CPU hosts; 90% interval 3.3-6.7%)")
+# bench/drift.py over traces/ on 2026-12-03: 11 setups run 2-3 times (25 traces, 7-64 minutes apart, three 2-core CPU
+# hosts; the two newest setups are traces/cpu-fp32-pool's AR and SD repeats, 45-51 minutes apart): pooled SD 4.7%,
+# 90% interval 3.6-6.9% (chi-square, 14 degrees of freedom). Drift over hours is larger: a probe and runs 2.5 h apart
+# differed by 17-23% on one host (traces/cpu-fp32-halves/README.md), not in this number.
+SHIPPED_DRIFT = Drift(0.047, 11, 25, "measured over the repeat runs in this project's traces/ (bench/drift.py: 11 "
+                                     "setups, 25 runs 7-64 min apart, three CPU hosts; 90% interval 3.6-6.9%)")
 
 
 def setup_key(trace: Trace) -> str:

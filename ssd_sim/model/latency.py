@@ -127,7 +127,8 @@ class LatencyModel:
     transfer_ms: float = 0.0  # SSD: one request + one reply between target and draft devices
     lookup_ms: float = 0.0  # SSD: speculation-cache lookup on the draft
     fast_backup_ms: float = 0.0  # SSD: producing random backup tokens
-    sd_transfer: bool = False  # SD drafts on another device/process and pays transfer_ms per round
+    sd_transfer: bool = False  # SD drafts on another device/process and pays a transfer per round
+    sd_transfer_ms: float | None = None  # SD's per-round request + reply when measured apart (None: transfer_ms)
     sd_extra_forward: bool = False  # SD runs K + 1 draft forwards: the last caches the K-th token (reference engine)
     verify_slowdown_one_row: float = 0.0  # SSD: target forward slower by this fraction while the draft decodes 1 row
     verify_slowdown_rows: float = 0.0  # ... while it decodes several rows per step or its multi-token glue
@@ -141,6 +142,9 @@ class LatencyModel:
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
                 raise ConfigError(name, f"must be a finite number >= 0, got {v!r}")
+        v = self.sd_transfer_ms
+        if v is not None and not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
+            raise ConfigError("sd_transfer_ms", f"must be a finite number >= 0 or null, got {v!r}")
         for role in ("target", "draft"):
             if not isinstance(getattr(self, role), ForwardLatency):
                 raise ConfigError(f"latency.{role}", "must be a forward-latency object (fixed_ms, memory_ms, ...)")
@@ -160,7 +164,12 @@ class LatencyModel:
         """Synchronous SD drafting per round: K (K + 1 with sd_extra_forward) sequential one-token draft steps
         over b rows (+ transfer if remote) (ms)."""
         steps = np.asarray(K) + (1 if self.sd_extra_forward else 0)
-        return steps * self.draft(b, 1) + (self.transfer_ms if self.sd_transfer else 0.0)
+        return steps * self.draft(b, 1) + (self.sd_round_trip_ms if self.sd_transfer else 0.0)
+
+    @property
+    def sd_round_trip_ms(self) -> float:
+        """SD's request + reply per round (ms): measured on SD rounds where calibrated, else SSD's transfer_ms."""
+        return self.transfer_ms if self.sd_transfer_ms is None else self.sd_transfer_ms
 
     def glue_ms(self, b: ArrayLike, K: ArrayLike):
         """SSD glue forward: the draft re-reads the K + 1 tokens it just proposed, b rows (ms)."""
@@ -197,7 +206,10 @@ class LatencyModel:
 
     def to_dict(self) -> dict:
         """The fields as JSON; read back with model.table.latency_from_dict (which knows probed tables)."""
-        return {**asdict(self), "target": self.target.to_dict(), "draft": self.draft.to_dict()}
+        d = {**asdict(self), "target": self.target.to_dict(), "draft": self.draft.to_dict()}
+        if self.sd_transfer_ms is None:  # profiles written before it was measured apart read the same
+            del d["sd_transfer_ms"]
+        return d
 
 
 def overlapped_ms(work_ms: ArrayLike, phases: Sequence[tuple[ArrayLike, ArrayLike]]):
@@ -296,11 +308,22 @@ def fit_forward_latency(
         slow = 1.0 + flags * (x[-1] if len(names) > len(free) else 0.0)
         return flat.ms(build(x)) * slow
 
-    # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the fit
+    # soft_l1: a few outlier rounds (a page fault, another process on the core) must not drag the curve's shape
     sol = least_squares(lambda x: predicted(x) / y - 1.0, x0, bounds=(lo, hi), method="trf", loss="soft_l1",
                         f_scale=0.05)
-    rep = FitReport.from_prediction(y, predicted(sol.x), names, sol, lo, hi)
-    return build(sol.x), replace(rep, pinned=tuple(pinned), sizes=flat.sizes())
+    level = total_level(y, predicted(sol.x))
+    rep = FitReport.from_prediction(y, level * predicted(sol.x), names, sol, lo, hi)
+    return build(sol.x).scaled(level), replace(rep, pinned=tuple(pinned), sizes=flat.sizes(), level=level)
+
+
+def total_level(measured_ms: np.ndarray, fitted_ms: np.ndarray) -> float:
+    """The factor that makes a robust fit's times sum to the measured ones: sum(measured) / sum(fitted).
+
+    A robust loss on relative residuals sets a curve's shape near the typical (median) forward, but tok/s is
+    tokens over the *total* time, outlier rounds included, and they recur in the runs predicted: on the pool
+    traces a run's mean verify was 1-6% above its median. So the level is the ratio of totals."""
+    total = float(np.sum(fitted_ms))
+    return float(np.sum(measured_ms)) / total if total > 0 else 1.0
 
 
 # The order in which a curve's parameters become identifiable: a line (fixed + per token) needs two distinct forward
@@ -334,8 +357,9 @@ def fit_scaled_latency(shape: ForwardLatency, workloads: Sequence[Workload], mea
     base = FlatWorkloads(workloads).ms(shape)
     sol = least_squares(lambda x: x[0] * base / y - 1.0, [float(np.median(y / base))], bounds=([1e-6], [np.inf]),
                         loss="soft_l1", f_scale=0.05)
-    k = float(sol.x[0])
-    return shape.scaled(k), FitReport.from_prediction(y, k * base, ["scale"], sol)
+    k = float(sol.x[0]) * total_level(y, float(sol.x[0]) * base)  # = sum(y) / sum(base): the level of the totals
+    rep = FitReport.from_prediction(y, k * base, ["scale"], sol)
+    return shape.scaled(k), replace(rep, params={**rep.params, "scale": k})
 
 
 @dataclass(frozen=True)
@@ -350,6 +374,7 @@ class FitReport:
     at_bound: tuple[str, ...] = ()  # fitted parameters that ended on a bound: the data do not pin them
     pinned: tuple[str, ...] = ()  # parameters too few distinct forward sizes could pin (held at PINNED_AT)
     sizes: tuple[float, ...] = ()  # the distinct forward sizes (rows x tokens) the fit saw
+    level: float = 1.0  # the factor the robust fit's ms terms were scaled by so the fitted times sum to the measured
 
     @classmethod
     def from_prediction(cls, y, pred, names, sol, lower=None, upper=None) -> FitReport:

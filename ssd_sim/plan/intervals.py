@@ -3,9 +3,12 @@ profile's Uncertainty (model.uncertainty), with common draws for every mode so t
 
 P(SSD beats SD) is the share of draws where the SSD plan beats SD at its K under the objective: faster per sequence
 (latency), or more total tok/s per device used (throughput-per-device: SSD's draft device counts, so SSD must be
-faster per sequence by more than its devices / SD's). The planner recommends SSD only when that is at least
-DECIDE_THRESHOLD; otherwise the safer SD, naming the measurement that would settle it (the source whose spread
-alone moves the SSD / SD ratio most, the same for both objectives).
+faster per sequence by more than its devices / SD's). The planner recommends the mode with the highest mean objective
+over the draws: the choice that minimises the expected regret (tok/s given up against the best mode) under the
+profile's uncertainty. A call is close when P(SSD beats SD) lies between 1 - CONFIDENT and CONFIDENT; the decision
+then names the measurement that would settle it (the source whose spread alone moves the SSD / SD ratio most, the
+same for both objectives). Users who would rather give up speed than risk a slower mode rank plans by a low
+quantile instead (--risk).
 """
 
 from __future__ import annotations
@@ -28,7 +31,7 @@ from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
 
 DRAWS = 200  # profiles per interval: the 5% / 95% quantiles move by ~1.5% of the width between seeds
 LEVEL = 0.9  # central prediction interval
-DECIDE_THRESHOLD = 0.8  # recommend SSD over SD only if it wins in at least 80% of the draws (4 to 1 odds)
+CONFIDENT = 0.8  # a call is confident when one of SSD / SD wins in at least 80% of the draws (4 to 1 odds)
 
 SETTLE = {
     "workload": "calibrate on more prompts of your workload (the spread between prompts dominates)",
@@ -95,33 +98,41 @@ OBJECTIVE_LABEL = {"latency": "tok/s per sequence", "throughput-per-device": "to
 
 @dataclass(frozen=True)
 class Decision:
-    """SSD or SD under uncertainty: P(SSD beats SD) under the objective, the recommendation and what would settle a
-    close call. p_ssd_beats_sd is always per sequence, p_ssd_beats_sd_per_device per device used; p_objective is the
-    one of the two the decision was taken on."""
+    """AR, SD or SSD under uncertainty: the mode with the highest mean objective over the draws, P(SSD beats SD) under
+    the objective, whether the call is close and what would settle it. p_ssd_beats_sd is always per sequence,
+    p_ssd_beats_sd_per_device per device used; p_objective is the one of the two the decision was taken on."""
 
     p_ssd_beats_sd: float
     recommended_mode: str  # ssd | sd | ar
-    threshold: float
     dominant: str  # the uncertainty source that moves SSD / SD most on its own
     settle: str  # the measurement that would settle it
     p_ssd_beats_sd_per_device: float = float("nan")
     objective: str = "latency"
+    expected: tuple[float, float, float] = (float("nan"),) * 3  # mean objective of AR, SD, SSD over the draws
 
     @property
     def p_objective(self) -> float:
         return self.p_ssd_beats_sd if self.objective == "latency" else self.p_ssd_beats_sd_per_device
 
+    @property
+    def close(self) -> bool:
+        """Neither SSD nor SD wins in CONFIDENT of the draws."""
+        return 1.0 - CONFIDENT < self.p_objective < CONFIDENT
+
     def to_dict(self) -> dict:
         return {"p_ssd_beats_sd": self.p_ssd_beats_sd, "p_ssd_beats_sd_per_device": self.p_ssd_beats_sd_per_device,
                 "decided_on": OBJECTIVE_LABEL[self.objective], "p_objective": self.p_objective,
-                "recommended_mode": self.recommended_mode, "threshold": self.threshold,
+                "recommended_mode": self.recommended_mode, "rule": "highest mean over the draws",
+                "expected": dict(zip(("ar", "sd", "ssd"), self.expected, strict=True)),
+                "close_call": self.close, "confident_from": CONFIDENT,
                 "dominant_uncertainty": self.dominant, "settle": self.settle}
 
 
 def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarray], n: int = 50,
-           threshold: float = DECIDE_THRESHOLD, objective: str = "latency") -> Decision:
-    """Recommend SSD only if it beats SD under the objective in >= threshold of the draws; else SD (or AR if it
-    beats both: AR and SD use the same devices, so per sequence and per device rank them alike)."""
+           objective: str = "latency") -> Decision:
+    """Recommend the mode (ar / sd / ssd) with the highest mean objective over the draws `samples`: the Bayes choice
+    for a loss of tok/s given up. AR and SD use the same devices, so per sequence and per device rank them alike; an
+    AR entry of nan (samples drawn with ar=False) leaves AR out."""
     if objective not in OBJECTIVE_LABEL:
         raise ValueError(f"objective must be one of {tuple(OBJECTIVE_LABEL)}, got {objective!r}")
     p_seq = float(np.mean(samples["ssd"] > samples["sd"]))
@@ -129,20 +140,19 @@ def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarra
     sd_devices = profile.latency.target_devices
     ssd_devices = sd_devices + plan.draft_devices
     p_dev = float(np.mean(samples["ssd"] * sd_devices > samples["sd"] * ssd_devices))
-    p = p_seq if objective == "latency" else p_dev
+    per = (1.0, 1.0, 1.0) if objective == "latency" else (1 / sd_devices, 1 / sd_devices, 1 / ssd_devices)
+    modes = ("ar", "sd", "ssd")
+    expected = tuple(float(np.mean(samples[m]) * w) for m, w in zip(modes, per, strict=True))
+    rec = max((i for i, e in enumerate(expected) if np.isfinite(e)), key=lambda i: expected[i])
     spread = {}
     for src in SOURCES:
         s = sample(profile, plan, sd_k, n, seed=1, only=src, ar=False)
         spread[src] = float(np.std(np.log(s["ssd"] / s["sd"])))
     dominant = max(spread, key=spread.get)
-    if p >= threshold:
-        rec = "ssd"
-    else:
-        rec = "sd" if np.mean(samples["sd"] > samples["ar"]) >= 0.5 else "ar"
     from_specs = dominant == "latency" and profile.host is None and "roofline" in profile.provenance
     measured = dominant == "interference" and not uncertainty_of(profile).interference
     key = "latency-specs" if from_specs else "interference-measured" if measured else dominant
-    return Decision(p_seq, rec, threshold, dominant, SETTLE[key], p_dev, objective)
+    return Decision(p_seq, modes[rec], dominant, SETTLE[key], p_dev, objective, expected)
 
 
 def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, seed: int = 0) -> list[float]:

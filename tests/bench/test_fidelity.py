@@ -23,15 +23,21 @@ BENCH = load_bench("fidelity")
 SPLITS = BENCH.splits()
 
 
+TEST_DRAWS = 3  # random halves per pool split in CI (the bench's default is the manifest's 10; ~10 s per split here)
+
+
 @functools.cache
 def reported(name: str) -> dict:
-    """run_split of a split with allow_leaks, once per test session (the limit and coverage tests share it)."""
-    return BENCH.run_split(name, SPLITS[name], allow_leaks=True)
+    """run_split of a split with allow_leaks, once per test session (the limit and coverage tests share it); a halves
+    split on its first TEST_DRAWS draws."""
+    return BENCH.run_split(name, SPLITS[name], allow_leaks=True, draws=TEST_DRAWS)
 
 
 def test_every_split_named_by_the_issue_is_there():
     assert {"config", "prompts", "ar-sd-to-ssd", "t0-to-t1", "c1-to-c", "b2-to-b4", "code-to-chat", "halves-t0",
-            "halves-t1", "halves-probe"} <= set(SPLITS)
+            "halves-t1", "halves-probe", "avx512-odd", "pool-halves", "pool-halves-configs", "pool-halves-ar-sd"} <= set(SPLITS)
+    pool = [n for n, s in SPLITS.items() if "halves" in s]
+    assert sorted(pool) == ["pool-halves", "pool-halves-ar-sd", "pool-halves-configs"]
 
 
 
@@ -39,6 +45,9 @@ def test_every_split_named_by_the_issue_is_there():
 def test_calibration_and_prediction_files_are_disjoint(name):
     s = SPLITS[name]
     assert s["calibrate"] and s["predict"]
+    if "halves" in s:  # one run may calibrate (its A requests) and be predicted (its B requests): the halves differ
+        assert all(p.is_file() for p in s["calibrate"] + s["predict"])
+        return
     assert not {p.resolve() for p in s["calibrate"]} & {p.resolve() for p in s["predict"]}
 
 
@@ -56,10 +65,10 @@ def test_each_split_holds_out_what_its_name_says():
     assert cal_prompts == {f"code:{i}" for i in range(8)}
 
 
-TEXT_HOLDOUTS = {"prompts", "code-to-chat", "halves-t0", "halves-t1", "halves-probe"}  # the splits that share no text
+TEXT_HOLDOUTS = {"prompts", "code-to-chat", "halves-t0", "halves-t1", "halves-probe", "avx512-odd"}  # share no text
 
 
-@pytest.mark.parametrize("name", sorted(SPLITS))
+@pytest.mark.parametrize("name", sorted(n for n, s in SPLITS.items() if "halves" not in s))  # halves: per draw, below
 def test_the_overlap_check_refuses_every_split_that_shares_text(name):
     s = SPLITS[name]
     cal, pred = [read_trace(p) for p in s["calibrate"]], {p.name: read_trace(p) for p in s["predict"]}
@@ -90,15 +99,23 @@ def test_the_prompt_split_shares_no_logged_context_with_its_calibration():
 # (a workload difference no calibration on 0-7 can see); AR + SD traces cannot time the draft's glue / branch decode
 # or the interference of the two processes (assumed at the middle of its range); b = 4 verifies 16 tokens, twice
 # the most the calibration timed (the latency curve is extrapolated); chat is another workload (no goal).
-LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.0, 10.0),
+LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0),
           "prompts": (9.0, 14.0), "ar-sd-to-ssd": (5.0, 18.5), "ar-sd-to-ssd-latency": (8.5, 27.0),
-          "b2-to-b4": (11.0, 12.5), "code-to-chat": (45.0, 50.0),
+          "b2-to-b4": (12.0, 12.5), "code-to-chat": (45.5, 50.0),
           # text hold-outs on the AVX2 host: the host drifted 12% during the session and the odd prompts accept less
           # (traces/cpu-fp32-halves/README.md); pinned at the measured error so a regression still fails
           "halves-t0": (36.0, 41.5), "halves-t1": (20.5, 20.5),
           # latencies from a probe beside the predicted runs (median goal met; SD 12.4% high: its verifies ran 1.09x
           # the probe table, the host's spread); 3 prompts x 16 tokens per run
-          "halves-probe": (4.0, 12.5)}
+          "halves-probe": (4.0, 12.5),
+          # the Zen 5 host's calibrate-here runs -> profile_check's odd-prompt runs: SD K = 6 +11% (the odd prompts
+          # accept less at positions 5-6)
+          "avx512-odd": (6.0, 11.0),
+          # random halves of the 48-prompt pool on the Zen 4 host, first TEST_DRAWS draws (10 draws in the bench:
+          # traces/cpu-fp32-pool/README.md). Misses: the first runs of the session ran ~10% slower than its last
+          # (a repeat measured it) while one latency serves every run, and a half's acceptance differs from the
+          # other's by up to ~5% (24 prompts each); pool-halves-ar-sd's probe was made ~50 minutes after the runs
+          "pool-halves": (4.0, 18.0), "pool-halves-configs": (7.0, 15.5), "pool-halves-ar-sd": (9.0, 19.5)}
 
 
 def test_every_split_has_a_limit():
@@ -132,16 +149,22 @@ def test_calibrated_plan_is_the_best_measured_configuration():
 
 
 def test_interval_coverage_counts_text_hold_outs_only():
-    # Across the configuration splits (which share text) the 90% intervals held 80-95% of the runs; on text the
-    # calibration never saw there are 7 goal runs (prompts 8-15 and the odd halves), too few to judge coverage well
+    # Across the configuration splits (which share text) the 90% intervals held 80-95% of the runs; what counts is
+    # text the calibration never saw: prompts 8-15, the odd halves (AVX2 host), the odd prompts of the Zen 5 host and
+    # the pool's random halves (Zen 4 host)
     results = [reported(name) for name in sorted(SPLITS)]
-    goal_runs = [r for res in results if res["goal"] for r in res["runs"]]
-    assert {res["name"] for res in results if res["goal"]} == {"prompts", "halves-t0", "halves-t1", "halves-probe"}
-    assert len(goal_runs) == 10 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
-    # measured: 7 of those 10 inside their 90% intervals (the goal is 85-95%: not met, issue 26); the probed split
-    # holds all 3 of its runs, the halves with latencies fitted 2.5 h before the runs none of their 4
-    assert sum(r["inside"] for r in goal_runs) == 7
-    assert sum(r["inside"] for r in reported("halves-probe")["runs"]) == 3
+    goal = {res["name"]: res for res in results if res["goal"]}
+    assert set(goal) == {"prompts", "halves-t0", "halves-t1", "halves-probe", "avx512-odd", "pool-halves",
+                         "pool-halves-configs", "pool-halves-ar-sd"}
+    goal_runs = [r for res in goal.values() for r in res["runs"]]
+    assert len(goal_runs) == 61 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
+    # measured (3 draws per pool split): 57 of 61 inside their 90% intervals (93%; the goal is 85-95%): the halves
+    # whose latencies were fitted 2.5 h before their runs hold 2 of 4, the pool's same-configuration halves 22 of 24
+    assert sum(r["inside"] for r in goal_runs) == 57
+    assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 22
+    # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
+    picks = [c for res in goal.values() for c in res["choices"]]
+    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (19, 17)
 
 
 def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():
@@ -157,3 +180,40 @@ def test_the_probed_split_takes_its_latencies_from_the_probe():
     res = reported("halves-probe")
     assert res["probe"].endswith("probe.json") and res["choices"][0]["ok"]
     assert any("probe table" in w for w in res["warnings"])  # the calibration runs drifted from the probe: said
+
+
+HALVES = ROOT / "traces" / "cpu-fp32-halves"
+
+
+def _even_pool_split(draws: int = 2) -> dict:
+    """A halves split over the shipped even-prompt runs (12 requests each): AR + SD K = 2 + SSD calibrate, SD K = 4
+    is predicted (the machinery of the pool splits on traces CI has)."""
+    return {"what": "test", "goal": True, "acceptance_from": None, "probe": None, "halves": {"draws": draws, "seed": 0},
+            "calibrate": [HALVES / f for f in ("cal-ar-t0.jsonl", "cal-sd-k2-t0.jsonl", "cal-ssd-k2-f112-t0.jsonl")],
+            "predict": [HALVES / "cal-sd-k4-t0.jsonl"]}
+
+
+def test_random_halves_are_disjoint_cover_the_pool_and_repeat_by_seed():
+    a, b = BENCH.halves(list(range(12)), draw=3)
+    assert len(a) == len(b) == 6 and set(a) | set(b) == set(range(12)) and not set(a) & set(b)
+    assert BENCH.halves(list(range(12)), draw=3) == (a, b) and BENCH.halves(list(range(12)), draw=4) != (a, b)
+    assert len(BENCH.halves(list(range(7)), 0)[0]) == 3
+
+
+def test_a_halves_split_predicts_each_run_once_per_draw_on_text_it_never_saw():
+    res = BENCH.run_split("even-pool", _even_pool_split(draws=2))
+    assert res["draws"] == 2 and res["pool"] == 12 and len(res["runs"]) == 2 and res["goal"]
+    assert all(r["shared_text"].startswith("0% shared") for r in res["runs"])  # A and B share no prompt or context
+    assert [r["draw"] for r in res["runs"]] == [0, 1] and {r["run"] for r in res["runs"]} == {"cal-sd-k4-t0.jsonl"}
+    assert len(res["runs"][0]["workload"][0]) == 6  # the prediction is of the B half's six prompts only
+    per = res["per_run"]["cal-sd-k4-t0.jsonl"]
+    assert per["draws"] == 2 and per["worst_abs_err_pct"] == res["worst_abs_err_pct"]
+    # the B half's measured tok/s is its own rounds' (not the whole run's)
+    whole = BENCH.summarize(read_trace(HALVES / "cal-sd-k4-t0.jsonl")).tok_s
+    assert {round(r["measured_tok_s"], 6) for r in res["runs"]} != {round(whole, 6)}
+
+
+def test_a_halves_split_needs_runs_over_one_pool():
+    split = {**_even_pool_split(), "predict": [HALVES / "pred-sd-k3-t0.jsonl"]}  # the odd prompts: another pool
+    with pytest.raises(ValueError, match="runs over one prompt pool"):
+        BENCH.run_split("mixed", split)

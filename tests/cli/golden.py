@@ -166,6 +166,18 @@ _ISSUE_28_PROMPTS = ("issue 28 (part): a workload carries every request's prompt
 _document(['sim-cpu-json', 'sim-llama-sd-json', 'sim-poisson-json', 'sim-plan-file-b2-json'], _ISSUE_28_PROMPTS)
 
 
+_ISSUE_26_DECISION = ("issue 26: the recommended mode is the one with the highest mean tok/s over the uncertainty draws (the "
+                      "choice of least expected regret; uncertainty.rule / expected / close_call / confident_from), where "
+                      "before SSD needed P(SSD beats SD) >= 0.8 (uncertainty.threshold): the recommendation line says "
+                      "which rule, and close calls (P between 0.2 and 0.8) that went to SD now go to the faster mean")
+_document(['plan-batch-sizes', 'plan-cpu-fanout-miss', 'plan-cpu-limits', 'plan-file', 'plan-file-b4', 'plan-file-backup-fast', 'plan-file-c-list', 'plan-file-json', 'plan-file-new-k', 'plan-file-other-preset', 'plan-file-uniform-fanout', 'plan-h200-adaptive-json', 'plan-llama-b8-t1', 'plan-llama-draft-devices', 'plan-llama-explain', 'plan-llama-fanout-list-c-fast', 'plan-llama-risk', 'plan-llama-t1-c-k5', 'plan-llama-throughput-b16', 'plan-llama70b-1b-h100', 'plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200', 'plan-llama70b-1b-h200-json', 'plan-profile', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen32-engine-knobs', 'plan-qwen32-k7-f3', 'plan-qwen32b-0.6b-h100', 'plan-qwen32b-0.6b-h100-json', 'plan-write'], _ISSUE_26_DECISION)
+_ISSUE_26_LEVEL = ("issue 26: a calibrated latency's level is the ratio of measured to fitted total time (a run's mean round, "
+                   "outliers included, not the robust fit's typical one; the fit report's 'level'), and SD's per-round "
+                   "request + reply is measured on SD rounds (latency.sd_transfer_ms, the wait beyond the drafting) "
+                   "instead of borrowing SSD's; the shipped grid profile was refit with both (CPU latencies +0.2-1.5%)")
+_document(['calibrate-grid', 'calibrate-grid-t1', 'plan-cpu-fanout-miss', 'plan-cpu-limits', 'plan-profile', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'sim-cpu-ar', 'sim-cpu-fixed-knobs', 'sim-cpu-json'], _ISSUE_26_LEVEL)
+
+
 def fixed_host():
     from ssd_sim.io.host import Host
 

@@ -193,7 +193,7 @@ def test_json_report_has_intervals_and_the_probability_that_ssd_beats_sd(capsys)
     u = json.loads(out)["uncertainty"]
     for mode in ("ar", "sd", "ssd", "p_hit", "round_ms"):
         assert u[mode]["low"] <= u[mode]["p50"] <= u[mode]["high"] and u[mode]["level"] == 0.9
-    assert 0.0 <= u["p_ssd_beats_sd"] <= 1.0 and u["threshold"] == 0.8
+    assert 0.0 <= u["p_ssd_beats_sd"] <= 1.0 and u["confident_from"] == 0.8
     assert json.loads(out)["recommended_mode"] == u["recommended_mode"]
     assert u["settle"] and u["dominant_uncertainty"] in ("workload", "latency", "extrapolation", "interference",
                                                          "hit", "saguaro")
@@ -252,7 +252,8 @@ def test_throughput_per_device_decides_per_device_and_shows_the_engine_runnable_
     u, pr = rep["uncertainty"], rep["predicted"]
     assert u["decided_on"] == "tok/s per device" and u["p_objective"] == u["p_ssd_beats_sd_per_device"]
     assert u["p_ssd_beats_sd"] > 0.95 > u["p_ssd_beats_sd_per_device"]  # per sequence SSD wins; per device not
-    assert rep["recommended_mode"] == ("ssd" if u["p_objective"] >= u["threshold"] else "sd")
+    best = max(("sd", "ssd"), key=lambda m: u["expected"][m])  # the highest mean per device over the draws
+    assert rep["recommended_mode"] == best and u["rule"] == "highest mean over the draws"
     ref = rep["reference_engine"]
     assert ref["prediction_changed"] and ref["ssd"] == rep["engine_flags"]["ssd-engine"]["predicted_tok_s_per_device"]
     assert ref["ssd"] < pr["sd_tok_s_per_device"] and ref["recommended_mode"] == "sd"

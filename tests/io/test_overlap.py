@@ -2,7 +2,9 @@
 
 import pytest
 
+from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.overlap import LEAK_SHARE, overlap, prompt_ids
+from ssd_sim.io.trace import summarize
 from tests.helpers.trace_samples import trace_from
 
 
@@ -51,3 +53,37 @@ def test_a_run_above_the_leak_share_leaks():
 def test_prompt_ids_read_the_header_slice():
     assert prompt_ids(_run([1], prompts="prompt-set:code[8:16]")) == {f"code:{i}" for i in range(8, 16)}
     assert prompt_ids(_run([1], prompts="prompt-set:code[1:12:2]")) == {f"code:{i}" for i in (1, 3, 5, 7, 9, 11)}
+
+
+def _pool(seqs: int = 4, batch: int = 1, prompts: str = "prompt-set:pool[0:4]"):
+    """A run over `seqs` prompts, two rounds per sequence (one round per batch of `batch` sequences)."""
+    rounds = []
+    for j in range(0, seqs, batch):
+        for _ in range(2):
+            rows = [{"seq": q, "accepted": 1, "bonus": 10 * q, "committed": 2} for q in range(j, j + batch)]
+            rounds.append({"round": len(rounds), "K": 1, "batch": batch, "seqs": rows,
+                           "timings_ms": {"verify": 5.0 + j, "round": 10.0 + j}})
+    header = {"mode": "sd", "plan": {"num_speculative_tokens": 1, "temperature": 0.0}, "batch_size": batch,
+              "prompt_source": prompts, "num_prompts": seqs, "seed": 0}
+    return trace_from(header, rounds)
+
+
+def test_a_run_cut_to_some_requests_keeps_their_rounds_and_prompts():
+    run = _pool()
+    cut = run.only_requests([1, 3], "B0")
+    assert [r.seqs[0].seq for r in cut.rounds] == [1, 1, 3, 3] and cut.requests == (1, 3)
+    assert cut.summary is None and cut.path.endswith("[B0]")
+    assert prompt_ids(cut) == {"pool:1", "pool:3"} and prompt_ids(run) == {f"pool:{i}" for i in range(4)}
+    assert summarize(cut).tokens == 8 and summarize(cut).wall_ms == pytest.approx(2 * 11.0 + 2 * 13.0)
+    # the two halves of a pool share no prompt, so a greedy AR calibration on one cannot leak into the other
+    assert overlap([run.only_requests([0, 2])], cut).prompts == 0.0
+    strided = _pool(prompts="prompt-set:code[1:8:2]").only_requests([0, 3])
+    assert prompt_ids(strided) == {"code:1", "code:7"}
+
+
+def test_a_cut_that_splits_a_batched_round_or_names_no_request_is_refused():
+    with pytest.raises(ConfigError, match="batches kept sequences with others"):
+        _pool(batch=2).only_requests([0])
+    assert len(_pool(batch=2).only_requests([0, 1]).rounds) == 2  # whole batches can be cut
+    with pytest.raises(ConfigError, match="has no sequence 9"):
+        _pool().only_requests([1, 9])

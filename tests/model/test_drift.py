@@ -3,11 +3,19 @@
 from __future__ import annotations
 
 import math
+from pathlib import Path
 
 import pytest
 
 from ssd_sim.io.trace import read_trace
-from ssd_sim.model.drift import SHIPPED_DRIFT, measured_drift, pooled_log_sd, repeat_groups, session_drift
+from ssd_sim.model.drift import (
+    SHIPPED_DRIFT,
+    measured_drift,
+    median_verify_ms,
+    pooled_log_sd,
+    repeat_groups,
+    session_drift,
+)
 from ssd_sim.plan.plan import Plan
 from tests.helpers.synthetic_traces import write_trace
 
@@ -37,4 +45,15 @@ def test_a_calibrations_own_repeats_are_pooled_with_the_projects_by_degrees_of_f
     traces = [read_trace(write_trace(tmp_path / f"a{i}.jsonl", sd, rounds=40, seed=i, noise=0.2)) for i in range(3)]
     own, pooled = measured_drift(traces), session_drift(traces)
     want = math.sqrt((2 * own.sd ** 2 + SHIPPED_DRIFT.dof * SHIPPED_DRIFT.sd ** 2) / (2 + SHIPPED_DRIFT.dof))
-    assert pooled.sd == pytest.approx(want) and "pooled with the project's 4.4%" in pooled.source
+    assert pooled.sd == pytest.approx(want) and "pooled with the project's 4.7%" in pooled.source
+
+
+def test_the_shipped_drift_is_what_the_shipped_repeats_measure():
+    """SHIPPED_DRIFT cites bench/drift.py over traces/ (every folder but superseded/): the same groups, runs and SD."""
+    root = Path(__file__).resolve().parents[2] / "traces"
+    traces = [read_trace(p) for f in sorted(root.iterdir()) if f.is_dir() and f.name != "superseded"
+              for p in sorted(f.glob("*.jsonl"))]
+    groups = repeat_groups(traces)
+    ms = [[median_verify_ms(t) for t in g] for g in groups]
+    assert (len(groups), sum(map(len, ms))) == (SHIPPED_DRIFT.groups, SHIPPED_DRIFT.runs)
+    assert pooled_log_sd(ms) == pytest.approx(SHIPPED_DRIFT.sd, abs=5e-4)

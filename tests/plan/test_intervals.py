@@ -56,6 +56,23 @@ def test_a_clear_win_recommends_ssd():
     assert d.p_ssd_beats_sd >= 0.8 and d.recommended_mode == "ssd"
 
 
+def test_the_recommendation_is_the_mode_with_the_highest_mean_over_the_draws():
+    prof = get_preset("qwen-coder-1.5b-0.5b-cpu")
+    plan = make_plan(prof).plan
+    s = {"ar": np.full(10, 1.0), "sd": np.full(10, 2.0), "ssd": np.array([2.5] * 7 + [1.9] * 3)}
+    d = decide(prof, plan, 3, s, n=5)  # SSD wins 7 of 10 draws and 2.32 tok/s on average against 2.0
+    assert d.p_ssd_beats_sd == pytest.approx(0.7) and d.recommended_mode == "ssd" and d.close
+    assert d.expected == pytest.approx((1.0, 2.0, 2.32))
+    s["ssd"] = np.array([2.05] * 7 + [1.0] * 3)  # wins as often, but gives up more when it loses: 1.735 on average
+    assert decide(prof, plan, 3, s, n=5).recommended_mode == "sd"
+    s["ssd"] = np.full(10, 3.0)  # 1.5x SD per sequence on 2 devices against 1: SD per device
+    per_device = decide(prof, plan, 3, s, n=5, objective="throughput-per-device")
+    assert (per_device.p_ssd_beats_sd, per_device.p_ssd_beats_sd_per_device) == (1.0, 0.0)
+    assert per_device.recommended_mode == "sd" and not per_device.close
+    s["ar"] = np.full(10, np.nan)  # drawn with ar=False: AR is not a candidate
+    assert decide(prof, plan, 3, {**s, "sd": np.full(10, 0.5)}, n=5).recommended_mode == "ssd"
+
+
 def two_prompt_traces(tmp: Path) -> list[Path]:
     """field-notes note 4, on this project's traces: one AR and one SD K = 3 trace, two prompts each."""
     out = []
