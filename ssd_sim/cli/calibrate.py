@@ -96,7 +96,9 @@ def print_report(profile: Profile, report: CalibrationReport) -> None:
     if report.logged:
         lg = report.logged
         con.print(f"acceptance model: derived from {lg['contexts']} logged contexts (top-{lg['top_n']}), contexts per "
-                  f"position {lg['positions']}, truncation bound {lg['truncation_bound']:.3f}")
+                  f"position {lg['positions']}, truncation bound {lg['truncation_bound']:.3f}"
+                  + (f" ({lg['truncation_share']:.0%} of it added back, measured on {lg['truncation_counted']} counted "
+                     "draft tokens at T > 0)" if lg.get("truncation_counted") else ""))
     for w in report.warnings:
         con.print(f"warning: {w}")
     con.print(f"profile {profile.name}: max batch {profile.max_batch_size}")

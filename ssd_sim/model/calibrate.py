@@ -506,8 +506,7 @@ def _acceptance_provenance(model: AcceptanceModel, report: CalibrationReport) ->
                 "acceptance.hit": "derived: per-position hit tables (after a rejection and after all accepted) "
                                   "from the same distributions, F = 0.." + str(lg["top_n"] - 1) + ", power law beyond",
                 "acceptance.saguaro": "derived: the Saguaro math on the logged distributions at each C",
-                "acceptance.truncation": f"top-{lg['top_n']} truncation: acceptance at most "
-                                         f"{lg['truncation_bound']:.3f} low (T = 1, C = 1; mean bound)"}
+                "acceptance.truncation": _truncation_note(lg)}
     temps = sorted({p.temperature for p in model.points})
     assumed = [w for w in report.warnings if "assumed (" in w]
     return {"acceptance": f"measured: {len(model.points)} (temperature, C) groups of counted rounds; "
@@ -515,6 +514,16 @@ def _acceptance_provenance(model: AcceptanceModel, report: CalibrationReport) ->
             "acceptance.hit": ("assumed: " + "; ".join(assumed)) if assumed else
                               "measured: power-law fits to the bonus-token ranks of SSD traces",
             "acceptance.saguaro": "measured where traces exist at that C; assumed elsewhere (synthetic response)"}
+
+
+def _truncation_note(lg: dict) -> str:
+    """What the top-N truncation leaves of the derived acceptance (model.logged: a lower bound, corrected by the share
+    of the bound that the counted acceptance of T > 0 runs shows)."""
+    bound = f"top-{lg['top_n']} truncation: derived acceptance at most {lg['truncation_bound']:.3f} low (T = 1, C = 1; mean bound)"
+    if not lg.get("truncation_counted"):
+        return bound + "; uncorrected (assumed: no run at T > 0 counted acceptance on the logged contexts)"
+    return (bound + f"; measured: the counted acceptance of {lg['truncation_counted']} verified draft tokens at T > 0 "
+                    f"shows {lg['truncation_share']:.0%} of it, added back at every T in proportion to each context's bound")
 
 
 def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], target: ForwardLatency,

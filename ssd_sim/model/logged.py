@@ -24,6 +24,14 @@ T = 1 and C = 1 the acceptance error is at most p_rest + q_rest per context, and
 min(p_rest, F p_N) (p_N the smallest listed target probability); `Response.truncation` reports the mean
 acceptance bound. tests/model/test_logged.py checks both bounds against full distributions, and the error at
 other temperatures and C.
+
+Truncation correction (measured, within the bound): where runs at T > 0 verified a draft token at a logged context,
+their counted acceptance is an unbiased realisation of the full-distribution rate at that context, so
+share = sum(counted - derived) / sum(bound), clipped to [0, 1], is the part of the bound the truncation really costs
+(`truncation_share`; derived and bound at each run's own T, C and downweight set). Every context's acceptance at
+(T, C) then gains share x its own bound at T (p's and q's rest lumps at T: 0 at T = 0, where the argmax is always
+listed). Hit rates stay lower bounds. Runs sampled with top-k / top-p or forced acceptance, rounds a fast backup may
+have served and the bonus position (no draft token) count nothing.
 """
 
 from __future__ import annotations
@@ -55,6 +63,9 @@ class LoggedPositions:
     group: np.ndarray  # [n] index of the (trace, sequence) the context came from (for per-prompt spreads)
     n_top: int  # N
     run_temperature: np.ndarray | None = None  # [n] temperature of the run that reached the context
+    counted: np.ndarray | None = None  # [n] 1 / 0: the draft token verified here was accepted / rejected; nan: none
+    run_c: np.ndarray | None = None  # [n] Saguaro C of the run that reached the context
+    run_extra: np.ndarray | None = None  # [n] 1 where that run down-weighted the top-(F+1) set, else 0
 
     @property
     def size(self) -> int:
@@ -62,9 +73,12 @@ class LoggedPositions:
 
     def subset(self, mask: np.ndarray) -> LoggedPositions:
         """The contexts where mask is True."""
-        rt = None if self.run_temperature is None else self.run_temperature[mask]
+        def cut(a):
+            return None if a is None else a[mask]
+
         return LoggedPositions(self.position[mask], self.p_lp[mask], self.q_lp[mask], self.p_rest[mask],
-                               self.q_rest[mask], self.group[mask], self.n_top, rt)
+                               self.q_rest[mask], self.group[mask], self.n_top, cut(self.run_temperature),
+                               cut(self.counted), cut(self.run_c), cut(self.run_extra))
 
     def nearest_runs(self, temperature: float) -> LoggedPositions:
         """The contexts reached by the runs whose temperature is nearest `temperature` (ties: all of them).
@@ -80,10 +94,14 @@ class LoggedPositions:
 
 def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
     """Every logged context with both distributions, from all traces; None when no trace logged any."""
-    rows, groups, temps, n_top = [], {}, [], None
+    rows, groups, run, counted, n_top = [], {}, [], [], None
     for ti, t in enumerate(traces):
+        plain = _plain_sampling(t)
+        own = (float(t.plan.get("temperature", 0.0)), float(t.plan.get("saguaro_c", 1.0)),
+               1.0 if t.plan.get("downweight") == "top_f_plus_1" else 0.0)
         for r in t.rounds:
             for s in r.seqs:
+                drafted = plain and (t.plan.get("backup", "jit") == "jit" or getattr(s, "hit", None) is not False)
                 for i, d in enumerate(s.dists or []):
                     if d[3] is None:
                         continue
@@ -91,11 +109,21 @@ def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
                     n_top = n if n_top is None else min(n_top, n)
                     groups.setdefault((ti, s.seq), len(groups))
                     rows.append((i, d, groups[(ti, s.seq)]))
-                    temps.append(float(t.plan.get("temperature", 0.0)))
+                    run.append(own)
+                    counted.append(float(i < s.accepted) if drafted and i < r.K else np.nan)
     if not rows:
         return None
     lp = _align(rows, n_top)
-    return LoggedPositions(lp.position, lp.p_lp, lp.q_lp, lp.p_rest, lp.q_rest, lp.group, n_top, np.array(temps))
+    temps, cs, extra = (np.array(c) for c in zip(*run, strict=True))
+    return LoggedPositions(lp.position, lp.p_lp, lp.q_lp, lp.p_rest, lp.q_rest, lp.group, n_top, temps,
+                           np.array(counted), cs, extra)
+
+
+def _plain_sampling(trace: Trace) -> bool:
+    """The run drew its draft tokens from the plain softmax the logged distributions describe (no top-k / top-p,
+    no forced acceptance), so its counted acceptance measures the same rate."""
+    x = trace.header.extra
+    return not x.get("top_k", 0) and x.get("top_p", 1.0) >= 1.0 and x.get("forced_acceptance") is None
 
 
 def _align(rows: list, n: int) -> LoggedPositions:
@@ -168,11 +196,11 @@ def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, do
     f_max = lp.n_top - 1 if f_max is None else min(f_max, lp.n_top - 1)
     extra = 1 if downweight == "top_f_plus_1" else 0
     C = saguaro_c if temperature > 0 else 1.0  # greedy drafting ignores C
-    P = _at_temperature(lp.p_lp, lp.p_rest, temperature)
-    Q = _at_temperature(lp.q_lp, lp.q_rest, temperature)
-    Q = np.concatenate([Q[:, :-1], np.zeros((Q.shape[0], 1)), Q[:, -1:]], axis=1)  # p's lump, then q's
-    P = np.concatenate([P, np.zeros((P.shape[0], 1))], axis=1)
+    P, Q = _pq(lp, temperature)
     acc = np.minimum(P, _saguaro(Q, 1 + extra, C)).sum(axis=1)
+    share = truncation_share(lp)
+    if share:
+        acc = np.minimum(1.0, acc + share * _lumps(P, Q))
     cum_p = np.cumsum(P, axis=1)
     hit_acc = np.concatenate([np.zeros((P.shape[0], 1)), cum_p[:, :f_max]], axis=1)  # [n, F_max + 1]
     hit_rej_num = np.zeros((P.shape[0], f_max + 1))
@@ -196,6 +224,38 @@ def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, do
     trunc = float((lp.p_rest + lp.q_rest).mean())
     return Response(temperature, saguaro_c, np.array(out_acc), _monotone(np.array(out_rej)),
                     _monotone(np.array(out_all)), np.array(counts), trunc, _monotone(np.array(out_paper)))
+
+
+def _pq(lp: LoggedPositions, temperature: float) -> tuple[np.ndarray, np.ndarray]:
+    """[n, W + 2] target and draft probabilities at T on shared columns: the listed tokens, then p's rest lump (q has
+    0 there), then q's rest lump (p has 0 there), so neither lump ever matches the other side."""
+    P = _at_temperature(lp.p_lp, lp.p_rest, temperature)
+    Q = _at_temperature(lp.q_lp, lp.q_rest, temperature)
+    Q = np.concatenate([Q[:, :-1], np.zeros((Q.shape[0], 1)), Q[:, -1:]], axis=1)
+    P = np.concatenate([P, np.zeros((P.shape[0], 1))], axis=1)
+    return P, Q
+
+
+def _lumps(P: np.ndarray, Q: np.ndarray) -> np.ndarray:
+    """[n] each context's truncation bound on acceptance at the T of P and Q: p's rest lump + q's rest lump."""
+    return P[:, -2] + Q[:, -1]
+
+
+def truncation_share(lp: LoggedPositions) -> float:
+    """The share (0..1) of the top-N truncation bound that the counted acceptance of the runs at T > 0 shows:
+    sum(counted - derived) / sum(bound) over the contexts where they verified a draft token, each derived at its run's
+    own T, C and downweight set (module docstring); 0 without such contexts."""
+    if lp.counted is None or lp.run_temperature is None:
+        return 0.0
+    use = ~np.isnan(lp.counted) & (lp.run_temperature > 0)
+    gap = bound = 0.0
+    for T, C, extra in {(float(a), float(b), int(c)) for a, b, c in
+                        zip(lp.run_temperature[use], lp.run_c[use], lp.run_extra[use], strict=True)}:
+        own = lp.subset(use & (lp.run_temperature == T) & (lp.run_c == C) & (lp.run_extra == extra))
+        P, Q = _pq(own, T)
+        gap += float((own.counted - np.minimum(P, _saguaro(Q, 1 + extra, C)).sum(axis=1)).sum())
+        bound += float(_lumps(P, Q).sum())
+    return float(np.clip(gap / bound, 0.0, 1.0)) if bound > 0 else 0.0
 
 
 def _reject_hit(P: np.ndarray, Qs: np.ndarray, F: int) -> tuple[np.ndarray, np.ndarray, np.ndarray]:
@@ -245,7 +305,9 @@ def derived_model(lp: LoggedPositions, downweight: str = "top_f", temperatures: 
             points.append(AcceptancePoint(T, tuple(float(a) for a in r.acceptance),
                                           HitTable(reject=tuple(map(tuple, r.reject)), accepted=tuple(map(tuple, r.accepted))),
                                           backup, C, "derived", hit_source="derived"))
+    counted = 0 if lp.counted is None else int((~np.isnan(lp.counted) & (lp.run_temperature > 0)).sum())
     summary = {"contexts": lp.size, "positions": [int(c) for c in base.contexts], "top_n": lp.n_top,
-               "truncation_bound": base.truncation, "temperatures": list(temperatures), "saguaro_c": list(cs),
+               "truncation_bound": base.truncation, "truncation_share": truncation_share(lp),
+               "truncation_counted": counted, "temperatures": list(temperatures), "saguaro_c": list(cs),
                "run_temperatures": sorted({float(t) for t in lp.run_temperature}) if lp.run_temperature is not None else []}
     return AcceptanceModel(tuple(points), downweight, response="logged"), summary

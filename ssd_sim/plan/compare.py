@@ -6,6 +6,7 @@ Units: tok/s, tokens, ms; rates in [0, 1].
 from __future__ import annotations
 
 import math
+from dataclasses import replace
 
 import numpy as np
 
@@ -89,7 +90,8 @@ def position_curves(trace: Trace, profile: Profile) -> dict:
     if lp is None:
         out["derived_acceptance"] = out["derived_hit"] = None
         return out
-    r = response(lp, plan.temperature, plan.saguaro_c, plan.downweight, min_contexts=10)
+    # the distributions alone (no truncation share from this trace's own counts: they are the "measured" column)
+    r = response(replace(lp, counted=None), plan.temperature, plan.saguaro_c, plan.downweight, min_contexts=10)
     rows = len(r.acceptance)
     out["derived_acceptance"] = [float(r.acceptance[min(k, rows - 1)]) for k in range(K)]
     f_cap = r.reject.shape[1] - 1

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from ssd_sim.io.trace import Trace
-from ssd_sim.model.logged import logged_positions, response
+from ssd_sim.model.logged import logged_positions, response, truncation_share
 from ssd_sim.theory.saguaro import outcome_stats
 from tests.helpers.synthetic_traces import dist_pairs, dist_record
 from tests.helpers.trace_samples import trace_from
@@ -108,3 +108,38 @@ def test_positions_with_few_contexts_share_the_last_row():
         s.accepted, s.dists = 1, s.dists + [record(p[-1 - j], 8) + record(q[-1 - j], 8)]
     assert response(logged_positions([t]), 1.0, min_contexts=30).acceptance.shape == (1,)
     assert response(logged_positions([t]), 1.0, min_contexts=10).acceptance.shape == (2,)
+
+
+def sampled_run(p: np.ndarray, q: np.ndarray, n: int, seed: int, **head) -> Trace:
+    """A T = 1 run over the contexts (K = 1): each verified draft token accepted with the full distributions'
+    probability sum(min(p, q)), as the runtime's ratio test does; logged at top-n."""
+    ok = np.random.default_rng(seed).random(len(p)) < np.minimum(p, q).sum(1)
+    rounds = [{"round": j, "K": 1, "seqs": [{"seq": j, "accepted": int(a), "bonus": 0, "committed": 1 + int(a),
+                                             "dists": [record(p[j], n) + record(q[j], n)] * (1 + int(a))}],
+               "timings_ms": {}} for j, a in enumerate(ok)]
+    return trace_from({"mode": "sd", "plan": {"temperature": 1.0}, "batch_size": 1, "log_topn": n, **head}, rounds)
+
+
+def test_counted_acceptance_of_t1_runs_corrects_the_truncation_within_its_bound():
+    p, q = pairs(4000, seed=5)
+    truth, _, _ = exact(p, q, 1.0, 1.0, 1)
+    lp = logged_positions([sampled_run(p, q, 4, seed=6)])  # top-4 of 200: a large bound
+    share = truncation_share(lp)
+    plain = response(logged_positions([trace_of(p, q, 4)]), 1.0, min_contexts=1)  # no counted acceptance
+    fixed = response(lp, 1.0, min_contexts=1)
+    assert 0.0 < share < 1.0 and truth - plain.acceptance[0] > 0.02  # the lower bound misses by > 2 points
+    se = np.sqrt(truth * (1 - truth) / len(p))
+    assert abs(fixed.acceptance[0] - truth) < 3 * se  # the counted outcomes put it back, within their noise
+    assert plain.acceptance[0] < fixed.acceptance[0] <= plain.acceptance[0] + plain.truncation
+    # greedy rates are exact (the argmax is always listed): nothing to correct
+    assert response(lp, 0.0, min_contexts=1).acceptance[0] == pytest.approx(plain_greedy(p, q))
+
+
+def plain_greedy(p: np.ndarray, q: np.ndarray) -> float:
+    return float((p.argmax(1) == q.argmax(1)).mean())
+
+
+def test_runs_that_did_not_sample_the_logged_distributions_count_nothing():
+    p, q = pairs(500, seed=7)
+    assert truncation_share(logged_positions([sampled_run(p, q, 4, seed=8, top_k=20)])) == 0.0
+    assert truncation_share(logged_positions([trace_of(p, q, 4)])) == 0.0  # T = 0 runs: exact, nothing measured
