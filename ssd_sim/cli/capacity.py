@@ -20,7 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ssd_sim.cli.args import OneLineParser, add_knob_arg, bounded_int, cli_entry, fail, nonneg_float
-from ssd_sim.cli.source import add_source_args, profile_of, source_files, source_of
+from ssd_sim.cli.source import add_source_args, at_workload_context, profile_of, source_files, source_of
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.limits import MAX_REQUESTS, MAX_TOKENS
@@ -101,26 +101,28 @@ def _names(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
     return names
 
 
-def load_of(args) -> Load:
-    """The load from --rate / --arrivals (exactly one)."""
+def load_of(args) -> tuple[Load, Workload]:
+    """The load from --rate / --arrivals (exactly one), and the workload it was drawn from."""
     if (args.rate is None) == (args.arrivals is None):
         raise ConfigError("rate", "give the load as --rate R (requests per second) or --arrivals FILE, one of them")
     if args.arrivals is not None:
         wl = read_arrivals(args.arrivals, 1, args.tokens, args.prompt_tokens, args.output_dist)
     else:
         wl = Workload("poisson", args.num_requests, 1, args.rate, args.tokens, args.output_dist, args.prompt_tokens)
-    return Load.of(wl, args.seed)
+    return Load.of(wl, args.seed), wl
 
 
-def profiles_of(args) -> list:
-    """The profile of the source flags, or with --tp-options one per tensor-parallel degree (specs only)."""
+def profiles_of(args, workload: Workload) -> tuple[list, str | None]:
+    """The profile of the source flags, or with --tp-options one per tensor-parallel degree (specs only), each at the
+    workload's mean decode context where its latencies depend on it (cli.source.at_workload_context); and the line
+    saying so (None if not)."""
     source = source_of(args)
-    if not args.tp_options:
-        return [profile_of(source)]
-    if "spec" not in source:
+    if args.tp_options and "spec" not in source:
         raise ConfigError("tp_options", "--tp-options needs a pair from specs (--target, --draft, --gpu): a preset's or "
                                         "profile's latencies hold for its own TP only")
-    return [profile_of({"spec": {**source["spec"], "tp": tp}}) for tp in args.tp_options]
+    sources = [{"spec": {**source["spec"], "tp": tp}} for tp in args.tp_options] if args.tp_options else [source]
+    found = [at_workload_context(s, profile_of(s), workload) for s in sources]
+    return [p for p, _ in found], found[0][1]
 
 
 def _pool(args):
@@ -148,9 +150,9 @@ def main(argv: list[str] | None = None) -> int:
         targets = Targets(args.ttft_ms, args.tpot_ms, args.ttft_pct, args.tpot_pct)
         modes = _names(args.modes, MODES, "modes")
         routers = _names(args.routers, ROUTERS, "routers")
-        profiles = profiles_of(args)
+        load, wl = load_of(args)
+        profiles, args.context_note = profiles_of(args, wl)
         profile = profiles[0]
-        load = load_of(args)
         mapper, pool = _pool(args)
         by_tp = {p.latency.target_devices: Capacity(p, load, targets, args.temperature or 0.0, args.gpu_price,
                                                     args.seed, mapper) for p in profiles}
@@ -162,7 +164,8 @@ def main(argv: list[str] | None = None) -> int:
     finally:
         if pool is not None:
             (pool.shutdown if hasattr(pool, "shutdown") else pool.close)()
-    data = _to_json(profile, load, targets, result, answer)
+    data = _to_json(profile, load, targets, result, answer) | ({"context_note": args.context_note}
+                                                              if args.context_note else {})
     if args.output:
         save_json_atomic(args.output, json.dumps(json_safe(data), indent=2), "output")
     if args.json:
@@ -214,6 +217,8 @@ def _print(profile, load: Load, targets: Targets, result: SearchResult, answer: 
             f"TPOT p{targets.tpot_pct:g} <= {targets.tpot_ms:g} ms" if targets.tpot_ms else ""]
     con.print(f"{profile.name}: {len(load.arrival_ms)} requests, {float(load.output_tokens.mean()):.0f} output tokens "
               f"each on average, {load.offered_tok_s:,.0f} tok/s offered; targets: {', '.join(w for w in want if w)}")
+    if args.context_note:
+        con.print(args.context_note, soft_wrap=True, markup=False, highlight=False)
     t = Table(title="cheapest configuration per mode (simulated on the whole load)")
     for col in ("mode", "replicas x cap", "GPUs", f"TTFT p{targets.ttft_pct:g} ms", f"TPOT p{targets.tpot_pct:g} ms",
                 "smallest margin", "tok/s", "$ / M tokens"):

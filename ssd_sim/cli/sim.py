@@ -29,7 +29,7 @@ from ssd_sim.cli.args import (
     knob_flags,
     nonneg_float,
 )
-from ssd_sim.cli.source import add_source_args, profile_of, source_files, source_of
+from ssd_sim.cli.source import add_source_args, at_workload_context, profile_of, source_files, source_of
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object, save_json_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
@@ -116,7 +116,8 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs({"chrome_trace": args.chrome_trace},  # before the simulation, not after it
                       {"plan": args.plan, "arrivals": args.arrivals, "replay": args.replay, **source_files(args)})
         pf = load_plan(args.plan) if args.plan else None
-        profile = profile_of(source_of(args, (pf.extra.get("profile") or {}) if pf else None))
+        source = source_of(args, (pf.extra.get("profile") or {}) if pf else None)
+        profile = profile_of(source)
         base = pf.plan if pf else None
         auto_batch = args.workload != "fixed" and args.batch_size is None and args.max_batch is None and base is None
         args.batch_size = (args.batch_size or (args.max_batch if args.workload != "fixed" else None)
@@ -127,6 +128,7 @@ def main(argv: list[str] | None = None) -> int:
         args.summary = {}  # what the table's workload line says beyond the Workload (print_table)
         if args.workload == "arrivals":
             workload, notes, args.summary["prompts"] = arrivals_extras(args.arrivals, workload, explicit_prompt)
+        profile, args.summary["context"] = at_workload_context(source, profile, workload)
         if auto_batch:  # a stream of requests with no batch size given: batch them as a server would
             workload, args.summary["batch"] = default_max_batch(profile, workload)
             args.batch_size = args.max_batch = workload.max_batch
@@ -160,7 +162,8 @@ def report(profile: Profile, result: SimResult, args) -> None:
     predicted = predict(profile, result.plan, base_mode)
     low, high = scaled_interval(profile, result.plan, base_mode, result.metrics.per_seq_tok_s, result.metrics.sequences)
     if args.json:
-        out = result.to_dict() | {"profile": profile.name, "predicted": predicted.to_dict(),
+        context = {"context_note": args.summary["context"]} if args.summary.get("context") else {}
+        out = result.to_dict() | context | {"profile": profile.name, "predicted": predicted.to_dict(),
                                   "interval_90": {"per_seq_tok_s": [low, high], "note": INTERVAL_NOTE}}
         print(json.dumps(json_safe(out), indent=2))
         sys.stdout.flush()
@@ -326,6 +329,8 @@ def print_table(profile: Profile, result: SimResult, predicted: Prediction, args
         console.print(f"workload: {workload_line(wl, getattr(args, 'summary', None))}", soft_wrap=True, markup=False,
                       highlight=False)
     console.print(t)
+    if getattr(args, "summary", {}).get("context"):
+        console.print(args.summary["context"], soft_wrap=True, markup=False, highlight=False)
     if m.num_speculative_tokens:
         fo = f" fan-out {list(plan.fan_out)} / miss {list(plan.fan_out_miss)}" if plan.mode == "ssd" else ""
         thr = f" (b* = {plan.backup_threshold:g})" if plan.backup == "adaptive" else ""

@@ -6,6 +6,11 @@ The spec form builds the profile with ssd_sim.model.spec_profile (roofline from 
 named source: a workload file of your engine's metrics, or another pair's, marked assumed). With --preset /
 --profile, --acceptance-from replaces their acceptance (model.workload_profile.with_acceptance). A plan file records
 which source made it, so `--plan FILE` alone reloads it.
+
+Context: a spec pair's or GPU preset's forwards read each row's KV cache at one context. ssd-sim and ssd-plan capacity
+know their workload, so without --context they derive those latencies at its mean decode context
+(`at_workload_context`): the mean prompt plus half the mean output, where the KV reads, linear in context, average
+exactly over each request's decode. A measured profile (file, CPU presets) has no such term and is left as it is.
 """
 
 from __future__ import annotations
@@ -18,6 +23,7 @@ from ssd_sim.io.values import bounded_int
 from ssd_sim.model.hardware import GPUS
 from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
+from ssd_sim.sim.workload import Workload
 
 SPEC_FLAGS = ("target", "draft", "gpu", "tp", "draft_gpu", "context", "dtype", "acceptance_from")
 
@@ -96,3 +102,24 @@ def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
                 | ({"context": context} if context else {}) | ({"acceptance_from": accept} if accept else {}))
     raise ConfigError("profile", "give --preset NAME (see --list-presets), --profile FILE, or a pair from specs: "
                                  "--target CFG --draft CFG --gpu NAME")
+
+
+def workload_context(workload: Workload) -> int:
+    """Tokens in each sequence's KV cache averaged over its decode (tokens): the mean prompt plus half the mean output
+    (the context grows by one token per decoded token, from the prompt to prompt + output)."""
+    prompts = workload.prompt_lengths or (workload.prompt_tokens,)
+    outputs = workload.output_lengths or (workload.output_tokens,)
+    return max(1, round(sum(prompts) / len(prompts) + sum(outputs) / len(outputs) / 2))
+
+
+def at_workload_context(source: dict[str, Any], profile: Profile, workload: Workload) -> tuple[Profile, str | None]:
+    """`profile` re-derived at the workload's mean decode context (workload_context) and the line that says so, when
+    its latencies have a per-row KV term (a spec pair or a GPU preset) and no context was given; else (profile, None)."""
+    lat = profile.latency
+    given = (source.get("spec") or source).get("context")
+    if source.get("path") or given is not None or not (lat.target.row_ms or lat.draft.row_ms):
+        return profile, None
+    c = workload_context(workload)
+    new = {"spec": {**source["spec"], "context": c}} if source.get("spec") else {**source, "context": c}
+    return profile_of(new), (f"latencies at {c} cached tokens per sequence: the workload's mean prompt plus half its "
+                             "mean output (the mean decode context; --context N sets another)")

@@ -177,6 +177,12 @@ _ISSUE_26_LEVEL = ("issue 26: a calibrated latency's level is the ratio of measu
                    "instead of borrowing SSD's; the shipped grid profile was refit with both (CPU latencies +0.2-1.5%)")
 _document(['calibrate-grid', 'calibrate-grid-t1', 'plan-cpu-fanout-miss', 'plan-cpu-limits', 'plan-profile', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json', 'sim-cpu-ar', 'sim-cpu-fixed-knobs', 'sim-cpu-json'], _ISSUE_26_LEVEL)
 
+_ISSUE_25_CONTEXT = ("issue 25: ssd-sim takes a GPU preset's (or spec pair's) KV reads at the workload's mean decode context "
+                     "(mean prompt + half the mean output: 128 + 64 / 2 = 160 tokens for the defaults) instead of the "
+                     "preset's own 400 unless --context is given, and says so in a line (JSON: context_note); the "
+                     "draft's tree rows read less KV, so some plans move (sim-llama: K = 5 -> 6)")
+_document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_CONTEXT)
+
 
 def fixed_host():
     from ssd_sim.io.host import Host

@@ -17,9 +17,17 @@ ARGS = ["capacity", "--preset", "llama70b-1b-h100", "--rate", "30", "--num-reque
 def test_the_cheapest_configuration_its_margins_and_the_same_gpu_answer_are_printed(capsys):
     assert main(ARGS) == 0
     out = " ".join(capsys.readouterr().out.split())
-    assert "cheapest: SSD 3 x TP=4 b<=8, " in out and "on 15 GPUs ($" in out and "TTFT margin +" in out
-    assert "SD on SSD's 15 GPUs (3 x TP=4 b<=" in out and "misses them" in out
+    assert "cheapest: SSD 2 x TP=4 b<=8, " in out and "on 10 GPUs ($" in out and "TTFT margin +" in out
+    assert "SD on SSD's 10 GPUs (2 x TP=4 b<=" in out and "misses them" in out
     assert "none within 6" in out  # SD: its table row
+    # the preset's KV reads at the load's mean decode context: 128-token prompts + half of 48 output tokens
+    assert "latencies at 152 cached tokens per sequence" in out
+
+
+def test_the_preset_at_its_own_longer_context_needs_more_replicas(capsys):
+    assert main(ARGS + ["--context", "400", "--json"]) == 0  # the preset's own context: every forward reads more KV
+    data = json.loads(capsys.readouterr().out)
+    assert (data["best"]["mode"], data["best"]["gpus"]) == ("ssd", 15) and "context_note" not in data
 
 
 def test_json_and_the_output_file_hold_the_same_result(tmp_path, capsys):
@@ -28,8 +36,8 @@ def test_json_and_the_output_file_hold_the_same_result(tmp_path, capsys):
     printed, written = json.loads(capsys.readouterr().out), json.loads(out.read_text())
     assert printed == written
     best = written["best"]
-    assert (best["mode"], best["gpus"], best["meets"]) == ("ssd", 15, True)
-    assert best["usd_per_mtok"] == pytest.approx(15 * 2.5 / 3600 / best["tok_s"] * 1e6)
+    assert (best["mode"], best["gpus"], best["meets"]) == ("ssd", 10, True)
+    assert best["usd_per_mtok"] == pytest.approx(10 * 2.5 / 3600 / best["tok_s"] * 1e6)
     assert written["per_mode"]["sd"] is None and written["same_gpus"]["sd"]["meets"] is False
 
 
@@ -91,7 +99,7 @@ def test_a_least_loaded_router_is_searched_beside_round_robin(capsys):
     for router in ("round-robin", "least-loaded"):
         assert main(ARGS + ["--routers", router, "--json"]) == 0
         alone.append(json.loads(capsys.readouterr().out)["best"]["gpus"])
-    assert data["best"]["meets"] and data["best"]["gpus"] == min(alone) and alone[0] == 15
+    assert data["best"]["meets"] and data["best"]["gpus"] == min(alone) and alone[0] == 10
 
 
 def test_a_ray_pool_gives_the_results_of_one_process(capsys):

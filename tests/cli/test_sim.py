@@ -238,7 +238,7 @@ def test_a_rate_of_days_warns_with_the_span_and_still_simulates(capsys):
                  "--tokens", "16", "--json"]) == 0
     out = capsys.readouterr()
     assert out.err == ("ssd-sim: warning: --rate 1e-06 requests/s spaces 8 requests over ~93 days of simulated "
-                       "waiting, against ~0.69 s of decoding them one after another; --rate is in requests per second\n")  # b <= 8 plan
+                       "waiting, against ~0.62 s of decoding them one after another; --rate is in requests per second\n")  # b <= 8 plan
     assert json.loads(out.out)["metrics"]["sequences"] == 8
 
 
@@ -303,7 +303,8 @@ def test_a_stream_beyond_the_replica_s_capacity_warns_that_it_is_overloaded(caps
     (line,) = [x for x in out.err.splitlines() if "overloaded" in x]
     offered = Load.of(poisson(rate=20, num_requests=200, max_batch=16, output_tokens=512)).offered_tok_s
     plan = json.loads(out.out)["plan"]
-    cap = predict(get_preset("qwen32b-0.6b-h100"), Plan.from_dict(plan).replace(batch_size=16), "sd").total_tok_s
+    at = get_preset("qwen32b-0.6b-h100", context=128 + 512 // 2)  # the default prompt + half the output: the mean decode context
+    cap = predict(at, Plan.from_dict(plan).replace(batch_size=16), "sd").total_tok_s
     assert line == (f"ssd-sim: warning: overloaded: the load offers {offered:,.0f} output tok/s where this replica "
                     f"(b <= 16) can deliver at most {cap:,.0f}; the queue grows for the whole run, so TTFT grows with "
                     "the run's length (add replicas, raise the batch cap or lower the rate)")
@@ -348,3 +349,22 @@ def test_bad_prompt_lengths_in_an_arrivals_file_are_one_line(tmp_path, capsys):
         main(["--preset", "llama70b-1b-h100", "--workload", "arrivals", "--arrivals", str(path)])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "prompt_tokens" in err
+
+
+def test_a_gpu_preset_is_simulated_at_the_workloads_mean_decode_context(capsys):
+    base = ["--preset", "llama70b-1b-h100", "-b", "8", "--tokens", "256", "--json"]
+    runs = {}
+    for extra in (["--prompt-tokens", "4000"], ["--prompt-tokens", "4000", "--context", "400"], ["--prompt-tokens", "200"]):
+        assert main(base + extra) == 0
+        runs[" ".join(extra)] = json.loads(capsys.readouterr().out)
+    long, own, short = runs.values()
+    assert long["context_note"].startswith("latencies at 4128 cached tokens per sequence")  # 4000 + 256 / 2
+    assert short["context_note"].startswith("latencies at 328 cached tokens")
+    assert "context_note" not in own  # --context: the latencies at the context given
+    # every row's KV read grows ~10x from 400 to 4128 tokens: per-sequence decode slower at b = 8
+    assert long["metrics"]["per_seq_tok_s"] < 0.95 * own["metrics"]["per_seq_tok_s"]
+
+
+def test_a_measured_profile_keeps_its_latencies_whatever_the_prompts(capsys):
+    assert main(["--preset", "qwen-coder-1.5b-0.5b-cpu", "--tokens", "16", "--prompt-tokens", "3000", "--json"]) == 0
+    assert "context_note" not in json.loads(capsys.readouterr().out)  # CPU latencies were measured, no KV term
