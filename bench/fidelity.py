@@ -50,7 +50,7 @@ from ssd_sim.model.calibrate import calibrate_traces
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.intervals import decide, sample, scaled_interval
 from ssd_sim.plan.plan import Plan
-from ssd_sim.sim.des import simulate
+from ssd_sim.sim.des import outcome_source, plan_for_mode, simulate
 from ssd_sim.sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
@@ -131,11 +131,12 @@ def predict(profile: Profile, trace: Trace, replicates: int | None = None, seed:
     """
     plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header.batch_size)})
     reps = replicates_for(trace) if replicates is None else replicates
+    source = outcome_source(profile, plan_for_mode(profile, plan, trace.mode))  # the same tables for every replicate
     total_ms = tokens = rounds = accept_len = hit = hit_rounds = 0.0
     for i, lengths in enumerate(static_batches(trace) * reps):
         wl = Workload("fixed", len(lengths), len(lengths), output_tokens=max(lengths), prompt_tokens=0,
                       output_lengths=tuple(lengths))
-        m = simulate(profile, plan, mode=trace.mode, seed=seed + i, workload=wl).metrics
+        m = simulate(profile, plan, mode=trace.mode, seed=seed + i, workload=wl, outcomes=source).metrics
         total_ms += m.sim_ms
         tokens += sum(lengths)
         rounds += m.rounds
