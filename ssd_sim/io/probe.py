@@ -3,6 +3,11 @@
 The file holds, per role, one row [kind, rows, tokens, median ms, [samples]] per timed shape (kind "append": a
 forward of rows x tokens; "tree": one draft tree step of 1 sequence x rows branches, i.e. rows x 1 token), the
 slowdowns measured with both models busy, and transfer round trips [b, K, median ms, [samples]].
+
+Each table holds the **mean** of a shape's samples, not the file's median: a run's tok/s is its tokens over the sum of
+its forwards, so what it pays per forward is the mean, outliers included (the same reason a calibrated fit is levelled
+to the measured total, model.latency.total_level). On the pool probe (5 samples a shape) the mean sits 1-7% above the
+median.
 """
 
 from __future__ import annotations
@@ -23,16 +28,16 @@ KINDS = ("append", "tree")
 
 @dataclass(frozen=True)
 class Probe:
-    """A probe's measurements: tables {(rows, tokens): median ms}, slowdown fractions, transfer ms per (b, K)."""
+    """A probe's measurements: tables {(rows, tokens): mean ms}, slowdown fractions, transfer ms per (b, K)."""
 
     path: str
     target: dict[tuple[int, int], float]
     draft: dict[tuple[int, int], float]
-    spread: dict[str, float]  # role -> median relative SD of a shape's samples (the table's own noise)
+    spread: dict[str, float]  # role -> median over shapes of the samples' SD / mean (the table's own noise)
     one_row: float  # the verify's slowdown while the draft decodes one branch row per step
     rows: float  # ... while it decodes several rows per step
     draft_slowdown: float  # the draft's steps and glue beside a verify
-    transfer: dict[tuple[int, int], float]
+    transfer: dict[tuple[int, int], float]  # (b, K) -> mean request + reply (ms)
     context: int
     temperature: float
     host: Host | None
@@ -71,7 +76,8 @@ def load_probe(path: str | Path) -> Probe:
 
 
 def _table(rows, field: str, path) -> tuple[dict[tuple[int, int], float], float]:
-    """{(rows, tokens): median of the pooled samples}, and the median relative SD of a shape's samples."""
+    """{(rows, tokens): mean of the pooled samples} (module docstring), and the median over shapes of the samples'
+    SD / mean."""
     if not isinstance(rows, list) or len(rows) < 3:
         raise ConfigError(field, f"{path}: must list at least 3 timed shapes; rerun `ssd-run probe`")
     pooled: dict[tuple[int, int], list[float]] = {}
@@ -83,8 +89,8 @@ def _table(rows, field: str, path) -> tuple[dict[tuple[int, int], float], float]
                                                f"[ms, ...]] with positive finite ms, got {str(row)[:80]}")
         shape = (int(row[1]), int(row[2])) if row[0] == "append" else (int(row[1]) * int(row[2]), 1)
         pooled.setdefault(shape, []).extend(float(x) for x in row[4])
-    rel = [statistics.pstdev(v) / statistics.median(v) for v in pooled.values() if len(v) >= 2]
-    return ({s: float(statistics.median(v)) for s, v in pooled.items()},
+    rel = [statistics.pstdev(v) / statistics.fmean(v) for v in pooled.values() if len(v) >= 2]
+    return ({s: float(statistics.fmean(v)) for s, v in pooled.items()},
             float(statistics.median(rel)) if rel else 0.0)
 
 
@@ -102,7 +108,8 @@ def _transfer(rows, path) -> dict[tuple[int, int], float]:
     for i, row in enumerate(rows):
         if not (isinstance(row, list) and len(row) == 4 and _count(row[0]) and _count(row[1]) and _ms(row[2])):
             raise ConfigError(f"probe.transfer[{i}]", f"{path}: must be [b, K, median ms, [ms, ...]], got {str(row)[:80]}")
-        out[(int(row[0]), int(row[1]))] = float(row[2])
+        samples = row[3] if isinstance(row[3], list) and row[3] and all(_ms(x) for x in row[3]) else [row[2]]
+        out[(int(row[0]), int(row[1]))] = float(statistics.fmean(samples))
     return out
 
 

@@ -1,7 +1,7 @@
 """Measured forward latencies: a table of probed shapes, interpolated inside, anchored extrapolation outside.
 
 `ssd-run probe` (and `calibrate-here`) time one model's forward at every (rows, tokens) shape the planner asks
-about; `MeasuredForward` answers with those medians instead of a curve fitted to a handful of runs. Between
+about; `MeasuredForward` answers with their means (io.probe) instead of a curve fitted to a handful of runs. Between
 probed shapes it interpolates linearly (in rows within a tokens column, then across the two neighbouring
 tokens columns); outside the probed range it follows its curve (the ForwardLatency fields, fitted to the table)
 scaled to the nearest probed value, and `covers` says which shapes those are, so the planner can say that a
@@ -21,12 +21,12 @@ from numpy.typing import ArrayLike
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.latency import MS_TERMS, ForwardLatency, LatencyModel, fit_forward_latency
 
-Shape = tuple[int, int, float]  # (rows, tokens per row, median ms)
+Shape = tuple[int, int, float]  # (rows, tokens per row, ms)
 
 
 @dataclass(frozen=True)
 class MeasuredForward(ForwardLatency):
-    """A ForwardLatency whose values at probed shapes are the probe's medians (ms); the curve fields extrapolate."""
+    """A ForwardLatency whose values at probed shapes are the probe's (mean ms); the curve fields extrapolate."""
 
     table: tuple[Shape, ...] = ()  # (rows, tokens, ms) per probed shape, each shape once
 
@@ -42,7 +42,7 @@ class MeasuredForward(ForwardLatency):
                                                  f"got {list(entry)!r}")
             rows.append((int(r), int(t), float(ms)))
         if len({(r, t) for r, t, _ in rows}) != len(rows):
-            raise ConfigError("table", "lists a (rows, tokens) shape twice; give each probed shape once (its median)")
+            raise ConfigError("table", "lists a (rows, tokens) shape twice; give each probed shape once (its mean ms)")
         object.__setattr__(self, "table", tuple(sorted(rows)))
         # read on every call (the planner and the simulator ask thousands of times): built once, the object is frozen
         cols: dict[int, tuple[list, list]] = {}
@@ -57,7 +57,7 @@ class MeasuredForward(ForwardLatency):
     @classmethod
     def fit(cls, table: dict[tuple[int, int], float], free=("fixed_ms", "token_ms", "token_exponent",
                                                              "multi_token_ms")) -> MeasuredForward:
-        """A MeasuredForward over `table` {(rows, tokens): median ms}, its curve least-squares fitted to the table."""
+        """A MeasuredForward over `table` {(rows, tokens): ms}, its curve least-squares fitted to the table."""
         if len(table) < 3:
             raise ConfigError("probe", f"needs at least 3 probed shapes to fit the extrapolation curve, got {len(table)}")
         shapes = sorted(table)

@@ -105,9 +105,9 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0)
           # text hold-outs on the AVX2 host: the host drifted 12% during the session and the odd prompts accept less
           # (traces/cpu-fp32-halves/README.md); pinned at the measured error so a regression still fails
           "halves-t0": (31.0, 37.0), "halves-t1": (20.0, 20.0),
-          # latencies from a probe beside the predicted runs (median goal met; SD 18.8% high: its verifies ran 1.09x
-          # the probe table, the host's spread, and it accepted more than predicted); 3 prompts x 16 tokens per run
-          "halves-probe": (4.0, 19.0),
+          # latencies from a probe beside the predicted runs (its tables hold each shape's mean; SD 10.0% high: its
+          # verifies ran above the probe table, the host's spread); 3 prompts x 16 tokens per run
+          "halves-probe": (6.0, 10.5),
           # the Zen 5 host's calibrate-here runs -> profile_check's odd-prompt runs: SD K = 6 +11% (the odd prompts
           # accept less at positions 5-6)
           "avx512-odd": (6.0, 10.0),
@@ -116,7 +116,7 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0)
           # (a repeat measured it) while one latency serves every run, and a half's acceptance differs from the
           # other's by up to ~5% (24 prompts each): the floor (each run's own half A as the prediction of its half B)
           # misses by up to 15% on these draws; pool-halves-ar-sd's probe was made ~50 minutes after the runs
-          "pool-halves": (4.0, 14.5), "pool-halves-configs": (7.5, 13.0), "pool-halves-ar-sd": (9.5, 18.0)}
+          "pool-halves": (4.0, 14.5), "pool-halves-configs": (7.5, 13.0), "pool-halves-ar-sd": (8.5, 16.0)}
 
 
 def test_every_split_has_a_limit():
@@ -162,13 +162,13 @@ def test_interval_coverage_counts_text_hold_outs_only():
                          "pool-halves-configs", "pool-halves-ar-sd"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
     assert len(goal_runs) == 61 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
-    # measured (3 draws per pool split): 57 of 61 inside their 90% intervals (93%; the goal is 85-95%): the halves
+    # measured (3 draws per pool split): 58 of 61 inside their 90% intervals (95%; the goal is 85-95%): the halves
     # whose latencies were fitted 2.5 h before their runs hold 2 of 4, the pool's same-configuration halves 23 of 24
-    assert sum(r["inside"] for r in goal_runs) == 57
+    assert sum(r["inside"] for r in goal_runs) == 58
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 23
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
-    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (19, 17)
+    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (19, 18)
 
 
 def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():
@@ -183,13 +183,12 @@ def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():
 def test_the_probed_split_takes_its_latencies_from_the_probe():
     res = reported("halves-probe")
     assert res["probe"].endswith("probe.json")
-    assert any("probe table" in w for w in res["warnings"])  # the calibration runs drifted from the probe: said
     traces = BENCH.run_split("halves-probe", SPLITS["halves-probe"], use_probe=False)
     assert traces["probe"] is None
     with_probe = {r["trace"]: r["predicted_tok_s"] for r in res["runs"]}
     without = {r["trace"]: r["predicted_tok_s"] for r in traces["runs"]}
-    # the same acceptance, other latencies: AR 1.599 tok/s from the probe's table, 1.325 from the 2.5 h older runs
-    assert with_probe["now-ar-t0.jsonl"] == pytest.approx(1.599, abs=0.005)
+    # the same acceptance, other latencies: AR 1.560 tok/s from the probe's table, 1.325 from the 2.5 h older runs
+    assert with_probe["now-ar-t0.jsonl"] == pytest.approx(1.560, abs=0.005)
     assert without["now-ar-t0.jsonl"] < 0.95 * with_probe["now-ar-t0.jsonl"]
 
 
