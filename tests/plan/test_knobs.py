@@ -80,7 +80,10 @@ def test_ssd_plan_and_ssd_sim_search_a_dropped_fan_out_alike(tmp_path, capsys):
                              {"profile": {"name": "qwen32b-0.6b-h100", "preset": "qwen32b-0.6b-h100"}}).to_json())
     assert plan_main(["--plan", str(path), "-k", "5", "--json"]) == 0
     planned = json.loads(capsys.readouterr().out)["plan"]
-    assert sim_main(["--plan", str(path), "--preset", "qwen32b-0.6b-h100", "-k", "5", "--tokens", "16", "--json"]) == 0
+    # --context 400: the preset's own, which ssd-plan uses; without it ssd-sim takes the KV reads at its workload's
+    # mean decode context (128 + 16 / 2 tokens), another profile with its own best fan-out
+    assert sim_main(["--plan", str(path), "--preset", "qwen32b-0.6b-h100", "-k", "5", "--tokens", "16",
+                     "--context", "400", "--json"]) == 0
     simulated = json.loads(capsys.readouterr().out)["plan"]
     assert planned == simulated and planned["num_speculative_tokens"] == 5 and len(planned["fan_out"]) == 6
 
