@@ -105,8 +105,8 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0)
           # text hold-outs on the AVX2 host: the host drifted 12% during the session and the odd prompts accept less
           # (traces/cpu-fp32-halves/README.md); pinned at the measured error so a regression still fails
           "halves-t0": (31.0, 37.0), "halves-t1": (20.0, 20.0),
-          # latencies from a probe beside the predicted runs (its tables hold each shape's mean; SD 10.0% high: its
-          # verifies ran above the probe table, the host's spread); 3 prompts x 16 tokens per run
+          # latencies from a probe beside the predicted runs (its tables hold each shape's mean; SD 10.0% high: after
+          # an all-accepted round its first draft step feeds 2 tokens, priced as 1); 3 prompts x 16 tokens per run
           "halves-probe": (6.0, 10.5),
           # the Zen 5 host's calibrate-here runs -> profile_check's odd-prompt runs: SD K = 6 +11% (the odd prompts
           # accept less at positions 5-6)
