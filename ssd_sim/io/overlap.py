@@ -30,12 +30,11 @@ def prompt_ids(trace: Trace) -> set[str]:
     src = str(trace.header.prompt_source)
     m = re.fullmatch(r"(?:prompt-set|calibrate-here):(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
     if not m:
-        labels = [src] if trace.requests is None else [f"{src}#{i}" for i in range(int(trace.header.num_prompts))]
-    else:
-        name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
-        lo = int(lo or 0)
-        hi = int(hi) if hi else lo + int(trace.header.num_prompts)
-        labels = [f"{name}:{i}" for i in range(lo, hi, int(step or 1))]
+        return {src} if trace.requests is None else {f"{src}#{i}" for i in trace.requests}
+    name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
+    lo = int(lo or 0)
+    hi = int(hi) if hi else lo + int(trace.header.num_prompts)
+    labels = [f"{name}:{i}" for i in range(lo, hi, int(step or 1))]
     if trace.requests is None:
         return set(labels)
     return {labels[i] if i < len(labels) else f"{src}#{i}" for i in trace.requests}

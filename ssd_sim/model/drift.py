@@ -35,8 +35,8 @@ class Drift:
 
 # bench/drift.py over traces/ on 2026-12-03: 11 setups run 2-3 times (25 traces, 7-64 minutes apart, three 2-core CPU
 # hosts; the two newest setups are traces/cpu-fp32-pool's AR and SD repeats, 45-51 minutes apart): pooled SD 4.7%,
-# 90% interval 3.6-6.9% (chi-square, 14 degrees of freedom). Drift over hours is larger: a probe and runs 2.5 h apart
-# differed by 17-23% on one host (traces/cpu-fp32-halves/README.md), not in this number.
+# 90% interval 3.6-6.9% (chi-square, 14 degrees of freedom). Drift over hours is larger: runs 2.5 h before a probe
+# were 1.01-1.14x its table on one host, 0.93-0.98x beside it (traces/cpu-fp32-halves/README.md), not in this number.
 SHIPPED_DRIFT = Drift(0.047, 11, 25, "measured over the repeat runs in this project's traces/ (bench/drift.py: 11 "
                                      "setups, 25 runs 7-64 min apart, three CPU hosts; 90% interval 3.6-6.9%)")
 

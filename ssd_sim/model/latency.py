@@ -347,17 +347,18 @@ def identifiable(free: Sequence[str], flat: FlatWorkloads) -> tuple[list[str], d
 
 
 def fit_scaled_latency(shape: ForwardLatency, workloads: Sequence[Workload], measured_ms: ArrayLike):
-    """ForwardLatency = scale x `shape` (every ms term scaled, the exponent kept), scale fitted by robust least
-    squares on relative residuals. For a model timed at too few shapes to fit its own curve: e.g. a draft
-    seen only one token per row (SD traces) borrows the target's measured multi-token scaling on the same
-    host. Returns (model, FitReport with params {"scale"})."""
+    """ForwardLatency = scale x `shape` (every ms term scaled, the exponent kept), scale = the level of the totals
+    (total_level: sum measured / sum of `shape`'s times; the robust least-squares solve only reports its error). For
+    a model timed at too few shapes to fit its own curve: e.g. a draft seen only one token per row (SD traces)
+    borrows the target's measured multi-token scaling on the same host. Returns (model, FitReport with params
+    {"scale"})."""
     from scipy.optimize import least_squares
 
     y = np.asarray(measured_ms, dtype=float)
     base = FlatWorkloads(workloads).ms(shape)
     sol = least_squares(lambda x: x[0] * base / y - 1.0, [float(np.median(y / base))], bounds=([1e-6], [np.inf]),
                         loss="soft_l1", f_scale=0.05)
-    k = float(sol.x[0]) * total_level(y, float(sol.x[0]) * base)  # = sum(y) / sum(base): the level of the totals
+    k = total_level(y, base)
     rep = FitReport.from_prediction(y, k * base, ["scale"], sol)
     return shape.scaled(k), replace(rep, params={**rep.params, "scale": k})
 

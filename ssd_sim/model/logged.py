@@ -186,10 +186,11 @@ class Response:
 
 
 def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, downweight: str = "top_f",
-              f_max: int | None = None, min_contexts: int = MIN_CONTEXTS) -> Response:
+              f_max: int | None = None, min_contexts: int = MIN_CONTEXTS, share: float | None = None) -> Response:
     """Acceptance and hit tables per stopping position at (temperature, C) (see the module docstring).
 
-    F_max defaults to N - 1 (a cache of F guesses without the rejected token needs the draft's top F + 1).
+    F_max defaults to N - 1 (a cache of F guesses without the rejected token needs the draft's top F + 1). share: the
+    truncation share to add back (default truncation_share(lp); a caller scanning C at one T passes it once).
     """
     if temperature < 0 or not 0.0 <= saguaro_c <= 1.0:
         raise ConfigError("temperature", f"need T >= 0 and C in [0, 1], got T={temperature}, C={saguaro_c}")
@@ -198,7 +199,7 @@ def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, do
     C = saguaro_c if temperature > 0 else 1.0  # greedy drafting ignores C
     P, Q = _pq(lp, temperature)
     acc = np.minimum(P, _saguaro(Q, 1 + extra, C)).sum(axis=1)
-    share = truncation_share(lp)
+    share = truncation_share(lp) if share is None else share
     if share:
         acc = np.minimum(1.0, acc + share * _lumps(P, Q))
     cum_p = np.cumsum(P, axis=1)
@@ -297,9 +298,10 @@ def derived_model(lp: LoggedPositions, downweight: str = "top_f", temperatures: 
     """
     points = []
     for T in temperatures:
-        base = None
+        base, near = None, lp.nearest_runs(T)
+        share = truncation_share(near)  # one per temperature: the same contexts at every C
         for C in cs:
-            r = base if (T == 0 and base is not None) else response(lp.nearest_runs(T), T, C, downweight)
+            r = base if (T == 0 and base is not None) else response(near, T, C, downweight, share=share)
             base = r
             backup = HitTable(reject=(tuple(r.accepted[0]),), accepted=(tuple(r.accepted[0]),))
             points.append(AcceptancePoint(T, tuple(float(a) for a in r.acceptance),
