@@ -152,20 +152,30 @@ class LatencySamples:
         self.draft_concurrent.append(concurrent)
 
 
+def sd_draft_work(b: int, K: int, two: bool) -> list[tuple[int, int, int]]:
+    """The forwards of one SD drafting phase over b rows: K steps, the first feeding 2 tokens when some row
+    accepted all K last round (`two`: the K-th draft token was never fed; LatencyModel.sd_draft_ms)."""
+    return [(b, 2 if two else 1, 1)] + ([(b, 1, K - 1)] if K > 1 else [])
+
+
 def latency_samples(traces: Sequence[Trace]) -> LatencySamples:
     """The timed phases of every round of the traces (see LatencySamples)."""
     out = LatencySamples()
     for t in traces:
         plan = t.plan
         budget = sum(plan.get("fan_out") or [1])
+        all_accepted: dict[int, bool] = {}  # SD: each sequence's last round accepted all its draft tokens
         for r in t.rounds:
             ms, b = r.timings_ms, _rows(r)
             K = 0 if t.mode == "ar" else _k(r)
             if ms[Phase.VERIFY] > 0:
                 out.target_work.append([(b, K + 1, 1)])
                 out.target_ms.append(ms[Phase.VERIFY])
-            if t.mode == "sd" and ms[Phase.DRAFT_SD] > 0:
-                out.add_draft([(b, 1, K)], ms[Phase.DRAFT_SD], False)
+            if t.mode == "sd":
+                if ms[Phase.DRAFT_SD] > 0:
+                    out.add_draft(sd_draft_work(b, K, any(all_accepted.get(s.seq, False) for s in r.seqs
+                                                          if not s.first)), ms[Phase.DRAFT_SD], False)
+                all_accepted.update((s.seq, K > 0 and s.accepted == K) for s in r.seqs)
             if t.mode != "ssd":
                 continue
             if ms[Phase.DRAFT_GLUE] > 0:
@@ -202,7 +212,7 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
         draft, drep = fit_forward_latency(every.draft_work, every.draft_ms, free=FREE, concurrent=every.draft_concurrent)
         report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
         _warn_at_bound(report, "draft", drep)
-    else:  # SD drafting only: one token per row, so the draft's multi-token / multi-row curve is not seen
+    else:  # SD drafting only: one or two tokens per row, so the draft's multi-token / multi-row curve is not seen
         draft, drep = fit_scaled_latency(target, every.draft_work, every.draft_ms)
         report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
         report.latency["draft"]["source"] = (

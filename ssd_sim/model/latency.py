@@ -160,11 +160,22 @@ class LatencyModel:
         """One verification forward over b sequences x (K + 1) tokens, plus the per-step overhead (ms)."""
         return self.target(b, np.asarray(K) + 1) + self.round_overhead_ms
 
-    def sd_draft_ms(self, b: ArrayLike, K: ArrayLike):
-        """Synchronous SD drafting per round: K (K + 1 with sd_extra_forward) sequential one-token draft steps
-        over b rows (+ transfer if remote) (ms)."""
-        steps = np.asarray(K) + (1 if self.sd_extra_forward else 0)
-        return steps * self.draft(b, 1) + (self.sd_round_trip_ms if self.sd_transfer else 0.0)
+    def sd_draft_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike):
+        """Synchronous SD drafting per round: K sequential draft steps over b rows (+ transfer if remote) (ms).
+
+        The first step feeds each row what its KV cache lacks: the last round's bonus, and after a round that
+        accepted all K also the K-th draft token (sampled, never fed). So the batch's first step is a 2-token
+        forward when any of its b rows accepted all K, probability 1 - (1 - p_all_accepted)^b, priced at its
+        expectation (p_all_accepted = P(k = K) per row and round). With sd_extra_forward (reference engine) a
+        (K + 1)-th one-token step feeds the K-th token every round instead.
+        """
+        K = np.asarray(K)
+        if self.sd_extra_forward:
+            steps = (K + 1) * self.draft(b, 1)
+        else:
+            p_two = 1.0 - (1.0 - np.asarray(p_all_accepted, dtype=float)) ** np.asarray(b)
+            steps = (K - 1) * self.draft(b, 1) + (1.0 - p_two) * self.draft(b, 1) + p_two * self.draft(b, 2)
+        return steps + (self.sd_round_trip_ms if self.sd_transfer else 0.0)
 
     @property
     def sd_round_trip_ms(self) -> float:

@@ -304,6 +304,26 @@ def _cross_check(check: dict, latency: LatencyModel, acceptance: AcceptanceModel
         prov[f"conflict.{name}"] = "conflict: " + "; ".join(issues) + ". " + check.get("resolution", "")
 
 
+def _alpha_from_sd(latency: LatencyModel, K: int, tok_s: float) -> tuple[float, float, float]:
+    """The constant alpha at which SD at K, b = 1 runs tok_s (tok/s); with its round (ms) and tokens per round.
+
+    The round's draft time depends on alpha too (P(k = K) = alpha^K prices a 2-token first draft step), so
+    alpha solves E[tokens](alpha) / round_ms(alpha) = tok_s.
+    """
+    def round_ms(a: float) -> float:
+        return float(latency.verify_ms(1, K) + latency.sd_draft_ms(1, K, a**K))
+
+    def gap(a: float) -> float:
+        return expected_tokens(a, K) * 1e3 / round_ms(a) - tok_s
+
+    lo, hi = 1e-9, 1 - 1e-9
+    if not gap(lo) < 0 < gap(hi):
+        want = tok_s * round_ms(hi if gap(hi) < 0 else lo) / 1e3
+        raise ConfigError("acceptance.sd", f"{tok_s} tok/s needs {want:.2f} tokens/round, outside (1, K+1)")
+    alpha = brentq(gap, lo, hi)
+    return alpha, round_ms(alpha), tok_s * round_ms(alpha) / 1e3
+
+
 def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> AcceptanceModel:
     """Derive acceptance points: alpha from SD throughput (or assumed), hit scale from a measured p_hit."""
     if not entries:
@@ -313,11 +333,7 @@ def _acceptance(entries: list[dict], latency: LatencyModel, prov: dict) -> Accep
         T = float(e["temperature"])
         if "sd" in e:
             K, tok_s = e["sd"]["K"], e["sd"]["tok_s"]
-            round_ms = float(latency.verify_ms(1, K) + latency.sd_draft_ms(1, K))
-            want = tok_s * round_ms / 1e3  # tokens per round
-            if not 1.0 < want < K + 1:
-                raise ConfigError("acceptance.sd", f"{tok_s} tok/s needs {want:.2f} tokens/round, outside (1, K+1)")
-            alpha = brentq(lambda a, K=K, want=want: expected_tokens(a, K) - want, 1e-9, 1 - 1e-9)
+            alpha, round_ms, want = _alpha_from_sd(latency, K, tok_s)
             steps = K + (1 if latency.sd_extra_forward else 0)
             prov[f"acceptance.T{T:g}.alpha"] = (f"derived: {alpha:.3f} reproduces SD {tok_s} tok/s at K={K} "
                                                 f"({want:.2f} tokens per {round_ms:.1f} ms round: verify "

@@ -61,11 +61,12 @@ def predict_ar(profile: Profile, batch_size: int = 1) -> Prediction:
 
 
 def predict_sd(profile: Profile, batch_size: int, K: int, temperature: float = 0.0) -> Prediction:
-    """Synchronous SD: K draft steps then one verification of K + 1 tokens, draft colocated with the target."""
+    """Synchronous SD: K draft steps then one verification of K + 1 tokens, draft colocated with the target
+    (the first step feeds 2 tokens after a round that accepted all K: LatencyModel.sd_draft_ms)."""
     lat = profile.latency
     acc = profile.acceptance.at(temperature, 1.0)
     verify = float(lat.verify_ms(batch_size, K))
-    draft = float(lat.sd_draft_ms(batch_size, K))
+    draft = float(lat.sd_draft_ms(batch_size, K, acc.pmf(K)[K]))
     e = acc.expected_tokens(K)
     per_seq = e / (verify + draft) * 1e3
     dev = lat.target_devices

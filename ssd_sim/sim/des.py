@@ -162,14 +162,16 @@ def outcome_source(profile: Profile, plan: Plan, outcomes=None):
 class RoundLatency:
     """Phase latencies (ms) of one configuration, precomputed for every batch size b = 0..max_batch."""
 
-    def __init__(self, profile: Profile, plan: Plan, max_batch: int):
+    def __init__(self, profile: Profile, plan: Plan, max_batch: int, p_all: float = 0.0):
+        """p_all: P(an SD round accepts all K draft tokens), per sequence (prices SD's first draft step)."""
         lat, K = profile.latency, plan.K
         b = np.arange(max_batch + 1)
         self.model = lat
         self.ar_step = np.asarray(lat.ar_step_ms(b), dtype=float).tolist()  # AR step
         verify = lat.ssd_verify_ms(b, K, plan.budget, plan.draft_devices) if plan.mode == "ssd" else lat.verify_ms(b, K)
         self.verify = np.asarray(verify, dtype=float).tolist()  # T_v (SSD: slowed while the draft speculates)
-        self.sd_draft = np.asarray(lat.sd_draft_ms(b, K), dtype=float).tolist()  # SD drafting
+        # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms)
+        self.sd_draft = np.asarray(lat.sd_draft_ms(b, K, p_all), dtype=float).tolist()
         self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
         self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()
         # The glue's share of the primary speculation, as it runs beside the verify (the rest is the branch phase).
@@ -197,7 +199,8 @@ class Simulation:
         self.env = simpy.Environment()
         self.profile, self.plan, self.mode, self.workload, self.seed = profile, plan, mode, workload, seed
         self.kind = plan.mode  # ar | sd | ssd
-        self.lat = RoundLatency(profile, plan, workload.max_batch)
+        p_all = source.p_all_accepted(plan.K) if self.kind == "sd" else 0.0
+        self.lat = RoundLatency(profile, plan, workload.max_batch, p_all)
         rng = np.random.default_rng(seed)
         requests = workload.requests(rng)
         self.progress = _Progress(int(requests.output_tokens.sum())) if progress else None

@@ -76,6 +76,10 @@ class ModelOutcomes:
         self.tables = tables
         self._cdf = tables.accept_cdf
 
+    def p_all_accepted(self, K: int) -> float:
+        """P(a round accepts all K draft tokens), per sequence."""
+        return float(self.tables.accept_pmf[K])
+
     def draws(self, rng: np.random.Generator, seq: int, start: int, n: int) -> Draws:
         t = self.tables
         k = np.searchsorted(self._cdf, rng.random(n), side="right")
@@ -93,6 +97,10 @@ class ForcedOutcomes:
         self.accepted = [np.asarray(a, dtype=int) for a in accepted]
         hits = next_hit if next_hit is not None else [[False]] * len(accepted)
         self.next_hit = [np.asarray(h, dtype=bool) for h in hits]
+
+    def p_all_accepted(self, K: int) -> float:
+        """Share of the listed rounds that accept all K draft tokens."""
+        return float(np.mean(np.concatenate(self.accepted) >= K))
 
     def draws(self, rng: np.random.Generator, seq: int, start: int, n: int) -> Draws:
         idx = start + np.arange(n)
@@ -120,6 +128,10 @@ class ReplayOutcomes:
         self.fan_out = np.asarray(plan.fan_out)
         self.fan_out_miss = np.asarray(plan.fan_out_miss)
         self.K = plan.K
+
+    def p_all_accepted(self, K: int) -> float:
+        """Share of the replayed rounds that accept all K draft tokens (pooled over the trace's sequences)."""
+        return float(np.mean(np.concatenate([k for k, _ in self.sequences]) >= K))
 
     @classmethod
     def from_trace(cls, trace: Trace, tables: OutcomeTables, plan: Plan) -> ReplayOutcomes:

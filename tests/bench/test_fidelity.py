@@ -100,23 +100,23 @@ def test_the_prompt_split_shares_no_logged_context_with_its_calibration():
 # or the interference of the two processes (assumed at the middle of its range); b = 4 verifies 16 tokens, twice
 # the most the calibration timed (the latency curve is extrapolated); chat is another workload (no goal).
 LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0),
-          "prompts": (9.5, 14.0), "ar-sd-to-ssd": (5.5, 18.5), "ar-sd-to-ssd-latency": (8.5, 27.0),
-          "b2-to-b4": (12.0, 12.5), "code-to-chat": (47.0, 50.0),
+          "prompts": (10.0, 14.5), "ar-sd-to-ssd": (6.5, 21.0), "ar-sd-to-ssd-latency": (7.5, 20.5),
+          "b2-to-b4": (9.0, 9.5), "code-to-chat": (47.5, 50.0),
           # text hold-outs on the AVX2 host: the host drifted 12% during the session and the odd prompts accept less
           # (traces/cpu-fp32-halves/README.md); pinned at the measured error so a regression still fails
-          "halves-t0": (31.0, 37.0), "halves-t1": (20.0, 20.0),
-          # latencies from a probe beside the predicted runs (its tables hold each shape's mean; SD 10.0% high: after
-          # an all-accepted round its first draft step feeds 2 tokens, priced as 1); 3 prompts x 16 tokens per run
-          "halves-probe": (6.0, 10.5),
+          "halves-t0": (37.5, 39.5), "halves-t1": (22.5, 22.5),
+          # latencies from a probe beside the predicted runs (its tables hold each shape's mean; SD's first draft step
+          # after an all-accepted round priced as the 2-token forward it is); 3 prompts x 16 tokens per run
+          "halves-probe": (2.0, 6.0),
           # the Zen 5 host's calibrate-here runs -> profile_check's odd-prompt runs: SD K = 6 +11% (the odd prompts
           # accept less at positions 5-6)
-          "avx512-odd": (6.0, 10.0),
+          "avx512-odd": (5.5, 10.5),
           # random halves of the 48-prompt pool on the Zen 4 host, first TEST_DRAWS draws (10 draws in the bench:
           # traces/cpu-fp32-pool/README.md). Misses: the first runs of the session ran ~10% slower than its last
           # (a repeat measured it) while one latency serves every run, and a half's acceptance differs from the
           # other's by up to ~5% (24 prompts each): the floor (each run's own half A as the prediction of its half B)
           # misses by up to 15% on these draws; pool-halves-ar-sd's probe was made ~50 minutes after the runs
-          "pool-halves": (4.0, 14.5), "pool-halves-configs": (7.5, 13.0), "pool-halves-ar-sd": (8.5, 16.0)}
+          "pool-halves": (3.5, 14.5), "pool-halves-configs": (6.5, 13.5), "pool-halves-ar-sd": (8.5, 16.0)}
 
 
 def test_every_split_has_a_limit():
@@ -162,9 +162,9 @@ def test_interval_coverage_counts_text_hold_outs_only():
                          "pool-halves-configs", "pool-halves-ar-sd"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
     assert len(goal_runs) == 61 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
-    # measured (3 draws per pool split): 58 of 61 inside their 90% intervals (95%; the goal is 85-95%): the halves
-    # whose latencies were fitted 2.5 h before their runs hold 2 of 4, the pool's same-configuration halves 23 of 24
-    assert sum(r["inside"] for r in goal_runs) == 58
+    # measured (3 draws per pool split): 56 of 61 inside their 90% intervals (92%; the goal is 85-95%): the halves
+    # whose latencies were fitted 2.5 h before their runs hold 0 of 4, the pool's same-configuration halves 23 of 24
+    assert sum(r["inside"] for r in goal_runs) == 56
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 23
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]

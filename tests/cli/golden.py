@@ -183,6 +183,13 @@ _ISSUE_25_CONTEXT = ("issue 25: ssd-sim takes a GPU preset's (or spec pair's) KV
                      "draft's tree rows read less KV, so some plans move (sim-llama: K = 5 -> 6)")
 _document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_CONTEXT)
 
+_ISSUE_26_SD_STEP = ("issue 26: SD's first draft step feeds 2 tokens after a round in which some row accepted all K (the "
+                     "K-th draft token, sampled but never fed, and the bonus; 1 - (1 - P(k = K))^b of the rounds), priced "
+                     "at its expectation (LatencyModel.sd_draft_ms) instead of as a 1-token step, and calibration times "
+                     "SD drafting with it; the grid profile was refit (its draft at 1 x 1 token 148.8 -> 136.4 ms, at "
+                     "1 x 2 199.7 -> 189.6 ms; the draft's glue and branch beside a verify +0% -> +3.5%)")
+_document(['calibrate-grid', 'calibrate-grid-t1', 'plan-cpu-fanout-miss', 'plan-cpu-limits', 'plan-profile', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json'], _ISSUE_26_SD_STEP)
+
 
 def fixed_host():
     from ssd_sim.io.host import Host

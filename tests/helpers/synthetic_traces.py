@@ -37,6 +37,7 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
                            "max_new_tokens": 10_000, "prompt_source": "synthetic", "num_prompts": b, **(header or {})})
     w, records = TraceWriter(path, head), []
     prev_rank_hit = [False] * b
+    prev_all = [False] * b  # SD: the sequence's last round accepted all K (its next first draft step feeds 2)
 
     def jitter(x):
         return float(x * (1 + noise * rng.standard_normal()))
@@ -54,6 +55,8 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
             else:
                 acc = int(min(K, rng.geometric(1 - acceptance) - 1))
             entry = {"seq": s, "accepted": acc, "bonus": int(rng.integers(0, 1000)), "committed": acc + 1}
+            if plan.mode == "sd" and i == 0:
+                entry["first"] = True
             if plan.mode == "ssd":
                 rank = sample_rank(rng, *(backup_hit if random_tokens else primary_hit))
                 fan = (plan.fan_out if hit else plan.fan_out_miss)[acc]
@@ -61,14 +64,17 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
                 prev_rank_hit[s] = rank < fan
                 missed += hit is False
             seqs.append(entry)
+        two = plan.mode == "sd" and any(prev_all)
+        prev_all = [e["accepted"] == K for e in seqs]
         records.append(RoundRecord.from_json({"round": i, "K": K if plan.mode != "ar" else 0, "batch": b, "seqs": seqs,
-                 "timings_ms": timings(plan, b, K, missed, jitter, interference)}, "test"))
+                 "timings_ms": timings(plan, b, K, missed, jitter, interference, two)}, "test"))
         w.round(records[-1])
     return w.close(summary_of(head, records))
 
 
-def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 0.0)) -> dict:
-    """Phase timings (ms) of one round from the ground-truth latency functions."""
+def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 0.0), two: bool = False) -> dict:
+    """Phase timings (ms) of one round from the ground-truth latency functions (`two`: SD's first draft step feeds
+    2 tokens, as the runtime's does after a round in which some row accepted all K)."""
     t = {"commit": jitter(OVERHEAD["commit"])}
     if plan.mode == "ar":
         t["verify"] = jitter(TARGET(b, 1))
@@ -76,7 +82,7 @@ def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 
         return t
     t["verify"] = jitter(TARGET(b, K + 1))
     if plan.mode == "sd":
-        t["draft_sd"] = jitter(K * DRAFT(b, 1))
+        t["draft_sd"] = jitter((K - 1) * DRAFT(b, 1) + DRAFT(b, 2 if two else 1))
         t["target_wait"] = t["draft_sd"] + OVERHEAD["transfer"]
         t["round"] = t["target_wait"] + t["verify"] + t["commit"]
         return t

@@ -8,7 +8,8 @@ import pytest
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
-from ssd_sim.model.calibrate import calibrate, fit_hit_curve, wilson
+from ssd_sim.io.trace import read_trace
+from ssd_sim.model.calibrate import calibrate, fit_hit_curve, latency_samples, wilson
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from tests.helpers.synthetic_traces import DRAFT, OVERHEAD, TARGET, sample_rank, write_trace
@@ -34,6 +35,16 @@ def test_latency_fits_recover_the_generating_functions(traces):
         for rows, tokens in ((1, 1), (4, 1), (1, 4), (12, 1), (3, 4)):
             assert model(rows, tokens) == pytest.approx(truth(rows, tokens), rel=0.03)
     assert rep.latency["target"]["r2"] > 0.99 and rep.latency["draft"]["r2"] > 0.99
+
+
+def test_sd_drafting_after_an_all_accepted_round_is_timed_as_a_two_token_first_step(tmp_path):
+    trace = read_trace(write_trace(tmp_path / "sd.jsonl", Plan(mode="sd", num_speculative_tokens=3, batch_size=2),
+                                   rounds=60, seed=4))
+    work = latency_samples([trace]).draft_work
+    assert work[0] == [(2, 1, 1), (2, 1, 2)]  # the first round: only the prefill's token is unfed
+    carried = [any(s.accepted == 3 for s in r.seqs) for r in trace.rounds]
+    assert 5 < sum(carried) < 55
+    assert [w[0] for w in work[1:]] == [(2, 2 if c else 1, 1) for c in carried[:-1]]
 
 
 def test_overheads_are_recovered(traces):

@@ -35,13 +35,26 @@ def test_negative_parameters_are_rejected_with_the_field_name():
         ForwardLatency(fixed_ms=-1.0)
 
 
+def test_sd_first_draft_step_feeds_two_tokens_after_an_all_accepted_round():
+    d = ForwardLatency(fixed_ms=0.5, token_ms=0.1)  # (1, 1) 0.6 ms, (1, 2) 0.7 ms; (2, 1) 0.7, (2, 2) 0.9
+    lat = LatencyModel(ForwardLatency(fixed_ms=1.0), d)
+    assert lat.sd_draft_ms(1, 3, 1.0) == pytest.approx(0.7 + 2 * 0.6)  # every round: first step 2 tokens
+    assert lat.sd_draft_ms(1, 3, 0.25) == pytest.approx(0.75 * 0.6 + 0.25 * 0.7 + 2 * 0.6)
+    # b = 2: the batch's first step is 2 tokens wide when either row accepted all: 1 - 0.75^2 = 0.4375
+    assert lat.sd_draft_ms(2, 3, 0.25) == pytest.approx(0.5625 * 0.7 + 0.4375 * 0.9 + 2 * 0.7)
+    assert list(lat.sd_draft_ms(np.array([0, 1]), 3, 0.25)) == pytest.approx([3 * 0.5, 1.825])  # vectorised over b
+    # the reference engine feeds the K-th token with a (K + 1)-th one-token step instead
+    ref = LatencyModel(ForwardLatency(fixed_ms=1.0), d, sd_extra_forward=True)
+    assert ref.sd_draft_ms(1, 3, 1.0) == pytest.approx(4 * 0.6)
+
+
 def test_latency_model_round_pieces():
     t = ForwardLatency(fixed_ms=1.0, token_ms=1.0)  # 1 + N ms
     d = ForwardLatency(fixed_ms=0.5, token_ms=0.1)  # 0.5 + 0.1 N ms
     lat = LatencyModel(t, d, round_overhead_ms=0.2)
     assert lat.ar_step_ms(2) == pytest.approx(1 + 2 + 0.2)
     assert lat.verify_ms(1, 3) == pytest.approx(1 + 4 + 0.2)
-    assert lat.sd_draft_ms(1, 3) == pytest.approx(3 * 0.6)
+    assert lat.sd_draft_ms(1, 3, 0.0) == pytest.approx(3 * 0.6)
     assert lat.glue_ms(2, 3) == pytest.approx(0.5 + 0.8)
     # primary: glue + K steps over b x budget rows, split across draft devices
     assert lat.primary_ms(2, 3, 4) == pytest.approx(1.3 + 3 * (0.5 + 0.8))

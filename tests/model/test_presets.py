@@ -4,7 +4,8 @@ import pytest
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.architecture import load_architecture
-from ssd_sim.model.presets import check_rows, get_preset, list_presets, preset_source
+from ssd_sim.model.latency import ForwardLatency, LatencyModel
+from ssd_sim.model.presets import _alpha_from_sd, check_rows, get_preset, list_presets, preset_source
 from ssd_sim.model.profile import Profile
 from ssd_sim.theory.analytic import expected_tokens
 from ssd_sim.theory.fanout import allocation_tables
@@ -24,14 +25,14 @@ def test_llama_preset_reproduces_ar_and_sd_throughput():
     lat = p.latency
     assert 1e3 / lat.ar_step_ms(1) == pytest.approx(54.7, rel=1e-6)
     a = p.acceptance.at(0.0).acceptance[0]
-    sd = expected_tokens(a, 6) / (lat.verify_ms(1, 6) + lat.sd_draft_ms(1, 6)) * 1e3
+    sd = expected_tokens(a, 6) / (lat.verify_ms(1, 6) + lat.sd_draft_ms(1, 6, a**6)) * 1e3
     assert sd == pytest.approx(161.8, rel=1e-6)
 
 
 def test_reference_engine_sd_runs_k_plus_1_draft_forwards():
     lat = get_preset("llama70b-1b-h100").latency
     assert lat.sd_extra_forward
-    assert lat.sd_draft_ms(4, 6) == pytest.approx(7 * lat.draft(4, 1))
+    assert lat.sd_draft_ms(4, 6, 0.9) == pytest.approx(7 * lat.draft(4, 1))
     assert not get_preset("qwen-coder-1.5b-0.5b-cpu").latency.sd_extra_forward  # our runtime: K forwards
 
 
@@ -130,3 +131,13 @@ def test_a_bad_context_names_the_field(context):
     with pytest.raises(ConfigError) as e:
         get_preset("llama70b-1b-h100", context)
     assert e.value.field == "context"
+
+
+def test_alpha_from_sd_throughput_prices_the_two_token_first_draft_step_of_our_runtime():
+    # draft 10 ms per step + 5 ms per extra token: after an all-accepted round the first step costs 15 ms
+    lat = LatencyModel(ForwardLatency(fixed_ms=50.0), ForwardLatency(fixed_ms=5.0, token_ms=5.0))
+    a, round_ms, tokens = _alpha_from_sd(lat, 4, 50.0)
+    assert round_ms == pytest.approx(50.0 + 40.0 + 5.0 * a**4)
+    assert expected_tokens(a, 4) / round_ms * 1e3 == pytest.approx(50.0, rel=1e-9)
+    with pytest.raises(ConfigError, match="acceptance.sd"):
+        _alpha_from_sd(lat, 4, 100.0)  # 100 tok/s needs more than K + 1 tokens per round

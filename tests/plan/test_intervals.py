@@ -21,7 +21,7 @@ from ssd_sim.plan.intervals import (
     scaled_interval,
     uncertainty_report,
 )
-from ssd_sim.plan.planner import PlanRequest, make_plan
+from ssd_sim.plan.planner import TIMED_FACTOR, PlanRequest, make_plan
 from ssd_sim.plan.predict import predict_sd, predict_ssd
 
 SPLITS = Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-splits"
@@ -98,9 +98,9 @@ def test_ar_and_one_sd_trace_on_two_prompts_give_an_honest_interval(tmp_path):
     prof, _ = calibrate(two_prompt_traces(tmp_path))
     u = prof.uncertainty
     assert u.sequences == 2 and u.interference == (0.0, 0.5)  # two prompts; interference never measured
-    assert u.timed_rows_tokens == (4, 1)  # the draft was only timed one row at a time ...
+    assert u.timed_rows_tokens == (4, 2)  # the draft was only timed one row (2 tokens: SD's first step) ...
     res = make_plan(prof)
-    assert res.plan.budget <= 2  # ... so the planner does not plan caches far beyond it
+    assert res.plan.budget <= TIMED_FACTOR * u.timed_rows_tokens[1]  # ... so the planner does not plan caches far beyond it
     rep = uncertainty_report(prof, res.plan, res.sd.num_speculative_tokens)
     assert 0.5 < rep["p_ssd_beats_sd"] < 0.95
     assert rep["ssd"]["high"] - rep["ssd"]["low"] > 0.5 * res.ssd.per_seq_tok_s  # two prompts say little

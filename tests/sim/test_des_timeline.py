@@ -140,6 +140,18 @@ def test_sd_round_is_k_draft_steps_then_verify_on_the_target():
     assert res.devices == ["target"]
 
 
+def test_sd_drafting_prices_a_two_token_first_step_at_its_share_of_all_accepted_rounds():
+    # Draft 1 + 0.5 x tokens ms: a one-token step 1.5 ms, the 2-token first step after an all-accepted round 2 ms.
+    # Half the forced rounds accept all K = 3, so each round's drafting is 2 x 1.5 + (0.5 x 1.5 + 0.5 x 2) ms.
+    profile = tiny_profile(draft=ForwardLatency(fixed_ms=1.0, token_ms=0.5))
+    forced = ForcedOutcomes(accepted=[[3, 0]])
+    runs = {loop: simulate(profile, Plan(num_speculative_tokens=3), mode="sd", workload=fixed_batch(1, 5, prompt_tokens=0),
+                           timeline=loop == "simpy", outcomes=forced, loop=loop) for loop in ("simpy", "direct")}
+    assert [s.dur_ms for s in runs["simpy"].timeline if s.name == "draft"] == pytest.approx([4.75, 4.75])
+    for res in runs.values():  # rounds commit 4 then 1 tokens
+        assert res.metrics.sim_ms == pytest.approx(2 * (4.75 + 10.0))
+
+
 def test_ar_continuous_batching_admits_an_arrival_at_the_next_step_boundary():
     # Requests at 0 and 4 ms, 3 tokens each, no prompt: the second joins when the first step ends (10 ms).
     res = simulate(tiny_profile(), Plan(), mode="ar", timeline=True,
