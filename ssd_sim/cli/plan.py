@@ -27,7 +27,15 @@ from ssd_sim.cli.args import (
     fail,
     knob_flags,
 )
-from ssd_sim.cli.source import add_source_args, profile_of, source_files, source_of
+from ssd_sim.cli.source import (
+    add_source_args,
+    at_context,
+    context_for,
+    context_note,
+    profile_of,
+    source_files,
+    source_of,
+)
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import save_json_atomic
@@ -50,6 +58,7 @@ from ssd_sim.plan.planner import (
 from ssd_sim.plan.predict import plan_point, predict_ssd
 from ssd_sim.plan.report import build_report, plan_file
 from ssd_sim.plan.whatif import batch_sweep
+from ssd_sim.sim.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS, fixed_batch
 
 PROG = "ssd-plan"
 
@@ -76,6 +85,14 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--explain", action="store_true",
                      help="also print where every profile number comes from (measured / derived / assumed)")
     add_knob_args(p)
+    w = p.add_argument_group("workload lengths (a GPU preset's or spec pair's KV reads; measured profiles have none)")
+    w.add_argument("--prompt-tokens", type=bounded_int(0, MAX_TOKENS, "prompt tokens per request"), metavar="P",
+                   help=f"mean prompt tokens per request (0..{MAX_TOKENS}; default {DEFAULT_PROMPT_TOKENS} when "
+                        "--tokens is given): the latencies are taken at the mean decode context, P + N / 2 cached "
+                        "tokens per sequence, instead of the preset's own or --context")
+    w.add_argument("--tokens", type=bounded_int(1, MAX_TOKENS, "output tokens per request"), metavar="N",
+                   help=f"mean output tokens per request (1..{MAX_TOKENS}; default {DEFAULT_OUTPUT_TOKENS} when "
+                        "--prompt-tokens is given)")
     s = p.add_argument_group("search")
     s.add_argument("--objective", choices=OBJECTIVES, default="latency",
                    help="latency: maximise tok/s per sequence; throughput-per-device: total tok/s divided by "
@@ -184,11 +201,33 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
     """Profile, plan-file info, fixed knobs and workload from the arguments (ssd_sim.plan.knobs.resolve)."""
     pf = load_plan(args.plan) if args.plan else None
     info = source_of(args, (pf.extra.get("profile") or {}) if pf else None)
-    profile = profile_of(info)
     res = resolve(pf.plan if pf else None, knob_flags(args))
     workload = {key: res.workload(key) for key in WORKLOAD}
-    source = {"profile": {"name": profile.name, **info}}
+    info, note = _at_lengths(args, info, workload["batch_size"])
+    profile = profile_of(info)
+    source = {"profile": {"name": profile.name, **info}} | ({"context_note": note} if note else {})
     return profile, source, res.knobs, workload
+
+
+def _at_lengths(args, info: dict, batch_size: int) -> tuple[dict, str | None]:
+    """The source at the mean decode context of --prompt-tokens / --tokens (source.workload_context) and the line
+    that says so; unchanged without them. They replace a context a plan file recorded, and they conflict with
+    --context; a measured profile has no KV term for them to move (a warning says so)."""
+    if args.prompt_tokens is None and args.tokens is None:
+        return info, None
+    if args.context is not None:
+        raise ConfigError("context", "--context and --prompt-tokens / --tokens both set the context the latencies "
+                                     "are taken at: give one of them")
+    prompt = DEFAULT_PROMPT_TOKENS if args.prompt_tokens is None else args.prompt_tokens
+    output = DEFAULT_OUTPUT_TOKENS if args.tokens is None else args.tokens
+    unset = {k: v for k, v in (info.get("spec") or info).items() if k != "context"}
+    unset = {"spec": unset} if info.get("spec") else unset
+    c = context_for(unset, profile_of(unset), fixed_batch(batch_size, output, prompt))
+    if c is None:
+        print(f"{PROG}: warning: --prompt-tokens / --tokens change nothing here: the profile's latencies are measured "
+              "(no per-row KV term to move with the context)", file=sys.stderr)
+        return info, None
+    return at_context(unset, c), f"{context_note(c)}; {prompt} prompt + {output} output tokens"
 
 
 def _simulate(profile: Profile, result: PlanResult, args) -> tuple[PlanResult, dict]:
@@ -289,6 +328,8 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     con.print(f"[bold]{profile.name}[/]: {profile.description}")
     con.print(f"workload: batch {plan.batch_size}, temperature {plan.temperature:g}, "
               f"draft devices {plan.draft_devices}; objective: {result.objective}")
+    if report.get("context_note"):
+        con.print(report["context_note"], soft_wrap=True, markup=False, highlight=False)
     t = Table(title="predicted decoding speed")
     for col in ("mode", "K", "tok/s per seq", "total tok/s", "devices", "tok/s per device", "vs AR",
                 "tokens/round", "round ms"):

@@ -49,6 +49,7 @@ from ssd_sim.sim.des import MODES, SimResult, outcome_source, plan_for_mode, sim
 from ssd_sim.sim.metrics import json_safe
 from ssd_sim.sim.workload import (
     ARRIVALS_HINT,
+    DEFAULT_PROMPT_TOKENS,
     MAX_RATE,
     MIN_RATE,
     OUTPUT_DISTS,
@@ -59,7 +60,6 @@ from ssd_sim.sim.workload import (
 )
 
 PROG = "ssd-sim"
-DEFAULT_PROMPT_TOKENS = 128
 MAX_SEED = 2**32 - 1  # seeds 0..2^32 - 1 (numpy takes no negative seed)
 
 

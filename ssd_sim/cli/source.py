@@ -112,14 +112,29 @@ def workload_context(workload: Workload) -> int:
     return max(1, round(sum(prompts) / len(prompts) + sum(outputs) / len(outputs) / 2))
 
 
-def at_workload_context(source: dict[str, Any], profile: Profile, workload: Workload) -> tuple[Profile, str | None]:
-    """`profile` re-derived at the workload's mean decode context (workload_context) and the line that says so, when
-    its latencies have a per-row KV term (a spec pair or a GPU preset) and no context was given; else (profile, None)."""
+def context_for(source: dict[str, Any], profile: Profile, workload: Workload) -> int | None:
+    """The workload's mean decode context (workload_context, tokens) when `profile`'s latencies have a per-row KV term
+    (a spec pair or a GPU preset) and the source gives no context; else None (a measured profile is left as it is)."""
     lat = profile.latency
     given = (source.get("spec") or source).get("context")
     if source.get("path") or given is not None or not (lat.target.row_ms or lat.draft.row_ms):
-        return profile, None
-    c = workload_context(workload)
-    new = {"spec": {**source["spec"], "context": c}} if source.get("spec") else {**source, "context": c}
-    return profile_of(new), (f"latencies at {c} cached tokens per sequence: the workload's mean prompt plus half its "
-                             "mean output (the mean decode context; --context N sets another)")
+        return None
+    return workload_context(workload)
+
+
+def context_note(context: int) -> str:
+    """The line that says the latencies were taken at a workload's mean decode context."""
+    return (f"latencies at {context} cached tokens per sequence: the workload's mean prompt plus half its mean output "
+            "(the mean decode context; --context N sets another)")
+
+
+def at_workload_context(source: dict[str, Any], profile: Profile, workload: Workload) -> tuple[Profile, str | None]:
+    """`profile` re-derived at the workload's mean decode context (context_for) and the line that says so; else
+    (profile, None)."""
+    c = context_for(source, profile, workload)
+    return (profile, None) if c is None else (profile_of(at_context(source, c)), context_note(c))
+
+
+def at_context(source: dict[str, Any], context: int) -> dict[str, Any]:
+    """`source` with its latencies' context set to `context` tokens per sequence (a spec pair's or a preset's)."""
+    return {"spec": {**source["spec"], "context": context}} if source.get("spec") else {**source, "context": context}

@@ -47,6 +47,8 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
         "configurations_scored": result.evaluated,
         "c_per_position_gain_pct": result.c_per_position_gain_pct,
     }
+    if (source or {}).get("context_note"):
+        report["context_note"] = source["context_note"]  # the latencies' context came from the workload's lengths
     if simulated:
         report["simulated"] = simulated
     unc = uncertainty_report(profile, result.plan, sd.num_speculative_tokens, result.objective)

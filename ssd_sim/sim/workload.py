@@ -27,6 +27,8 @@ from ssd_sim.io.values import nonfinite_strings
 from ssd_sim.model.latency import LatencyModel
 
 WORKLOADS = ("fixed", "poisson", "arrivals")
+DEFAULT_OUTPUT_TOKENS = 512  # output tokens per request when a CLI is not told (tokens)
+DEFAULT_PROMPT_TOKENS = 128  # prompt tokens per request when a CLI is not told (tokens)
 MIN_RATE, MAX_RATE = 1e-6, 1e6  # poisson arrival rates (requests per second): one in 12 days .. a million a second
 ARRIVALS_HINT = ('a JSON object {"arrival_ms": [0, 12.5, ...], "output_tokens": [512, 80, ...] (optional), '
                  '"prompt_tokens": [128, 900, ...] or one number (optional)}')

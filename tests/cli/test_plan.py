@@ -220,6 +220,34 @@ def test_context_re_derives_a_preset_and_the_plan_file_keeps_it(capsys, tmp_path
     assert code3 == 0 and json.loads(again)["predicted"] == json.loads(long)["predicted"]
 
 
+def test_prompt_and_output_lengths_plan_at_their_mean_decode_context(capsys, tmp_path):
+    argv = ("--preset", "llama70b-1b-h100", "-b", "8", "--json")
+    code, out, _ = run(capsys, *argv, "--prompt-tokens", "4000", "--tokens", "512", "-o", str(tmp_path / "p.json"))
+    rep = json.loads(out)
+    assert code == 0 and rep["profile"]["context"] == 4000 + 512 // 2
+    assert "4256 cached tokens" in rep["context_note"] and "4000 prompt + 512 output tokens" in rep["context_note"]
+    _, same, _ = run(capsys, *argv, "--context", "4256")  # the lengths name the context that --context gives
+    assert json.loads(same)["predicted"] == rep["predicted"]
+    _, own, _ = run(capsys, *argv)
+    assert rep["predicted"]["ssd_tok_s"] < 0.95 * json.loads(own)["predicted"]["ssd_tok_s"]  # 10x the KV reads
+    # the plan file keeps the context; new lengths replace it; the default prompt (128) fills a missing one
+    _, again, _ = run(capsys, "--plan", str(tmp_path / "p.json"), "--json")
+    assert json.loads(again)["predicted"] == rep["predicted"]
+    _, short, _ = run(capsys, "--plan", str(tmp_path / "p.json"), "--tokens", "64", "--json")
+    assert json.loads(short)["profile"]["context"] == 128 + 32
+
+
+def test_lengths_with_context_are_refused_and_a_measured_profile_warns_they_change_nothing(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama70b-1b-h100", "--tokens", "256", "--context", "300", "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "context" in err[0] and "give one" in err[0]
+    assert not (tmp_path / "p.json").exists()
+    _, plain, _ = run(capsys, "--preset", "qwen-coder-1.5b-0.5b-cpu", "--json")
+    code, out, err = run(capsys, "--preset", "qwen-coder-1.5b-0.5b-cpu", "--tokens", "64", "--json")
+    assert code == 0 and "change nothing" in err and "context_note" not in json.loads(out)
+    assert json.loads(out)["predicted"] == json.loads(plain)["predicted"]
+
 # --- issue 30: commands that paste, numbers that agree, the host named, the batch sweep -----------------------
 
 GRID_PROFILE = str(Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-grid" / "profile.json")
