@@ -160,6 +160,8 @@ def main(argv: list[str] | None = None) -> int:
         fail(PROG, e)
     result, simulated = _simulate(profile, result, args) if args.simulate else (result, None)
     report = build_report(profile, result, simulated, source=base_extra)
+    if base_extra.get("lengths"):
+        report["context_growth"] = _growth_report(base_extra, result)
     if args.batch_sizes:
         report["batch_sweep"] = batch_sweep(profile, request, args.batch_sizes)
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
@@ -190,6 +192,15 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
+def growth_line(g: dict) -> str:
+    """One line: the tok/s per sequence over the growing context, and how much the mean context overstates each."""
+    prompt, output = g["prompt_tokens"], g["output_tokens"]
+    parts = ", ".join(f"{m.upper()} {g[m]['tok_s']:.2f} ({g[m]['mean_context_err_pct']:+.1f}%)" for m in ("ar", "sd", "ssd"))
+    return (f"over the context growing from {prompt} to {prompt + output} tokens (mean round of the same plans): "
+            f"{parts} tok/s per sequence, in brackets how much slower the round is than at the mean context "
+            "(AR and SD rounds are linear in it; SSD's max(T_v, T_p) is not)")
+
+
 def emit_lines(engine: str, flags: dict) -> list[str]:
     """What --emit prints: the notes and then the engine's repository and version as shell comments, the command as
     the last line (one line, never wrapped)."""
@@ -205,8 +216,21 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
     workload = {key: res.workload(key) for key in WORKLOAD}
     info, note = _at_lengths(args, info, workload["batch_size"])
     profile = profile_of(info)
-    source = {"profile": {"name": profile.name, **info}} | ({"context_note": note} if note else {})
+    source = {"profile": {"name": profile.name, **info}}
+    if note:  # the lengths moved the context: say so, and keep them for the growth check
+        prompt = DEFAULT_PROMPT_TOKENS if args.prompt_tokens is None else args.prompt_tokens
+        source |= {"context_note": note, "lengths": (prompt, args.tokens or DEFAULT_OUTPUT_TOKENS)}
     return profile, source, res.knobs, workload
+
+
+def _growth_report(source: dict, result: PlanResult) -> dict:
+    """The plans' tok/s over a context growing from P to P + N (cli.growth) against the mean-context prediction."""
+    from ssd_sim.cli.growth import growth
+
+    prompt, output = source["lengths"]
+    info = {k: v for k, v in source["profile"].items() if k != "name"}
+    g = growth(info, prompt, output, result.sd.num_speculative_tokens, result.plan)
+    return {"prompt_tokens": prompt, "output_tokens": output, **g}
 
 
 def _at_lengths(args, info: dict, batch_size: int) -> tuple[dict, str | None]:
@@ -330,6 +354,8 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
               f"draft devices {plan.draft_devices}; objective: {result.objective}")
     if report.get("context_note"):
         con.print(report["context_note"], soft_wrap=True, markup=False, highlight=False)
+    if report.get("context_growth"):
+        con.print(growth_line(report["context_growth"]), soft_wrap=True, markup=False, highlight=False)
     t = Table(title="predicted decoding speed")
     for col in ("mode", "K", "tok/s per seq", "total tok/s", "devices", "tok/s per device", "vs AR",
                 "tokens/round", "round ms"):

@@ -228,6 +228,13 @@ def test_prompt_and_output_lengths_plan_at_their_mean_decode_context(capsys, tmp
     assert "4256 cached tokens" in rep["context_note"] and "4000 prompt + 512 output tokens" in rep["context_note"]
     _, same, _ = run(capsys, *argv, "--context", "4256")  # the lengths name the context that --context gives
     assert json.loads(same)["predicted"] == rep["predicted"]
+    growth = rep["context_growth"]  # the same plans over a context growing from 4000 to 4512 tokens
+    assert (growth["prompt_tokens"], growth["output_tokens"]) == (4000, 512) and "context_growth" not in json.loads(same)
+    assert growth["ar"]["tok_s"] == pytest.approx(rep["predicted"]["ar_tok_s"], rel=1e-4)  # linear: exact at the mean
+    assert growth["ssd"]["tok_s"] * (1 + growth["ssd"]["mean_context_err_pct"] / 100) == pytest.approx(
+        rep["predicted"]["ssd_tok_s"], rel=1e-9)
+    _, table, _ = run(capsys, "--preset", "llama70b-1b-h100", "-b", "8", "--prompt-tokens", "4000", "--tokens", "512")
+    assert "over the context growing from 4000 to 4512 tokens" in table
     _, own, _ = run(capsys, *argv)
     assert rep["predicted"]["ssd_tok_s"] < 0.95 * json.loads(own)["predicted"]["ssd_tok_s"]  # 10x the KV reads
     # the plan file keeps the context; new lengths replace it; the default prompt (128) fills a missing one

@@ -1,0 +1,44 @@
+"""How far the mean decode context is from a context that grows over the decode (ssd-plan --prompt-tokens / --tokens).
+
+A request's KV cache grows from P to P + N tokens; the planners take a GPU profile's KV reads at the mean, P + N / 2
+(ssd_sim/cli/source.py). Tokens per round do not depend on the context, so a plan's exact tok/s over the decode is its
+tokens per round over its round ms averaged over c uniform on [P, P + N]. Where the round is linear in c (AR, SD: KV
+reads streamed from HBM) the mean context is exact; SSD's round is max(T_v, T_p) + ..., which bends where the draft's
+tree decode (b x budget rows, each reading its KV) overtakes the verify late in the decode. bench/context_growth.py
+tabulates it for the GPU presets and spec pairs.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import numpy as np
+from scipy.integrate import simpson
+
+from ssd_sim.cli.source import at_context, profile_of
+from ssd_sim.plan.plan import Plan
+from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
+
+NODES = 9  # Simpson points over [P, P + N]
+MODES = ("ar", "sd", "ssd")
+
+
+def _rounds(source: dict[str, Any], context: int, sd_k: int, plan: Plan) -> dict[str, tuple[float, float]]:
+    """Per mode: (round ms, tokens per round) of the fixed plans with the latencies at `context` tokens."""
+    prof = profile_of(at_context(source, context))
+    preds = (predict_ar(prof, plan.batch_size), predict_sd(prof, plan.batch_size, sd_k), predict_ssd(prof, plan))
+    return {m: (p.round_ms, p.tokens_per_round) for m, p in zip(MODES, preds, strict=True)}
+
+
+def growth(source: dict[str, Any], prompt: int, output: int, sd_k: int, plan: Plan) -> dict[str, dict[str, float]]:
+    """Per mode: the exact tok/s per sequence over a decode from `prompt` to `prompt + output` cached tokens, and how
+    much faster (%) the prediction at the mean decode context is (SD at K = sd_k; SSD with `plan`, batch included)."""
+    mean = _rounds(source, max(1, prompt + output // 2), sd_k, plan)
+    cs = np.linspace(prompt, prompt + output, NODES)
+    nodes = [_rounds(source, max(1, int(round(c))), sd_k, plan) for c in cs]
+    out = {}
+    for m in MODES:
+        exact_ms = float(simpson([n[m][0] for n in nodes], x=cs)) / output if output else mean[m][0]
+        tokens = mean[m][1]
+        out[m] = {"tok_s": tokens / exact_ms * 1e3, "mean_context_err_pct": 100.0 * (exact_ms / mean[m][0] - 1.0)}
+    return out
