@@ -18,27 +18,48 @@ from scipy.integrate import simpson
 from ssd_sim.cli.source import at_context, profile_of
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
+from ssd_sim.sim.workload import Workload
 
 NODES = 9  # Simpson points over [P, P + N]
 MODES = ("ar", "sd", "ssd")
 
 
-def _rounds(source: dict[str, Any], context: int, sd_k: int, plan: Plan) -> dict[str, tuple[float, float]]:
+def _rounds(source: dict[str, Any], context: int, sd_k: int, plan: Plan,
+            modes: tuple[str, ...]) -> dict[str, tuple[float, float]]:
     """Per mode: (round ms, tokens per round) of the fixed plans with the latencies at `context` tokens."""
     prof = profile_of(at_context(source, context))
-    preds = (predict_ar(prof, plan.batch_size), predict_sd(prof, plan.batch_size, sd_k), predict_ssd(prof, plan))
-    return {m: (p.round_ms, p.tokens_per_round) for m, p in zip(MODES, preds, strict=True)}
+    b = plan.batch_size
+    predict = {"ar": lambda: predict_ar(prof, b), "sd": lambda: predict_sd(prof, b, sd_k),
+               "ssd": lambda: predict_ssd(prof, plan)}
+    return {m: (p.round_ms, p.tokens_per_round) for m in modes for p in (predict[m](),)}
 
 
-def growth(source: dict[str, Any], prompt: int, output: int, sd_k: int, plan: Plan) -> dict[str, dict[str, float]]:
+def growth(source: dict[str, Any], prompt: int, output: int, sd_k: int, plan: Plan,
+           modes: tuple[str, ...] = MODES) -> dict[str, dict[str, float]]:
     """Per mode: the exact tok/s per sequence over a decode from `prompt` to `prompt + output` cached tokens, and how
-    much faster (%) the prediction at the mean decode context is (SD at K = sd_k; SSD with `plan`, batch included)."""
-    mean = _rounds(source, max(1, prompt + output // 2), sd_k, plan)
+    much longer (%) its mean round is than the round at the mean decode context, i.e. how much faster the mean-context
+    prediction is (SD at K = sd_k; SSD with `plan`, whose batch size serves every mode)."""
+    mean = _rounds(source, max(1, prompt + output // 2), sd_k, plan, modes)
     cs = np.linspace(prompt, prompt + output, NODES)
-    nodes = [_rounds(source, max(1, int(round(c))), sd_k, plan) for c in cs]
+    nodes = [_rounds(source, max(1, int(round(c))), sd_k, plan, modes) for c in cs]
     out = {}
-    for m in MODES:
+    for m in modes:
         exact_ms = float(simpson([n[m][0] for n in nodes], x=cs)) / output if output else mean[m][0]
         tokens = mean[m][1]
         out[m] = {"tok_s": tokens / exact_ms * 1e3, "mean_context_err_pct": 100.0 * (exact_ms / mean[m][0] - 1.0)}
     return out
+
+
+def mean_lengths(workload: Workload) -> tuple[int, int]:
+    """(mean prompt, mean output) tokens per request of a workload (source.workload_context's inputs)."""
+    prompts = workload.prompt_lengths or (workload.prompt_tokens,)
+    outputs = workload.output_lengths or (workload.output_tokens,)
+    return round(sum(prompts) / len(prompts)), round(sum(outputs) / len(outputs))
+
+
+def growth_line(mode: str, g: dict[str, float], prompt: int, output: int, batch: int) -> str:
+    """One line: the analytic tok/s of `mode` over the growing context and how much the mean context overstates it."""
+    err = g["mean_context_err_pct"] if abs(g["mean_context_err_pct"]) >= 0.05 else 0.0  # no "-0.0%"
+    return (f"over a context growing from {prompt} to {prompt + output} tokens the analytic {mode.upper()} round at "
+            f"b = {batch} is on average {err:+.1f}% against the one at the mean context "
+            f"({g['tok_s']:.2f} tok/s per sequence); the simulation runs at the mean context")

@@ -27,6 +27,7 @@ from ssd_sim.cli.args import (
     fail,
     knob_flags,
 )
+from ssd_sim.cli.growth import MODES, growth
 from ssd_sim.cli.source import (
     add_source_args,
     at_context,
@@ -192,10 +193,11 @@ def main(argv: list[str] | None = None) -> int:
     return 0
 
 
-def growth_line(g: dict) -> str:
+def growth_summary(g: dict) -> str:
     """One line: the tok/s per sequence over the growing context, and how much the mean context overstates each."""
     prompt, output = g["prompt_tokens"], g["output_tokens"]
-    parts = ", ".join(f"{m.upper()} {g[m]['tok_s']:.2f} ({g[m]['mean_context_err_pct']:+.1f}%)" for m in ("ar", "sd", "ssd"))
+    errs = {m: g[m]["mean_context_err_pct"] if abs(g[m]["mean_context_err_pct"]) >= 0.05 else 0.0 for m in MODES}
+    parts = ", ".join(f"{m.upper()} {g[m]['tok_s']:.2f} ({errs[m]:+.1f}%)" for m in MODES)
     return (f"over the context growing from {prompt} to {prompt + output} tokens (mean round of the same plans): "
             f"{parts} tok/s per sequence, in brackets how much slower the round is than at the mean context "
             "(AR and SD rounds are linear in it; SSD's max(T_v, T_p) is not)")
@@ -225,8 +227,6 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
 
 def _growth_report(source: dict, result: PlanResult) -> dict:
     """The plans' tok/s over a context growing from P to P + N (cli.growth) against the mean-context prediction."""
-    from ssd_sim.cli.growth import growth
-
     prompt, output = source["lengths"]
     info = {k: v for k, v in source["profile"].items() if k != "name"}
     g = growth(info, prompt, output, result.sd.num_speculative_tokens, result.plan)
@@ -355,7 +355,7 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     if report.get("context_note"):
         con.print(report["context_note"], soft_wrap=True, markup=False, highlight=False)
     if report.get("context_growth"):
-        con.print(growth_line(report["context_growth"]), soft_wrap=True, markup=False, highlight=False)
+        con.print(growth_summary(report["context_growth"]), soft_wrap=True, markup=False, highlight=False)
     t = Table(title="predicted decoding speed")
     for col in ("mode", "K", "tok/s per seq", "total tok/s", "devices", "tok/s per device", "vs AR",
                 "tokens/round", "round ms"):

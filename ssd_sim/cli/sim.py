@@ -29,6 +29,7 @@ from ssd_sim.cli.args import (
     knob_flags,
     nonneg_float,
 )
+from ssd_sim.cli.growth import growth, growth_line, mean_lengths
 from ssd_sim.cli.source import add_source_args, at_workload_context, profile_of, source_files, source_of
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object, save_json_atomic
@@ -129,6 +130,8 @@ def main(argv: list[str] | None = None) -> int:
         if args.workload == "arrivals":
             workload, notes, args.summary["prompts"] = arrivals_extras(args.arrivals, workload, explicit_prompt)
         profile, args.summary["context"] = at_workload_context(source, profile, workload)
+        if args.summary["context"]:  # the growth check of report() needs the source at no context
+            args.summary["growth_source"] = source
         if auto_batch:  # a stream of requests with no batch size given: batch them as a server would
             workload, args.summary["batch"] = default_max_batch(profile, workload)
             args.batch_size = args.max_batch = workload.max_batch
@@ -161,19 +164,35 @@ def report(profile: Profile, result: SimResult, args) -> None:
     base_mode = "ssd" if args.mode.startswith("ssd") else args.mode
     predicted = predict(profile, result.plan, base_mode)
     low, high = scaled_interval(profile, result.plan, base_mode, result.metrics.per_seq_tok_s, result.metrics.sequences)
+    growth = _growth(result, base_mode, args)
     if args.json:
         context = {"context_note": args.summary["context"]} if args.summary.get("context") else {}
+        context |= {"context_growth": growth} if growth else {}
         out = result.to_dict() | context | {"profile": profile.name, "predicted": predicted.to_dict(),
                                   "interval_90": {"per_seq_tok_s": [low, high], "note": INTERVAL_NOTE}}
         print(json.dumps(json_safe(out), indent=2))
         sys.stdout.flush()
         return
     print_table(profile, result, predicted, args)
+    if growth:
+        print(growth_line(base_mode, growth[base_mode], growth["prompt_tokens"], growth["output_tokens"],
+                          result.plan.batch_size))
     if math.isfinite(low) and math.isfinite(high):
         print(f"90% interval of tok/s per sequence: {low:.2f}-{high:.2f} ({INTERVAL_NOTE})")
     else:
         print("90% interval of tok/s per sequence: - (no sequence decoded a token after its first)")
     sys.stdout.flush()
+
+
+def _growth(result: SimResult, mode: str, args) -> dict | None:
+    """The simulated mode's analytic round over the context growing from the mean prompt to prompt + output
+    (cli.growth), when the latencies were taken at the workload's mean decode context; else None."""
+    source = getattr(args, "summary", {}).get("growth_source")
+    if source is None:
+        return None
+    prompt, output = mean_lengths(result.workload)
+    g = growth(source, prompt, output, result.plan.K, result.plan, modes=(mode,))
+    return {"prompt_tokens": prompt, "output_tokens": output, **g}
 
 
 INTERVAL_NOTE = ("the profile's uncertainty (workload, run latency, interference, assumed curves) around the "

@@ -195,6 +195,11 @@ _ISSUE_26_INTERFERENCE = ("issue 26: calibrated interference is levelled like th
                           "the grid's +1.9% / +6.1% -> +2.1% / +6.3%)")
 _document(['calibrate-grid', 'calibrate-grid-t1', 'plan-profile', 'plan-profile-t1-json'], _ISSUE_26_INTERFERENCE)
 
+_ISSUE_25_GROWTH = ("issue 25: where ssd-sim takes the latencies at the workload's mean decode context it also prints (JSON: "
+                    "context_growth) the simulated mode's analytic round averaged over the context growing from the mean "
+                    "prompt to prompt + output (cli/growth.py), against the round at the mean context")
+_document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_GROWTH)
+
 
 def fixed_host():
     from ssd_sim.io.host import Host

@@ -363,6 +363,18 @@ def test_a_gpu_preset_is_simulated_at_the_workloads_mean_decode_context(capsys):
     assert "context_note" not in own  # --context: the latencies at the context given
     # every row's KV read grows ~10x from 400 to 4128 tokens: per-sequence decode slower at b = 8
     assert long["metrics"]["per_seq_tok_s"] < 0.95 * own["metrics"]["per_seq_tok_s"]
+    # the growth check: the simulated plan's analytic round over 4000 -> 4256 tokens against the mean context
+    g = long["context_growth"]
+    assert (g["prompt_tokens"], g["output_tokens"]) == (4000, 256) and "context_growth" not in own
+    assert g["ssd"]["tok_s"] * (1 + g["ssd"]["mean_context_err_pct"] / 100) == pytest.approx(
+        long["predicted"]["per_seq_tok_s"], rel=1e-6)
+
+
+def test_the_growth_line_says_how_much_slower_the_growing_context_is(capsys):
+    assert main(["--preset", "qwen32b-0.6b-h100", "-b", "32", "--prompt-tokens", "256", "--tokens", "512"]) == 0
+    line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("over a context growing"))
+    assert "from 256 to 768 tokens" in line and "SSD round at b = 32" in line and "runs at the mean context" in line
+    assert float(line.split("is on average ")[1].split("%")[0]) > 1.0  # the draft's tree decode binds late
 
 
 def test_a_measured_profile_keeps_its_latencies_whatever_the_prompts(capsys):
