@@ -10,12 +10,15 @@ tabulates it for the GPU presets and spec pairs.
 
 from __future__ import annotations
 
+import json
+from functools import lru_cache
 from typing import Any
 
 import numpy as np
 from scipy.integrate import simpson
 
 from ssd_sim.cli.source import at_context, profile_of
+from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
 from ssd_sim.sim.workload import Workload
@@ -24,10 +27,15 @@ NODES = 9  # Simpson points over [P, P + N]
 MODES = ("ar", "sd", "ssd")
 
 
+@lru_cache(maxsize=64)
+def _profile_at(source_json: str, context: int) -> Profile:
+    return profile_of(at_context(json.loads(source_json), context))
+
+
 def _rounds(source: dict[str, Any], context: int, sd_k: int, plan: Plan,
             modes: tuple[str, ...]) -> dict[str, tuple[float, float]]:
     """Per mode: (round ms, tokens per round) of the fixed plans with the latencies at `context` tokens."""
-    prof = profile_of(at_context(source, context))
+    prof = _profile_at(json.dumps(source, sort_keys=True), context)
     b = plan.batch_size
     predict = {"ar": lambda: predict_ar(prof, b), "sd": lambda: predict_sd(prof, b, sd_k),
                "ssd": lambda: predict_ssd(prof, plan)}
@@ -63,3 +71,13 @@ def growth_line(mode: str, g: dict[str, float], prompt: int, output: int, batch:
     return (f"over a context growing from {prompt} to {prompt + output} tokens the analytic {mode.upper()} round at "
             f"b = {batch} is on average {err:+.1f}% against the one at the mean context "
             f"({g['tok_s']:.2f} tok/s per sequence); the simulation runs at the mean context")
+
+
+def rerank_by_growth(source: dict[str, Any], prompt: int, output: int, sd_k: int,
+                     candidates) -> list[tuple[Plan, float, float]]:
+    """The planner's SSD candidates [(plan, prediction at the mean context)] ordered by their tok/s per sequence over
+    the growing context, best first: [(plan, tok/s at the mean context, tok/s over the growth)]. All candidates share
+    a batch size and devices, so tok/s per sequence orders them for either objective."""
+    scored = [(plan, pred.per_seq_tok_s, growth(source, prompt, output, sd_k, plan, modes=("ssd",))["ssd"]["tok_s"])
+              for plan, pred in candidates]
+    return sorted(scored, key=lambda x: -x[2])

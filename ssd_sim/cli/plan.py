@@ -62,6 +62,7 @@ from ssd_sim.plan.whatif import batch_sweep
 from ssd_sim.sim.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS, fixed_batch
 
 PROG = "ssd-plan"
+GROWTH_CANDIDATES = 32  # the best plans at the mean context re-ranked over the growing context (prompt / output lengths)
 
 
 def build_parser() -> argparse.ArgumentParser:
@@ -153,9 +154,12 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("batch_sizes", f"--batch-sizes sweeps analytic plans; {'--emit' if args.emit else '--simulate'} "
                                              "applies to one plan: drop one of them")
         profile, base_extra, knobs, workload = _resolve(args)
+        rank = _growth_rank(base_extra, args)
         request = PlanRequest(batch_size=workload["batch_size"], temperature=workload["temperature"],
                               draft_devices=workload["draft_devices"], knobs=knobs, objective=args.objective,
-                              limits=SearchLimits(k_max=args.max_k, budget_cap=args.budget_cap), risk=args.risk)
+                              limits=SearchLimits(k_max=args.max_k, budget_cap=args.budget_cap,
+                                                  top_n=GROWTH_CANDIDATES if rank else SearchLimits.top_n),
+                              risk=args.risk, rank=rank)
         result = make_plan(profile, request)
     except ConfigError as e:
         fail(PROG, e)
@@ -200,7 +204,8 @@ def growth_summary(g: dict) -> str:
     parts = ", ".join(f"{m.upper()} {g[m]['tok_s']:.2f} ({errs[m]:+.1f}%)" for m in MODES)
     return (f"over the context growing from {prompt} to {prompt + output} tokens (mean round of the same plans): "
             f"{parts} tok/s per sequence, in brackets how much slower the round is than at the mean context "
-            "(AR and SD rounds are linear in it; SSD's max(T_v, T_p) is not)")
+            f"(AR and SD rounds are linear in it; SSD's max(T_v, T_p) is not, so the best {GROWTH_CANDIDATES} SSD "
+            "plans at the mean context were ranked by their tok/s over the growth)")
 
 
 def emit_lines(engine: str, flags: dict) -> list[str]:
@@ -223,6 +228,19 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
         prompt = DEFAULT_PROMPT_TOKENS if args.prompt_tokens is None else args.prompt_tokens
         source |= {"context_note": note, "lengths": (prompt, args.tokens or DEFAULT_OUTPUT_TOKENS)}
     return profile, source, res.knobs, workload
+
+
+def _growth_rank(source: dict, args):
+    """With prompt / output lengths: the score that ranks SSD plans by tok/s over the growing context (cli.growth),
+    else None. --simulate re-ranks at one context, so it is refused with lengths."""
+    if not source.get("lengths"):
+        return None
+    if args.simulate:
+        raise ConfigError("simulate", "--simulate re-ranks plans by a simulation at the mean context, while prompt / "
+                                      "output lengths rank them over the growing context: drop one of them")
+    prompt, output = source["lengths"]
+    info = {k: v for k, v in source["profile"].items() if k != "name"}
+    return lambda plan: growth(info, prompt, output, 1, plan, modes=("ssd",))["ssd"]["tok_s"]
 
 
 def _growth_report(source: dict, result: PlanResult) -> dict:

@@ -18,6 +18,7 @@ from __future__ import annotations
 import math
 import threading
 from collections import OrderedDict
+from collections.abc import Callable
 from dataclasses import dataclass, replace
 from enum import StrEnum
 
@@ -150,9 +151,15 @@ class PlanRequest:
     limits: SearchLimits = SearchLimits()
     risk: float | None = None  # None: rank by predicted tok/s; q in (0, 0.5]: by its q-quantile (plan.intervals)
     b_star: BStar = BStar.SCAN
+    # None: rank by predicted tok/s; else a score per SSD plan (higher is better) that re-ranks the top_n candidates,
+    # e.g. tok/s over a context growing over the decode (ssd-plan --prompt-tokens / --tokens: cli.growth)
+    rank: Callable[[Plan], float] | None = None
 
     def __post_init__(self) -> None:
         risk, objective, batch_size = self.risk, self.objective, self.batch_size
+        if risk is not None and self.rank is not None:
+            raise ConfigError("risk", "ranks by a quantile of tok/s at one context, while a context range ranks by tok/s "
+                                      "over it: drop --risk or the prompt / output lengths")
         if risk is not None and not 0.0 < risk <= 0.5:
             raise ConfigError("risk", f"must be a quantile in (0, 0.5] (0.1 = plan for the 10% worst case), got {risk}")
         if objective not in OBJECTIVES:
@@ -198,6 +205,8 @@ def make_plan(profile: Profile, request: PlanRequest = PlanRequest(), *,
     if request.risk is not None and len(plans) > 1:
         q = quantile_tok_s(profile, plans, request.risk)
         plans = [p for _, p in sorted(zip(q, plans, strict=True), key=lambda x: -x[0])]
+    elif request.rank is not None and len(plans) > 1:
+        plans = sorted(plans, key=request.rank, reverse=True)  # stable: ties keep the predicted order
     mode = request.b_star
     scan = mode is BStar.SCAN and knobs.fan_out is None  # a fixed fan-out: b* of that plan, each backup its own miss fan-out
     curve = crossover(profile, temperature, knobs, draft_devices, k_max, budget_cap, memo=memo) if scan else None

@@ -244,6 +244,27 @@ def test_prompt_and_output_lengths_plan_at_their_mean_decode_context(capsys, tmp
     assert json.loads(short)["profile"]["context"] == 128 + 32
 
 
+def test_lengths_rank_ssd_plans_by_their_tok_s_over_the_growing_context(capsys):
+    from ssd_sim.cli.growth import growth
+    from ssd_sim.plan.plan import Plan
+
+    spec = ["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h200", "--tp", "4", "-b", "32", "--json"]
+    _, out, _ = run(capsys, *spec, "--prompt-tokens", "256", "--tokens", "4096")
+    _, at_mean, _ = run(capsys, *spec, "--context", str(256 + 4096 // 2))
+    grown, mean_best = json.loads(out), json.loads(at_mean)
+    source = {"spec": {"target": "Llama-3.1-70B", "draft": "Llama-3.2-1B", "gpu": "h200", "tp": 4}}
+    plain = growth(source, 256, 4096, 1, Plan.from_dict(mean_best["plan"]), modes=("ssd",))["ssd"]["tok_s"]
+    # late in the decode the mean-context winner's cache outgrows the verify; the ranked plan keeps more of its speed
+    assert grown["context_growth"]["ssd"]["tok_s"] > 1.03 * plain
+    assert grown["plan"] != mean_best["plan"]
+    with pytest.raises(SystemExit) as e:
+        main(["--preset", "llama70b-1b-h100", "--tokens", "256", "--simulate", "1000"])
+    err = capsys.readouterr().err.strip().splitlines()
+    assert e.value.code == 2 and len(err) == 1 and "simulate" in err[0]
+    with pytest.raises(SystemExit):
+        main(["--preset", "llama70b-1b-h100", "--tokens", "256", "--risk", "0.1"])
+    assert "risk" in capsys.readouterr().err
+
 def test_lengths_with_context_are_refused_and_a_measured_profile_warns_they_change_nothing(capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["--preset", "llama70b-1b-h100", "--tokens", "256", "--context", "300", "-o", str(tmp_path / "p.json")])

@@ -297,3 +297,15 @@ def test_an_optimum_on_the_k_bound_is_said_and_disappears_when_the_bound_is_rais
                                  "raise --max-k to search further"]
     wider = make_plan(prof, PlanRequest(limits=SearchLimits(k_max=24)))
     assert wider.sd.num_speculative_tokens < 24 and bound_notes(wider) == []
+
+
+def test_a_rank_reorders_the_top_candidates_and_excludes_risk():
+    prof = get_preset("llama70b-1b-h100")
+    plain = make_plan(prof, PlanRequest(batch_size=8))
+    ranked = make_plan(prof, PlanRequest(batch_size=8, rank=lambda p: -p.budget))  # the smallest cache wins
+    budgets = [p.budget for p, _ in plain.candidates]
+    assert ranked.plan.budget == min(budgets) < plain.plan.budget
+    assert [p.budget for p, _ in ranked.candidates] == sorted(budgets)
+    assert ranked.ssd.per_seq_tok_s == pytest.approx(predict_ssd(prof, ranked.plan).per_seq_tok_s)
+    with pytest.raises(ConfigError, match="risk"):
+        PlanRequest(risk=0.1, rank=lambda p: 0.0)
