@@ -20,6 +20,7 @@ from rich.console import Console
 from rich.table import Table
 
 from ssd_sim.cli.args import OneLineParser, add_knob_arg, bounded_int, cli_entry, fail, nonneg_float
+from ssd_sim.cli.growth import growth, growth_line, mean_lengths
 from ssd_sim.cli.source import add_source_args, at_workload_context, profile_of, source_files, source_of
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
@@ -122,7 +123,23 @@ def profiles_of(args, workload: Workload) -> tuple[list, str | None]:
                                         "profile's latencies hold for its own TP only")
     sources = [{"spec": {**source["spec"], "tp": tp}} for tp in args.tp_options] if args.tp_options else [source]
     found = [at_workload_context(s, profile_of(s), workload) for s in sources]
+    if found[0][1]:  # for the growth check of the cheapest SSD deployment (growth_of)
+        args.growth_sources = {p.latency.target_devices: s for s, (p, _) in zip(sources, found, strict=True)}
     return [p for p, _ in found], found[0][1]
+
+
+def growth_of(args, by_tp: dict, result: SearchResult, workload: Workload) -> dict | None:
+    """The cheapest SSD deployment's plan at its batch cap over the context growing from the mean prompt to prompt +
+    output (cli.growth), when the latencies were taken at the mean decode context; else None."""
+    ssd = result.per_mode.get("ssd")
+    sources = getattr(args, "growth_sources", None)
+    if ssd is None or not sources:
+        return None
+    c = ssd.config
+    plan, _ = by_tp[c.tp].plan("ssd", c.max_batch, c.backup)
+    prompt, output = mean_lengths(workload)
+    g = growth(sources[c.tp], prompt, output, 1, plan.replace(batch_size=c.max_batch), modes=("ssd",))["ssd"]
+    return {"prompt_tokens": prompt, "output_tokens": output, "batch": c.max_batch, **g}
 
 
 def _pool(args):
@@ -166,12 +183,19 @@ def main(argv: list[str] | None = None) -> int:
             (pool.shutdown if hasattr(pool, "shutdown") else pool.close)()
     data = _to_json(profile, load, targets, result, answer) | ({"context_note": args.context_note}
                                                               if args.context_note else {})
+    growth_check = growth_of(args, by_tp, result, wl)
+    if growth_check:
+        data["context_growth"] = growth_check
     if args.output:
         save_json_atomic(args.output, json.dumps(json_safe(data), indent=2), "output")
     if args.json:
         print(json.dumps(json_safe(data), indent=2))
     else:
         _print(profile, load, targets, result, answer, args)
+        if growth_check:
+            print(growth_line("ssd", growth_check, growth_check["prompt_tokens"], growth_check["output_tokens"],
+                              growth_check["batch"], "the simulations ran at the mean context, so the cheapest SSD "
+                                                     "deployment's TPOT margin is about that much thinner"))
     return 0
 
 

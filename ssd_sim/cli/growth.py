@@ -65,12 +65,14 @@ def mean_lengths(workload: Workload) -> tuple[int, int]:
     return round(sum(prompts) / len(prompts)), round(sum(outputs) / len(outputs))
 
 
-def growth_line(mode: str, g: dict[str, float], prompt: int, output: int, batch: int) -> str:
-    """One line: the analytic tok/s of `mode` over the growing context and how much the mean context overstates it."""
+def growth_line(mode: str, g: dict[str, float], prompt: int, output: int, batch: int,
+                tail: str = "the simulation runs at the mean context") -> str:
+    """One line: the analytic tok/s of `mode` over the growing context and how much the mean context overstates it,
+    then `tail` (what that means for the numbers beside it)."""
     err = g["mean_context_err_pct"] if abs(g["mean_context_err_pct"]) >= 0.05 else 0.0  # no "-0.0%"
     return (f"over a context growing from {prompt} to {prompt + output} tokens the analytic {mode.upper()} round at "
             f"b = {batch} is on average {err:+.1f}% against the one at the mean context "
-            f"({g['tok_s']:.2f} tok/s per sequence); the simulation runs at the mean context")
+            f"({g['tok_s']:.2f} tok/s per sequence); {tail}")
 
 
 def rerank_by_growth(source: dict[str, Any], prompt: int, output: int, sd_k: int,

@@ -22,12 +22,16 @@ def test_the_cheapest_configuration_its_margins_and_the_same_gpu_answer_are_prin
     assert "none within 6" in out  # SD: its table row
     # the preset's KV reads at the load's mean decode context: 128-token prompts + half of 48 output tokens
     assert "latencies at 152 cached tokens per sequence" in out
+    # and how far the cheapest SSD deployment's round moves over the context growing from 128 to 176 tokens
+    assert "over a context growing from 128 to 176 tokens the analytic SSD round at b = 8" in out
+    assert "TPOT margin is about that much thinner" in out
 
 
 def test_the_preset_at_its_own_longer_context_needs_more_replicas(capsys):
     assert main(ARGS + ["--context", "400", "--json"]) == 0  # the preset's own context: every forward reads more KV
     data = json.loads(capsys.readouterr().out)
     assert (data["best"]["mode"], data["best"]["gpus"]) == ("ssd", 15) and "context_note" not in data
+    assert "context_growth" not in data  # a context given: nothing was taken at the mean
 
 
 def test_json_and_the_output_file_hold_the_same_result(tmp_path, capsys):
@@ -39,6 +43,9 @@ def test_json_and_the_output_file_hold_the_same_result(tmp_path, capsys):
     assert (best["mode"], best["gpus"], best["meets"]) == ("ssd", 10, True)
     assert best["usd_per_mtok"] == pytest.approx(10 * 2.5 / 3600 / best["tok_s"] * 1e6)
     assert written["per_mode"]["sd"] is None and written["same_gpus"]["sd"]["meets"] is False
+    growth = written["context_growth"]
+    assert (growth["prompt_tokens"], growth["output_tokens"], growth["batch"]) == (128, 48, 8)
+    assert growth["mean_context_err_pct"] >= -1e-6  # the mean of max(T_v, T_p) is at least the max at the mean
 
 
 BAD = {
