@@ -74,12 +74,3 @@ def growth_line(mode: str, g: dict[str, float], prompt: int, output: int, batch:
             f"b = {batch} is on average {err:+.1f}% against the one at the mean context "
             f"({g['tok_s']:.2f} tok/s per sequence); {tail}")
 
-
-def rerank_by_growth(source: dict[str, Any], prompt: int, output: int, sd_k: int,
-                     candidates) -> list[tuple[Plan, float, float]]:
-    """The planner's SSD candidates [(plan, prediction at the mean context)] ordered by their tok/s per sequence over
-    the growing context, best first: [(plan, tok/s at the mean context, tok/s over the growth)]. All candidates share
-    a batch size and devices, so tok/s per sequence orders them for either objective."""
-    scored = [(plan, pred.per_seq_tok_s, growth(source, prompt, output, sd_k, plan, modes=("ssd",))["ssd"]["tok_s"])
-              for plan, pred in candidates]
-    return sorted(scored, key=lambda x: -x[2])

@@ -238,17 +238,20 @@ def _growth_rank(source: dict, args):
     if args.simulate:
         raise ConfigError("simulate", "--simulate re-ranks plans by a simulation at the mean context, while prompt / "
                                       "output lengths rank them over the growing context: drop one of them")
-    prompt, output = source["lengths"]
-    info = {k: v for k, v in source["profile"].items() if k != "name"}
+    info, (prompt, output) = _profile_source(source), source["lengths"]
     return lambda plan: growth(info, prompt, output, 1, plan, modes=("ssd",))["ssd"]["tok_s"]
 
 
 def _growth_report(source: dict, result: PlanResult) -> dict:
     """The plans' tok/s over a context growing from P to P + N (cli.growth) against the mean-context prediction."""
     prompt, output = source["lengths"]
-    info = {k: v for k, v in source["profile"].items() if k != "name"}
-    g = growth(info, prompt, output, result.sd.num_speculative_tokens, result.plan)
+    g = growth(_profile_source(source), prompt, output, result.sd.num_speculative_tokens, result.plan)
     return {"prompt_tokens": prompt, "output_tokens": output, **g}
+
+
+def _profile_source(source: dict) -> dict:
+    """The profile source (cli.source) _resolve recorded, without the profile's name."""
+    return {k: v for k, v in source["profile"].items() if k != "name"}
 
 
 def _at_lengths(args, info: dict, batch_size: int) -> tuple[dict, str | None]:

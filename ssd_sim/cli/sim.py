@@ -164,18 +164,18 @@ def report(profile: Profile, result: SimResult, args) -> None:
     base_mode = "ssd" if args.mode.startswith("ssd") else args.mode
     predicted = predict(profile, result.plan, base_mode)
     low, high = scaled_interval(profile, result.plan, base_mode, result.metrics.per_seq_tok_s, result.metrics.sequences)
-    growth = _growth(result, base_mode, args)
+    grown = _growth(result, base_mode, args)
     if args.json:
         context = {"context_note": args.summary["context"]} if args.summary.get("context") else {}
-        context |= {"context_growth": growth} if growth else {}
+        context |= {"context_growth": grown} if grown else {}
         out = result.to_dict() | context | {"profile": profile.name, "predicted": predicted.to_dict(),
                                   "interval_90": {"per_seq_tok_s": [low, high], "note": INTERVAL_NOTE}}
         print(json.dumps(json_safe(out), indent=2))
         sys.stdout.flush()
         return
     print_table(profile, result, predicted, args)
-    if growth:
-        print(growth_line(base_mode, growth[base_mode], growth["prompt_tokens"], growth["output_tokens"],
+    if grown:
+        print(growth_line(base_mode, grown[base_mode], grown["prompt_tokens"], grown["output_tokens"],
                           result.plan.batch_size))
     if math.isfinite(low) and math.isfinite(high):
         print(f"90% interval of tok/s per sequence: {low:.2f}-{high:.2f} ({INTERVAL_NOTE})")
