@@ -15,8 +15,11 @@ if _ROOT not in sys.path:  # `streamlit run app/dashboard.py` works without inst
 import streamlit as st  # noqa: E402
 
 from app import state  # noqa: E402
+from ssd_sim.cli.source import context_for, context_note  # noqa: E402
 from ssd_sim.io.errors import ConfigError  # noqa: E402
+from ssd_sim.io.limits import MAX_TOKENS  # noqa: E402
 from ssd_sim.model.profile import Profile  # noqa: E402
+from ssd_sim.sim.workload import fixed_batch  # noqa: E402
 
 PAGES = [
     ("views/whatif.py", "What-if", ":material/tune:"),
@@ -37,7 +40,7 @@ def sidebar_profile() -> tuple[Profile, str] | None:
                                 f"*.json in {state.traces_dir()} (`ssd-plan calibrate TRACES -o traces/SETUP/NAME.json`)")
     spec = _spec_choice(side)
     if spec is not None:
-        return spec
+        return _at_lengths(side, *spec)
     upload = side.file_uploader("or upload a profile JSON", type=["json"], key="profile_upload",
                                 help="a profile written by `ssd-plan calibrate` (schema ssd-profile/1)")
     if upload is not None:
@@ -49,13 +52,41 @@ def sidebar_profile() -> tuple[Profile, str] | None:
         except ConfigError as e:
             side.error(str(e))
     try:
-        return state.load_choice(choices[label]), choices[label]
+        prof, key = state.load_choice(choices[label]), choices[label]
     except (ConfigError, OSError) as e:
         side.error(str(e))
         return None
+    kind, _, name = key.partition(":")
+    return _at_lengths(side, prof, key, {"preset": name}) if kind == "preset" else (prof, key)
 
 
-def _spec_choice(side) -> tuple[Profile, str] | None:
+def _at_lengths(side, prof: Profile, key: str, source: dict) -> tuple[Profile, str]:
+    """With workload lengths switched on (as `ssd-plan --prompt-tokens P --tokens N`): a GPU preset's or spec pair's
+    latencies at the mean decode context P + N / 2, and the lengths kept for the What-if page's growth line."""
+    st.session_state["_lengths"] = None
+    box = side.expander("workload lengths (GPU presets and spec pairs)")
+    if not box.toggle("latencies at the workload's mean decode context", key="len_on",
+                      help="each row's KV reads at the mean prompt plus half the mean output, as ssd-plan "
+                           "--prompt-tokens / --tokens (replaces the preset's own context or the specs' context)"):
+        return prof, key
+    prompt = int(box.number_input("prompt tokens (mean)", 0, MAX_TOKENS, 128, step=128, key="len_prompt"))
+    output = int(box.number_input("output tokens (mean)", 1, MAX_TOKENS, 512, step=128, key="len_output"))
+    unset = state.without_context(source)
+    context = context_for(unset, prof, fixed_batch(1, output, prompt))
+    if context is None:
+        box.caption("measured latencies: the lengths change nothing")
+        return prof, key
+    try:
+        prof = state.profile_at(unset, context)
+    except ConfigError as e:
+        box.error(str(e))
+        return prof, key
+    box.caption(context_note(context).split(" (")[0])
+    st.session_state["_lengths"] = (unset, prompt, output)
+    return prof, f"{key}:ctx{context}"
+
+
+def _spec_choice(side) -> tuple[Profile, str, dict] | None:
     """A pair and GPU from specs (as `ssd-plan --target --draft --gpu --tp --context`), when switched on."""
     box = side.expander("or plan a pair on a GPU from specs")
     if not box.toggle("use specs", key="spec_on", help="a roofline from the models' shapes and the GPU's "
@@ -74,7 +105,8 @@ def _spec_choice(side) -> tuple[Profile, str] | None:
         return None
     box.caption(f"{prof.name}: up to {prof.max_batch_size} sequences fit; acceptance: "
                 f"{prof.provenance['acceptance'].split(' (')[0]}")
-    return prof, f"spec:{target}:{draft}:{gpu}:{tp}:{context}"
+    return prof, f"spec:{target}:{draft}:{gpu}:{tp}:{context}", {"spec": {"target": target, "draft": draft,
+                                                                          "gpu": gpu, "tp": tp}}
 
 
 def main() -> None:

@@ -10,13 +10,17 @@ from ssd_sim.plan.planner import PlanResult
 
 
 def profile_flags(source: str) -> str:
-    """The ssd-plan flags naming the sidebar's profile ('preset:NAME', 'file:PATH', 'spec:...', 'upload:NAME:...')."""
+    """The ssd-plan flags naming the sidebar's profile ('preset:NAME', 'file:PATH', 'spec:...', 'upload:NAME:...';
+    a preset's or spec's key ends in ':ctxN' when workload lengths set its context to N)."""
+    head, sep, tail = source.rpartition(":ctx")
+    ctx = tail if sep and tail.isdigit() else None
+    source = head if ctx else source
     kind, _, ref = source.partition(":")
     if kind == "preset":
-        return f"--preset {ref}"
+        return f"--preset {ref}" + (f" --context {ctx}" if ctx else "")
     if kind == "spec":
         target, draft, gpu, tp, context = ref.split(":")
-        return f"--target {target} --draft {draft} --gpu {gpu} --tp {tp} --context {context}"
+        return f"--target {target} --draft {draft} --gpu {gpu} --tp {tp} --context {ctx or context}"
     if kind == "file":
         return f"--profile {ref}"
     return f"--profile {ref.split(':')[0] or 'PROFILE.json'}"

@@ -8,6 +8,7 @@ import math
 import streamlit as st
 
 from app import charts, compute, sim, state
+from ssd_sim.cli.growth import growth, growth_line
 from ssd_sim.plan.plan import BACKUPS
 from ssd_sim.plan.planner import OBJECTIVES, BStar, PlanRequest, SearchLimits, make_plan
 from ssd_sim.plan.whatif import fanout_comparison
@@ -204,6 +205,12 @@ def render() -> None:
     knob_widgets(side, greedy=float(st.session_state[P + "T"]) == 0.0)
     override_widgets(side)
     st.caption(state.describe(sc))
+    lengths = st.session_state.get("_lengths")
+    if lengths and not sc.overrides:  # the plan's round over the growing context (as ssd-plan with lengths)
+        source, prompt, output = lengths
+        g = growth(source, prompt, output, 1, sc.plan, modes=("ssd",))["ssd"]
+        st.caption(growth_line("ssd", g, prompt, output, sc.plan.batch_size, "the numbers below are at the mean "
+                                                                              "context"))
     res = compute.evaluate(compute.key_of(sc.profile, sc.plan), sc.profile, sc.plan, sc.objective)
     sim_rates = simulate_button(sc, res)
     metrics_row(res, sim_rates)

@@ -578,3 +578,27 @@ def test_plan_page_reports_the_search_when_the_knobs_are_make_plans(at, tmp_path
     rep = json.loads(at.json[0].value)
     assert "fixed by the user" in rep["binding"]  # they were: on the What-if page
     assert any("differ from make_plan's plan" in c.value for c in at.caption)
+
+
+def test_workload_lengths_take_a_gpu_presets_kv_reads_at_the_mean_decode_context(at):
+    from ssd_sim.cli.growth import growth
+
+    at.selectbox(key="profile_choice").set_value(LLAMA).run()
+    at.toggle(key="len_on").set_value(True).run()
+    at.number_input(key="len_prompt").set_value(4000)
+    at.number_input(key="len_output").set_value(512).run()
+    ok(at)
+    res = make_plan(get_preset(LLAMA, context=4256))  # as ssd-plan --prompt-tokens 4000 --tokens 512 plans at
+    assert metrics(at)["autoregressive"] == f"{res.ar.per_seq_tok_s:.1f} tok/s"
+    assert any("4256 cached tokens" in c.value for c in at.sidebar.caption)
+    line = next(c.value for c in at.main.caption if c.value.startswith("over a context growing from 4000 to 4512"))
+    g = growth({"preset": LLAMA}, 4000, 512, 1, at.session_state["_scenario"].plan, modes=("ssd",))["ssd"]
+    assert f"({g['tok_s']:.2f} tok/s per sequence)" in line
+    at.switch_page("views/plan.py").run()  # the ssd-plan command names the context the lengths set
+    ok(at)
+    assert any("--preset llama70b-1b-h100 --context 4256" in c.value for c in at.main.caption)
+    at.switch_page("views/whatif.py").run()
+    at.selectbox(key="profile_choice").set_value("qwen-coder-1.5b-0.5b-cpu").run()  # measured: nothing to move
+    ok(at)
+    assert any("change nothing" in c.value for c in at.sidebar.caption)
+    assert not any(c.value.startswith("over a context growing") for c in at.main.caption)
