@@ -34,6 +34,7 @@ def sidebar_profile() -> tuple[Profile, str] | None:
     """Profile choice in the sidebar: a preset, a calibrated profile in traces/, or an uploaded JSON."""
     side = st.sidebar
     side.header("Profile")
+    st.session_state["_lengths"] = None  # set again by _at_lengths when workload lengths move this profile
     choices = state.profile_choices()
     label = side.selectbox("preset or calibrated profile", list(choices), key="profile_choice",
                            help="built-in presets (ssd_sim/model/presets) and calibrated profiles found as "
@@ -63,7 +64,6 @@ def sidebar_profile() -> tuple[Profile, str] | None:
 def _at_lengths(side, prof: Profile, key: str, source: dict) -> tuple[Profile, str]:
     """With workload lengths switched on (as `ssd-plan --prompt-tokens P --tokens N`): a GPU preset's or spec pair's
     latencies at the mean decode context P + N / 2, and the lengths kept for the What-if page's growth line."""
-    st.session_state["_lengths"] = None
     box = side.expander("workload lengths (GPU presets and spec pairs)")
     if not box.toggle("latencies at the workload's mean decode context", key="len_on",
                       help="each row's KV reads at the mean prompt plus half the mean output, as ssd-plan "

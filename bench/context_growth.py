@@ -7,9 +7,9 @@ decode context P + N / 2 (ssd_sim/cli/source.py), while a request's context grow
 plan at the mean context held fixed, ssd_sim/cli/growth.py averages the round over the growing context (tokens per
 round do not depend on it). Printed per GPU preset / spec pair, lengths and batch: the exact tok/s per sequence and
 how much faster (%) the mean context predicts, and the tok/s over the growth of the SSD plan `ssd-plan` picks with
-the lengths (its best 32 plans at the mean context re-ranked over the growth). AR and SD rounds are linear in the context (exact); SSD's
-max(T_v, T_p) bends where the draft's tree decode overtakes the verify late in the decode. The analytic round model
-of ssd_sim.plan.predict; no simulation.
+the lengths (its best 32 plans at the mean context re-ranked over the growth). AR and SD rounds are linear in the
+context (exact); SSD's max(T_v, T_p) bends where the draft's tree decode overtakes the verify late in the decode. The
+analytic round model of ssd_sim.plan.predict; no simulation.
 """
 
 from __future__ import annotations

@@ -602,3 +602,6 @@ def test_workload_lengths_take_a_gpu_presets_kv_reads_at_the_mean_decode_context
     ok(at)
     assert any("change nothing" in c.value for c in at.sidebar.caption)
     assert not any(c.value.startswith("over a context growing") for c in at.main.caption)
+    at.selectbox(key="profile_choice").set_value("mine.json (calibrated)").run()  # a file: no lengths section at all
+    ok(at)
+    assert not any(c.value.startswith("over a context growing") for c in at.main.caption)
