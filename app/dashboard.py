@@ -15,7 +15,8 @@ if _ROOT not in sys.path:  # `streamlit run app/dashboard.py` works without inst
 import streamlit as st  # noqa: E402
 
 from app import state  # noqa: E402
-from ssd_sim.cli.source import context_for, context_note  # noqa: E402
+from ssd_sim.cli.growth import profile_at  # noqa: E402
+from ssd_sim.cli.source import context_for, context_note, without_context  # noqa: E402
 from ssd_sim.io.errors import ConfigError  # noqa: E402
 from ssd_sim.io.limits import MAX_TOKENS  # noqa: E402
 from ssd_sim.model.profile import Profile  # noqa: E402
@@ -71,13 +72,13 @@ def _at_lengths(side, prof: Profile, key: str, source: dict) -> tuple[Profile, s
         return prof, key
     prompt = int(box.number_input("prompt tokens (mean)", 0, MAX_TOKENS, 128, step=128, key="len_prompt"))
     output = int(box.number_input("output tokens (mean)", 1, MAX_TOKENS, 512, step=128, key="len_output"))
-    unset = state.without_context(source)
+    unset = without_context(source)
     context = context_for(unset, prof, fixed_batch(1, output, prompt))
     if context is None:
         box.caption("measured latencies: the lengths change nothing")
         return prof, key
     try:
-        prof = state.profile_at(unset, context)
+        prof = profile_at(unset, context)
     except ConfigError as e:
         box.error(str(e))
         return prof, key

@@ -8,7 +8,6 @@ on every page. Profile loading and the slower sweeps are cached (st.cache_data /
 from __future__ import annotations
 
 import functools
-import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -142,25 +141,6 @@ def spec_profile(target: str, draft: str, gpu: str, tp: int, context: int) -> Pr
     from ssd_sim.model.spec_profile import profile_from_specs
 
     return profile_from_specs(target, draft, gpu, tp=tp, context=context)
-
-
-def without_context(source: dict) -> dict:
-    """A profile source (ssd_sim.cli.source) without a context, so a workload's lengths may set one."""
-    if source.get("spec"):
-        return {"spec": {k: v for k, v in source["spec"].items() if k != "context"}}
-    return {k: v for k, v in source.items() if k != "context"}
-
-
-def profile_at(source: dict, context: int) -> Profile:
-    """The profile of a source (a preset or spec pair) with its KV reads at `context` tokens per sequence, built once."""
-    return _profile_at(json.dumps(source, sort_keys=True), context)
-
-
-@functools.lru_cache(maxsize=32)
-def _profile_at(source_json: str, context: int) -> Profile:
-    from ssd_sim.cli.source import at_context, profile_of
-
-    return profile_of(at_context(json.loads(source_json), context))
 
 
 def choice_label(source: str) -> str:

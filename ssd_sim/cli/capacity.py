@@ -113,26 +113,26 @@ def load_of(args) -> tuple[Load, Workload]:
     return Load.of(wl, args.seed), wl
 
 
-def profiles_of(args, workload: Workload) -> tuple[list, str | None]:
+def profiles_of(args, workload: Workload) -> tuple[list, str | None, dict[int, dict]]:
     """The profile of the source flags, or with --tp-options one per tensor-parallel degree (specs only), each at the
-    workload's mean decode context where its latencies depend on it (cli.source.at_workload_context); and the line
-    saying so (None if not)."""
+    workload's mean decode context where its latencies depend on it (cli.source.at_workload_context); the line
+    saying so (None if not); and, when it applies, each profile's source (no context) by target devices."""
     source = source_of(args)
     if args.tp_options and "spec" not in source:
         raise ConfigError("tp_options", "--tp-options needs a pair from specs (--target, --draft, --gpu): a preset's or "
                                         "profile's latencies hold for its own TP only")
     sources = [{"spec": {**source["spec"], "tp": tp}} for tp in args.tp_options] if args.tp_options else [source]
     found = [at_workload_context(s, profile_of(s), workload) for s in sources]
-    if found[0][1]:  # for the growth check of the cheapest SSD deployment (growth_of)
-        args.growth_sources = {p.latency.target_devices: s for s, (p, _) in zip(sources, found, strict=True)}
-    return [p for p, _ in found], found[0][1]
+    note = found[0][1]
+    by_tp = {p.latency.target_devices: s for s, (p, _) in zip(sources, found, strict=True)} if note else {}
+    return [p for p, _ in found], note, by_tp
 
 
-def growth_of(args, by_tp: dict, result: SearchResult, workload: Workload) -> dict | None:
+def growth_of(sources: dict[int, dict], by_tp: dict, result: SearchResult, workload: Workload) -> dict | None:
     """The cheapest SSD deployment's plan at its batch cap over the context growing from the mean prompt to prompt +
-    output (cli.growth), when the latencies were taken at the mean decode context; else None."""
+    output (cli.growth), when the latencies were taken at the mean decode context (`sources`, from profiles_of, not
+    empty); else None."""
     ssd = result.per_mode.get("ssd")
-    sources = getattr(args, "growth_sources", None)
     if ssd is None or not sources:
         return None
     c = ssd.config
@@ -168,7 +168,7 @@ def main(argv: list[str] | None = None) -> int:
         modes = _names(args.modes, MODES, "modes")
         routers = _names(args.routers, ROUTERS, "routers")
         load, wl = load_of(args)
-        profiles, args.context_note = profiles_of(args, wl)
+        profiles, args.context_note, sources = profiles_of(args, wl)
         profile = profiles[0]
         mapper, pool = _pool(args)
         by_tp = {p.latency.target_devices: Capacity(p, load, targets, args.temperature or 0.0, args.gpu_price,
@@ -183,7 +183,7 @@ def main(argv: list[str] | None = None) -> int:
             (pool.shutdown if hasattr(pool, "shutdown") else pool.close)()
     data = _to_json(profile, load, targets, result, answer) | ({"context_note": args.context_note}
                                                               if args.context_note else {})
-    growth_check = growth_of(args, by_tp, result, wl)
+    growth_check = growth_of(sources, by_tp, result, wl)
     if growth_check:
         data["context_growth"] = growth_check
     if args.output:

@@ -27,15 +27,26 @@ NODES = 9  # Simpson points over [P, P + N]
 MODES = ("ar", "sd", "ssd")
 
 
+def profile_at(source: dict[str, Any], context: int) -> Profile:
+    """The profile of a source (a preset or spec pair) with its KV reads at `context` tokens per sequence, built once
+    per (source, context) (profiles are immutable)."""
+    return _profile_at(json.dumps(source, sort_keys=True), context)
+
+
 @lru_cache(maxsize=64)
 def _profile_at(source_json: str, context: int) -> Profile:
     return profile_of(at_context(json.loads(source_json), context))
 
 
+def shown_pct(pct: float) -> float:
+    """A mean-context error (%) as printed: below 0.05% it is 0 (no "-0.0%")."""
+    return pct if abs(pct) >= 0.05 else 0.0
+
+
 def _rounds(source: dict[str, Any], context: int, sd_k: int, plan: Plan,
             modes: tuple[str, ...]) -> dict[str, tuple[float, float]]:
     """Per mode: (round ms, tokens per round) of the fixed plans with the latencies at `context` tokens."""
-    prof = _profile_at(json.dumps(source, sort_keys=True), context)
+    prof = profile_at(source, context)
     b = plan.batch_size
     predict = {"ar": lambda: predict_ar(prof, b), "sd": lambda: predict_sd(prof, b, sd_k),
                "ssd": lambda: predict_ssd(prof, plan)}
@@ -69,7 +80,7 @@ def growth_line(mode: str, g: dict[str, float], prompt: int, output: int, batch:
                 tail: str = "the simulation runs at the mean context") -> str:
     """One line: the analytic tok/s of `mode` over the growing context and how much the mean context overstates it,
     then `tail` (what that means for the numbers beside it)."""
-    err = g["mean_context_err_pct"] if abs(g["mean_context_err_pct"]) >= 0.05 else 0.0  # no "-0.0%"
+    err = shown_pct(g["mean_context_err_pct"])
     return (f"over a context growing from {prompt} to {prompt + output} tokens the analytic {mode.upper()} round at "
             f"b = {batch} is on average {err:+.1f}% against the one at the mean context "
             f"({g['tok_s']:.2f} tok/s per sequence); {tail}")

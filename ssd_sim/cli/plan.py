@@ -27,7 +27,7 @@ from ssd_sim.cli.args import (
     fail,
     knob_flags,
 )
-from ssd_sim.cli.growth import MODES, growth
+from ssd_sim.cli.growth import MODES, growth, shown_pct
 from ssd_sim.cli.source import (
     add_source_args,
     at_context,
@@ -36,6 +36,7 @@ from ssd_sim.cli.source import (
     profile_of,
     source_files,
     source_of,
+    without_context,
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
@@ -200,8 +201,7 @@ def main(argv: list[str] | None = None) -> int:
 def growth_summary(g: dict) -> str:
     """One line: the tok/s per sequence over the growing context, and how much the mean context overstates each."""
     prompt, output = g["prompt_tokens"], g["output_tokens"]
-    errs = {m: g[m]["mean_context_err_pct"] if abs(g[m]["mean_context_err_pct"]) >= 0.05 else 0.0 for m in MODES}
-    parts = ", ".join(f"{m.upper()} {g[m]['tok_s']:.2f} ({errs[m]:+.1f}%)" for m in MODES)
+    parts = ", ".join(f"{m.upper()} {g[m]['tok_s']:.2f} ({shown_pct(g[m]['mean_context_err_pct']):+.1f}%)" for m in MODES)
     return (f"over the context growing from {prompt} to {prompt + output} tokens (mean round of the same plans): "
             f"{parts} tok/s per sequence, in brackets how much slower the round is than at the mean context "
             f"(AR and SD rounds are linear in it; SSD's max(T_v, T_p) is not, so the best {GROWTH_CANDIDATES} SSD "
@@ -221,12 +221,11 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
     info = source_of(args, (pf.extra.get("profile") or {}) if pf else None)
     res = resolve(pf.plan if pf else None, knob_flags(args))
     workload = {key: res.workload(key) for key in WORKLOAD}
-    info, note = _at_lengths(args, info, workload["batch_size"])
+    info, note, lengths = _at_lengths(args, info, workload["batch_size"])
     profile = profile_of(info)
     source = {"profile": {"name": profile.name, **info}}
     if note:  # the lengths moved the context: say so, and keep them for the growth check
-        prompt = DEFAULT_PROMPT_TOKENS if args.prompt_tokens is None else args.prompt_tokens
-        source |= {"context_note": note, "lengths": (prompt, args.tokens or DEFAULT_OUTPUT_TOKENS)}
+        source |= {"context_note": note, "lengths": lengths}
     return profile, source, res.knobs, workload
 
 
@@ -254,25 +253,24 @@ def _profile_source(source: dict) -> dict:
     return {k: v for k, v in source["profile"].items() if k != "name"}
 
 
-def _at_lengths(args, info: dict, batch_size: int) -> tuple[dict, str | None]:
-    """The source at the mean decode context of --prompt-tokens / --tokens (source.workload_context) and the line
-    that says so; unchanged without them. They replace a context a plan file recorded, and they conflict with
-    --context; a measured profile has no KV term for them to move (a warning says so)."""
+def _at_lengths(args, info: dict, batch_size: int) -> tuple[dict, str | None, tuple[int, int] | None]:
+    """The source at the mean decode context of --prompt-tokens / --tokens (source.workload_context), the line that
+    says so and the (prompt, output) lengths; unchanged without them. They replace a context a plan file recorded,
+    and they conflict with --context; a measured profile has no KV term for them to move (a warning says so)."""
     if args.prompt_tokens is None and args.tokens is None:
-        return info, None
+        return info, None, None
     if args.context is not None:
         raise ConfigError("context", "--context and --prompt-tokens / --tokens both set the context the latencies "
                                      "are taken at: give one of them")
     prompt = DEFAULT_PROMPT_TOKENS if args.prompt_tokens is None else args.prompt_tokens
     output = DEFAULT_OUTPUT_TOKENS if args.tokens is None else args.tokens
-    unset = {k: v for k, v in (info.get("spec") or info).items() if k != "context"}
-    unset = {"spec": unset} if info.get("spec") else unset
+    unset = without_context(info)
     c = context_for(unset, profile_of(unset), fixed_batch(batch_size, output, prompt))
     if c is None:
         print(f"{PROG}: warning: --prompt-tokens / --tokens change nothing here: the profile's latencies are measured "
               "(no per-row KV term to move with the context)", file=sys.stderr)
-        return info, None
-    return at_context(unset, c), f"{context_note(c)}; {prompt} prompt + {output} output tokens"
+        return info, None, None
+    return at_context(unset, c), f"{context_note(c)}; {prompt} prompt + {output} output tokens", (prompt, output)
 
 
 def _simulate(profile: Profile, result: PlanResult, args) -> tuple[PlanResult, dict]:

@@ -135,6 +135,13 @@ def at_workload_context(source: dict[str, Any], profile: Profile, workload: Work
     return (profile, None) if c is None else (profile_of(at_context(source, c)), context_note(c))
 
 
+def without_context(source: dict[str, Any]) -> dict[str, Any]:
+    """`source` without a context of its own (a spec pair's or a preset's), so a workload's lengths may set one."""
+    if source.get("spec"):
+        return {"spec": {k: v for k, v in source["spec"].items() if k != "context"}}
+    return {k: v for k, v in source.items() if k != "context"}
+
+
 def at_context(source: dict[str, Any], context: int) -> dict[str, Any]:
     """`source` with its latencies' context set to `context` tokens per sequence (a spec pair's or a preset's)."""
     return {"spec": {**source["spec"], "context": context}} if source.get("spec") else {**source, "context": context}

@@ -101,7 +101,7 @@ def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
                1.0 if t.plan.get("downweight") == "top_f_plus_1" else 0.0)
         for r in t.rounds:
             for s in r.seqs:
-                drafted = plain and (t.plan.get("backup", "jit") == "jit" or getattr(s, "hit", None) is not False)
+                drafted = plain and (t.plan.get("backup", "jit") == "jit" or s.hit is not False)
                 for i, d in enumerate(s.dists or []):
                     if d[3] is None:
                         continue
