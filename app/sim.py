@@ -34,26 +34,38 @@ def sd_plan(plan: Plan, K: int) -> Plan:
     return plan.replace(num_speculative_tokens=K, fan_out=(1,) * (K + 1), fan_out_miss=(1,) * (K + 1))
 
 
-def run(profile: Profile, plan: Plan, mode: str, tokens: int = TOKENS, seed: int = 0, timeline: bool = False):
-    """simulate() on a fixed batch of plan.batch_size sequences without prefill (steady-state decoding)."""
+def run(profile: Profile, plan: Plan, mode: str, tokens: int = TOKENS, seed: int = 0, timeline: bool = False,
+        lengths: tuple | None = None):
+    """simulate() on a fixed batch of plan.batch_size sequences without prefill (steady-state decoding); with
+    lengths (source, prompt, output tokens: the sidebar's workload lengths) batches of requests of those lengths, at
+    least `tokens` per sequence slot, each round at its batch's context (as ssd-plan --simulate with lengths)."""
     (simulate, fixed_batch), _ = _import()
-    wl = fixed_batch(plan.batch_size, tokens, prompt_tokens=0)
-    return simulate(profile, plan, mode=mode, seed=seed, workload=wl, timeline=timeline)
+    if lengths is None:
+        wl = fixed_batch(plan.batch_size, tokens, prompt_tokens=0)
+        return simulate(profile, plan, mode=mode, seed=seed, workload=wl, timeline=timeline)
+    from ssd_sim.cli.growth import ProfileAt
+    from ssd_sim.sim.workload import Workload
+
+    source, prompt, output = lengths
+    n = plan.batch_size * max(1, -(-tokens // output))
+    wl = Workload("fixed", n, plan.batch_size, 0.0, output, "fixed", prompt)
+    return simulate(profile, plan, mode=mode, seed=seed, workload=wl, timeline=timeline, profile_at=ProfileAt(source))
 
 
 @st.cache_data(max_entries=32, show_spinner=False)
-def _rates(key: str, _profile: Profile, _plan: Plan, sd_K: int, tokens: int) -> dict[str, float]:
+def _rates(key: str, _profile: Profile, _plan: Plan, sd_K: int, tokens: int, _lengths: tuple | None) -> dict[str, float]:
     out = {}
     for mode, plan in (("ar", _plan), ("sd", sd_plan(_plan, sd_K)), ("ssd", _plan)):
-        out[mode] = run(_profile, plan, mode, tokens).metrics.per_seq_tok_s
+        out[mode] = run(_profile, plan, mode, tokens, lengths=_lengths).metrics.per_seq_tok_s
     return out
 
 
-def rates(profile: Profile, plan: Plan, sd_K: int, tokens: int = TOKENS) -> dict[str, float]:
-    """Simulated tok/s per sequence of AR, SD (at sd_K) and SSD (this plan), seed 0."""
+def rates(profile: Profile, plan: Plan, sd_K: int, tokens: int = TOKENS, lengths: tuple | None = None) -> dict[str, float]:
+    """Simulated tok/s per sequence of AR, SD (at sd_K) and SSD (this plan), seed 0 (lengths: see run)."""
     from app.compute import key_of
 
-    return _rates(key_of(profile, plan, sd_K=sd_K, tokens=tokens), profile, plan, sd_K, tokens)
+    key = key_of(profile, plan, sd_K=sd_K, tokens=tokens, lengths=lengths[1:] if lengths else None)
+    return _rates(key, profile, plan, sd_K, tokens, lengths)
 
 
 @st.cache_data(max_entries=16, show_spinner=False)

@@ -117,16 +117,17 @@ def fit_text(fit: int) -> str:
     return f"the draft finishes up to {fit}" if fit else "the draft finishes not even a budget of 1"
 
 
-def simulate_button(sc, res) -> dict | None:
-    """Simulator on request; the result is kept for this scenario only."""
-    key = compute.key_of(sc.profile, sc.plan)
+def simulate_button(sc, res, lengths: tuple | None = None) -> dict | None:
+    """Simulator on request; the result is kept for this scenario only (lengths: sim.run's)."""
+    key = compute.key_of(sc.profile, sc.plan, lengths=lengths[1:] if lengths else None)
     if not sim.available():
         st.info(f"simulator not available ({sim.missing_reason()}); analytic predictions only")
         return None
     if st.button("simulate (discrete-event)", key="btn_simulate",
                  help=f"run the SimPy simulator for AR, SD and SSD ({sim.TOKENS} tokens per sequence)"):
         with st.spinner("simulating..."):
-            st.session_state["sim_result"] = (key, sim.rates(sc.profile, sc.plan, res.sd.num_speculative_tokens))
+            st.session_state["sim_result"] = (key, sim.rates(sc.profile, sc.plan, res.sd.num_speculative_tokens,
+                                                             lengths=lengths))
     stored = st.session_state.get("sim_result")
     return stored[1] if stored and stored[0] == key else None
 
@@ -205,14 +206,16 @@ def render() -> None:
     knob_widgets(side, greedy=float(st.session_state[P + "T"]) == 0.0)
     override_widgets(side)
     st.caption(state.describe(sc))
-    lengths = st.session_state.get("_lengths")
-    if lengths and not sc.overrides:  # the plan's round over the growing context (as ssd-plan with lengths)
+    lengths = st.session_state.get("_lengths") if not sc.overrides else None
+    if lengths:  # the plan's round over the growing context (as ssd-plan with lengths)
         source, prompt, output = lengths
         g = growth(source, prompt, output, 1, sc.plan, modes=("ssd",))["ssd"]
-        st.caption(growth_line("ssd", g, prompt, output, sc.plan.batch_size, "the numbers below are at the mean "
-                                                                              "context"))
+        st.caption(growth_line("ssd", g, prompt, output, sc.plan.batch_size, "the analytic numbers below are at the "
+                                                                              "mean context; simulate decodes requests "
+                                                                              "of these lengths, each round at its "
+                                                                              "batch's context"))
     res = compute.evaluate(compute.key_of(sc.profile, sc.plan), sc.profile, sc.plan, sc.objective)
-    sim_rates = simulate_button(sc, res)
+    sim_rates = simulate_button(sc, res, lengths)
     metrics_row(res, sim_rates)
     charts_grid(sc, res, sim_rates)
 

@@ -20,8 +20,16 @@ from rich.console import Console
 from rich.table import Table
 
 from ssd_sim.cli.args import OneLineParser, add_knob_arg, bounded_int, cli_entry, fail, nonneg_float
-from ssd_sim.cli.growth import growth, growth_line, mean_lengths
-from ssd_sim.cli.source import add_source_args, at_workload_context, profile_of, source_files, source_of
+from ssd_sim.cli.growth import ProfileAt, growth, growth_line, mean_lengths
+from ssd_sim.cli.source import (
+    add_source_args,
+    at_context,
+    context_for,
+    growing_note,
+    profile_of,
+    source_files,
+    source_of,
+)
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.limits import MAX_REQUESTS, MAX_TOKENS
@@ -115,17 +123,21 @@ def load_of(args) -> tuple[Load, Workload]:
 
 def profiles_of(args, workload: Workload) -> tuple[list, str | None, dict[int, dict]]:
     """The profile of the source flags, or with --tp-options one per tensor-parallel degree (specs only), each at the
-    workload's mean decode context where its latencies depend on it (cli.source.at_workload_context); the line
-    saying so (None if not); and, when it applies, each profile's source (no context) by target devices."""
+    workload's mean decode context where its latencies depend on it (cli.source.context_for); the line saying so and
+    that the simulations follow each round's context (None if not); and then each profile's source (no context) by
+    target devices."""
     source = source_of(args)
     if args.tp_options and "spec" not in source:
         raise ConfigError("tp_options", "--tp-options needs a pair from specs (--target, --draft, --gpu): a preset's or "
                                         "profile's latencies hold for its own TP only")
     sources = [{"spec": {**source["spec"], "tp": tp}} for tp in args.tp_options] if args.tp_options else [source]
-    found = [at_workload_context(s, profile_of(s), workload) for s in sources]
-    note = found[0][1]
-    by_tp = {p.latency.target_devices: s for s, (p, _) in zip(sources, found, strict=True)} if note else {}
-    return [p for p, _ in found], note, by_tp
+    profiles = [profile_of(s) for s in sources]
+    mean = [context_for(s, p, workload) for s, p in zip(sources, profiles, strict=True)]
+    if mean[0] is None:
+        return profiles, None, {}
+    profiles = [profile_of(at_context(s, c)) for s, c in zip(sources, mean, strict=True)]
+    by_tp = {p.latency.target_devices: s for s, p in zip(sources, profiles, strict=True)}
+    return profiles, growing_note(mean[0], "the plans and the analytic bounds"), by_tp
 
 
 def growth_of(sources: dict[int, dict], by_tp: dict, result: SearchResult, workload: Workload) -> dict | None:
@@ -140,6 +152,12 @@ def growth_of(sources: dict[int, dict], by_tp: dict, result: SearchResult, workl
     prompt, output = mean_lengths(workload)
     g = growth(sources[c.tp], prompt, output, 1, plan.replace(batch_size=c.max_batch), modes=("ssd",))["ssd"]
     return {"prompt_tokens": prompt, "output_tokens": output, "batch": c.max_batch, **g}
+
+
+def _growing(sources: dict[int, dict], profile) -> ProfileAt | None:
+    """The simulations' profile at each round's context, where the latencies depend on it (else None)."""
+    source = sources.get(profile.latency.target_devices)
+    return ProfileAt(source) if source else None
 
 
 def _pool(args):
@@ -172,7 +190,8 @@ def main(argv: list[str] | None = None) -> int:
         profile = profiles[0]
         mapper, pool = _pool(args)
         by_tp = {p.latency.target_devices: Capacity(p, load, targets, args.temperature or 0.0, args.gpu_price,
-                                                    args.seed, mapper) for p in profiles}
+                                                    args.seed, mapper, profile_at=_growing(sources, p))
+                 for p in profiles}
         result = search(list(by_tp.values()), modes, args.batch_caps, routers, args.max_replicas)
         ref = anchor(result)
         answer = _same_gpus(by_tp[ref.config.tp], result) if ref else {}
@@ -194,8 +213,8 @@ def main(argv: list[str] | None = None) -> int:
         _print(profile, load, targets, result, answer, args)
         if growth_check:
             print(growth_line("ssd", growth_check, growth_check["prompt_tokens"], growth_check["output_tokens"],
-                              growth_check["batch"], "the simulations ran at the mean context, so the cheapest SSD "
-                                                     "deployment's TPOT margin is about that much thinner"))
+                              growth_check["batch"], "the simulations charge each round at its batch's context, "
+                                                     "so their TPOTs hold for the whole decode"))
     return 0
 
 

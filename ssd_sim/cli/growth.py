@@ -38,6 +38,17 @@ def _profile_at(source_json: str, context: int) -> Profile:
     return profile_of(at_context(json.loads(source_json), context))
 
 
+class ProfileAt:
+    """profile_at bound to one source: the simulator's `profile_at` (a picklable callable, for capacity's pools)."""
+
+    def __init__(self, source: dict[str, Any]):
+        self.source = source
+
+    def __call__(self, context: int) -> Profile:
+        """The source's profile at `context` tokens per sequence."""
+        return profile_at(self.source, context)
+
+
 def shown_pct(pct: float) -> float:
     """A mean-context error (%) as printed: below 0.05% it is 0 (no "-0.0%")."""
     return pct if abs(pct) >= 0.05 else 0.0

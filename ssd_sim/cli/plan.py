@@ -27,7 +27,7 @@ from ssd_sim.cli.args import (
     fail,
     knob_flags,
 )
-from ssd_sim.cli.growth import MODES, growth, shown_pct
+from ssd_sim.cli.growth import MODES, ProfileAt, growth, shown_pct
 from ssd_sim.cli.source import (
     add_source_args,
     at_context,
@@ -60,7 +60,7 @@ from ssd_sim.plan.planner import (
 from ssd_sim.plan.predict import plan_point, predict_ssd
 from ssd_sim.plan.report import build_report, plan_file
 from ssd_sim.plan.whatif import batch_sweep
-from ssd_sim.sim.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS, fixed_batch
+from ssd_sim.sim.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS, Workload, fixed_batch
 
 PROG = "ssd-plan"
 GROWTH_CANDIDATES = 32  # the best plans at the mean context re-ranked over the growing context (prompt / output lengths)
@@ -164,7 +164,7 @@ def main(argv: list[str] | None = None) -> int:
         result = make_plan(profile, request)
     except ConfigError as e:
         fail(PROG, e)
-    result, simulated = _simulate(profile, result, args) if args.simulate else (result, None)
+    result, simulated = _simulate(profile, result, args, base_extra) if args.simulate else (result, None)
     report = build_report(profile, result, simulated, source=base_extra)
     if base_extra.get("lengths"):
         report["context_growth"] = _growth_report(base_extra, result)
@@ -231,12 +231,9 @@ def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
 
 def _growth_rank(source: dict, args):
     """With prompt / output lengths: the score that ranks SSD plans by tok/s over the growing context (cli.growth),
-    else None. --simulate re-ranks at one context, so it is refused with lengths."""
+    else None."""
     if not source.get("lengths"):
         return None
-    if args.simulate:
-        raise ConfigError("simulate", "--simulate re-ranks plans by a simulation at the mean context, while prompt / "
-                                      "output lengths rank them over the growing context: drop one of them")
     info, (prompt, output) = _profile_source(source), source["lengths"]
     return lambda plan: growth(info, prompt, output, 1, plan, modes=("ssd",))["ssd"]["tok_s"]
 
@@ -273,18 +270,21 @@ def _at_lengths(args, info: dict, batch_size: int) -> tuple[dict, str | None, tu
     return at_context(unset, c), f"{context_note(c)}; {prompt} prompt + {output} output tokens", (prompt, output)
 
 
-def _simulate(profile: Profile, result: PlanResult, args) -> tuple[PlanResult, dict]:
+def _simulate(profile: Profile, result: PlanResult, args, source: dict) -> tuple[PlanResult, dict]:
     """Re-rank the analytic candidates with the simulator: the result with the simulated winner as its plan, and
-    the simulation's report."""
+    the simulation's report (source: what _resolve recorded; with lengths the simulation decodes requests of them)."""
     from ssd_sim.sim.rerank import rerank
 
-    rr = rerank(profile, result, tokens=args.simulate, seed=args.seed)
+    workload, profile_at = _simulated_lengths(result, args, source)
+    rr = rerank(profile, result, tokens=args.simulate, seed=args.seed, workload=workload, profile_at=profile_at)
     if rr.changed:
         result = replace(result, plan=rr.plan, ssd=rr.ranked[0][1], binding=result.binding
                          + " (for the analytic pick; the simulator preferred another candidate)")
     m = rr.metrics
+    lengths = ({"requests": workload.num_requests, "prompt_tokens": workload.prompt_tokens,
+                "output_tokens": workload.output_tokens} if workload else {})
     return result, {
-        "tokens_per_sequence": args.simulate, "seed": args.seed, "changed_plan": rr.changed,
+        "tokens_per_sequence": args.simulate, **lengths, "seed": args.seed, "changed_plan": rr.changed,
         "ssd_tok_s": m.per_seq_tok_s, "ssd_total_tok_s": m.total_tok_s, "ssd_tok_s_per_device": m.tok_s_per_device,
         "p_hit": m.hit_rate, "mean_accept_len": m.mean_accept_len,
         "ar_tok_s": rr.baselines["ar"].per_seq_tok_s, "sd_tok_s": rr.baselines["sd"].per_seq_tok_s,
@@ -292,6 +292,18 @@ def _simulate(profile: Profile, result: PlanResult, args) -> tuple[PlanResult, d
                         "saguaro_c_list": list(p.saguaro_c_list), "backup": p.backup_for(p.batch_size), "analytic_tok_s": pred.per_seq_tok_s,
                         "simulated_tok_s": sm.per_seq_tok_s} for p, pred, sm in rr.ranked],
     }
+
+
+def _simulated_lengths(result: PlanResult, args, source: dict) -> tuple[Workload | None, ProfileAt | None]:
+    """With prompt / output lengths (a GPU preset or spec pair): the requests --simulate decodes (batches of b requests
+    of those lengths, at least --simulate tokens per sequence slot) and the profile at each round's context; else
+    (None, None): one steady batch of --simulate tokens at the profile's context."""
+    if not source.get("lengths"):
+        return None, None
+    prompt, output = source["lengths"]
+    b = result.plan.batch_size
+    n = b * max(1, math.ceil(args.simulate / output))
+    return Workload("fixed", n, b, 0.0, output, "fixed", prompt), ProfileAt(_profile_source(source))
 
 
 def _quantile(text: str) -> float:
@@ -441,7 +453,9 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
         con.print(f"  largest uncertainty: {u['dominant_uncertainty']}; to settle it: {u['settle']}")
     if "simulated" in report:
         sim = report["simulated"]
-        con.print(f"simulated ({sim['tokens_per_sequence']} tokens/sequence, seed {sim['seed']}): "
+        what = (f"{sim['requests']} requests of {sim['prompt_tokens']} + {sim['output_tokens']} tokens, each round at its "
+                "batch's context" if "requests" in sim else f"{sim['tokens_per_sequence']} tokens/sequence")
+        con.print(f"simulated ({what}, seed {sim['seed']}): "
                   f"AR {sim['ar_tok_s']:.2f}, SD {sim['sd_tok_s']:.2f}, SSD {sim['ssd_tok_s']:.2f} tok/s per sequence, "
                   f"hit rate {sim['p_hit']:.3f}" + ("; re-ranking changed the plan" if sim["changed_plan"] else ""))
     if eng["supported"]:  # the repository and version on the line above, the command alone on one unwrapped line

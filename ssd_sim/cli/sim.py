@@ -29,8 +29,16 @@ from ssd_sim.cli.args import (
     knob_flags,
     nonneg_float,
 )
-from ssd_sim.cli.growth import growth, growth_line, mean_lengths
-from ssd_sim.cli.source import add_source_args, at_workload_context, profile_of, source_files, source_of
+from ssd_sim.cli.growth import ProfileAt, growth, growth_line, mean_lengths
+from ssd_sim.cli.source import (
+    add_source_args,
+    at_context,
+    context_for,
+    growing_note,
+    profile_of,
+    source_files,
+    source_of,
+)
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object, save_json_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_REQUESTS, MAX_TOKENS
@@ -129,8 +137,10 @@ def main(argv: list[str] | None = None) -> int:
         args.summary = {}  # what the table's workload line says beyond the Workload (print_table)
         if args.workload == "arrivals":
             workload, notes, args.summary["prompts"] = arrivals_extras(args.arrivals, workload, explicit_prompt)
-        profile, args.summary["context"] = at_workload_context(source, profile, workload)
-        if args.summary["context"]:  # the growth check of report() needs the source at no context
+        mean_context = context_for(source, profile, workload)
+        if mean_context is not None:  # the rounds follow the batch's context; the analytic column takes the mean
+            profile = profile_of(at_context(source, mean_context))
+            args.summary["context"] = growing_note(mean_context, "the analytic column")
             args.summary["growth_source"] = source
         if auto_batch:  # a stream of requests with no batch size given: batch them as a server would
             workload, args.summary["batch"] = default_max_batch(profile, workload)
@@ -142,8 +152,10 @@ def main(argv: list[str] | None = None) -> int:
         for line in [*notes, *input_warnings(profile, plan, workload, replay, args)]:  # before the run starts
             print(f"{PROG}: warning: {line}", file=sys.stderr)
         progress = not args.no_progress and not args.json and sys.stderr.isatty()
+        growing = args.summary.get("growth_source")  # each round at its batch's mean context (prompts + tokens)
         result = simulate(profile, plan, mode=args.mode, seed=args.seed, workload=workload,
-                          chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay)
+                          chrome_trace=bool(args.chrome_trace), progress=progress, outcomes=replay,
+                          profile_at=ProfileAt(growing) if growing else None)
         if args.chrome_trace:
             save_json_atomic(args.chrome_trace, json.dumps(result.chrome_trace(), separators=(",", ":")),
                              "chrome_trace")
@@ -176,7 +188,7 @@ def report(profile: Profile, result: SimResult, args) -> None:
     print_table(profile, result, predicted, args)
     if grown:
         print(growth_line(base_mode, grown[base_mode], grown["prompt_tokens"], grown["output_tokens"],
-                          result.plan.batch_size))
+                          result.plan.batch_size, "the simulated column charges each round at its batch's context"))
     if math.isfinite(low) and math.isfinite(high):
         print(f"90% interval of tok/s per sequence: {low:.2f}-{high:.2f} ({INTERVAL_NOTE})")
     else:

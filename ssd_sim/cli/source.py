@@ -128,6 +128,13 @@ def context_note(context: int) -> str:
             "(the mean decode context; --context N sets another)")
 
 
+def growing_note(context: int, analytic: str) -> str:
+    """The line that says the simulated rounds follow their batch's context while `analytic` takes the mean."""
+    return (f"simulated rounds at their batch's mean cached tokens per sequence (its prompts plus the tokens decoded so "
+            f"far); {analytic} at {context}, the workload's mean prompt plus half its mean output (--context N fixes "
+            "one context for both)")
+
+
 def at_workload_context(source: dict[str, Any], profile: Profile, workload: Workload) -> tuple[Profile, str | None]:
     """`profile` re-derived at the workload's mean decode context (context_for) and the line that says so; else
     (profile, None)."""

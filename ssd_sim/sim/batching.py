@@ -47,7 +47,9 @@ class Batcher:
     """Continuous-batching scheduler plus the per-round miss counts of the active sequences."""
 
     def __init__(self, requests: Requests, max_batch: int, mode: str, source, rng: np.random.Generator,
-                 backup_for: Callable[[int], str], K: int, on_epoch: Callable[[Batcher], None] | None = None):
+                 backup_for: Callable[[int], str], K: int, on_epoch: Callable[[Batcher], None] | None = None,
+                 track_context: bool = False):
+        """track_context: keep the batch's mean context per round (mean_context), for latencies that depend on it."""
         self.requests = requests
         self.max_batch = max_batch
         self.mode = mode  # ar | sd | ssd
@@ -68,6 +70,8 @@ class Batcher:
         self._misses: list[int] = _NO_MISSES
         self._i = 0  # round within the epoch
         self._len = 0  # rounds in the epoch (0 = recompute before the next round)
+        self.track_context = track_context
+        self._context: list[float] = []  # the epoch's mean context per round (tokens per row), when tracked
 
     @property
     def size(self) -> int:
@@ -131,6 +135,11 @@ class Batcher:
         if self._i >= self._len:
             self._retire(now)
 
+    def mean_context(self) -> float:
+        """The current round's mean KV context over the active rows (tokens: prompt plus tokens committed before the
+        round); 0.0 unless tracked. Call after begin_round."""
+        return self._context[self._i] if self.track_context else 0.0
+
     def tokens_done(self) -> int:
         """Output tokens produced so far (finished sequences plus progress of the active ones)."""
         return self.finished_tokens + sum(
@@ -157,8 +166,22 @@ class Batcher:
             self._misses = misses.tolist()
         else:
             self._misses = _NO_MISSES
+        if self.track_context:
+            self._context = self._epoch_context(positions)
         if self.on_epoch is not None:
             self.on_epoch(self)
+
+    def _epoch_context(self, positions: list[int]) -> list[float]:
+        """The mean context of each round of the epoch (tokens per row): what every active row held at its start,
+        plus the tokens the rows commit in the epoch's earlier rounds."""
+        prompts = self.requests.prompt_tokens
+        held = sum(int(prompts[s.id]) + s.prefill_token + s.stream.tokens_before(p)
+                   for s, p in zip(self.active, positions, strict=True))
+        added = np.zeros(self._len, dtype=np.int64)
+        for s, p in zip(self.active, positions, strict=True):
+            added += s.stream.committed[p:p + self._len]
+        before = held + np.concatenate([[0], np.cumsum(added[:-1])])
+        return (before / len(self.active)).tolist()
 
     def _redraw(self, s: Seq) -> None:
         """Redraw a sequence's remaining rounds for the current backup (its next lookup stays as drawn)."""

@@ -146,11 +146,11 @@ def meets(ttft: float, tpot: float, targets: Targets) -> tuple[bool, dict[str, f
 # ---- one replica, one configuration -----------------------------------------------------------------------------
 def _replica(task: tuple) -> tuple[np.ndarray, np.ndarray, float, float]:
     """Simulate one replica's share: (TTFT per request, TPOT per request of >= 2 tokens, first arrival, last finish)."""
-    profile, plan, mode, arrival_ms, outputs, prompts, cap, seed = task
+    profile, plan, mode, arrival_ms, outputs, prompts, cap, seed, profile_at = task
     if len(arrival_ms) == 0:
         return np.empty(0), np.empty(0), math.inf, -math.inf
     wl = arrivals(arrival_ms, cap, output_lengths=outputs, prompt_lengths=prompts)
-    rec = simulate(profile, plan, mode=mode, seed=seed, workload=wl).records
+    rec = simulate(profile, plan, mode=mode, seed=seed, workload=wl, profile_at=profile_at).records
     dec = rec.decode_tokens[: rec.n]
     tpot = rec.decode_ms[dec > 0] / dec[dec > 0]
     return rec.ttft_ms, tpot, float(arrival_ms[0]), float(rec.finish_ms[: rec.n].max())
@@ -167,6 +167,7 @@ class Capacity:
     price_per_gpu_hour: float | None = None
     seed: int = 0
     mapper: Callable[[Callable, Iterable], Iterable] = map  # map, or a pool's map (same results)
+    profile_at: Callable[[int], Profile] | None = None  # the profile at a KV context: rounds at their batch's (des)
     _plans: dict = field(default_factory=dict)
 
     def plan(self, mode: str, cap: int, backup: str) -> tuple[Plan, str]:
@@ -208,7 +209,7 @@ class Capacity:
         service = load.output_tokens / max(one.per_seq_tok_s, 1e-9) * 1e3
         where = assign(config.router, load.arrival_ms, service, r, cap)
         tasks = [(self.profile, plan, sim_mode, load.arrival_ms[where == i], load.output_tokens[where == i],
-                  load.prompt_tokens[where == i], cap, self.seed + i) for i in range(r)]
+                  load.prompt_tokens[where == i], cap, self.seed + i, self.profile_at) for i in range(r)]
         parts = list(self.mapper(_replica, tasks))
         ttft = np.concatenate([p[0] for p in parts])
         tpot = np.concatenate([p[1] for p in parts])

@@ -1,7 +1,8 @@
 """The discrete-event model of AR, SD and SSD decoding (SimPy), readable top to bottom.
 
 Devices and one round of each mode (b active sequences, K draft tokens; every latency comes from the
-LatencyModel at that row count, precomputed per batch size in RoundLatency):
+LatencyModel at that row count, precomputed per batch size in round_latency.RoundLatency, and with a context that
+grows over the decode at the batch's mean context, ContextLatency):
 
   AR   target: step  (one forward over b x 1 tokens)
   SD   target: draft (K draft steps over b rows; the draft shares the target's devices) -> verify (b x (K+1))
@@ -31,6 +32,7 @@ from __future__ import annotations
 
 import math
 import time
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import numpy as np
@@ -46,6 +48,7 @@ from ssd_sim.sim import direct, fast
 from ssd_sim.sim.batching import Batcher
 from ssd_sim.sim.metrics import SeqRecords, SimMetrics, percentiles, ratio, tok_rates, tpots
 from ssd_sim.sim.outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes
+from ssd_sim.sim.round_latency import ContextLatency, RoundLatency
 from ssd_sim.sim.timeline import Span, chrome_trace, event_log
 from ssd_sim.sim.workload import Workload, draft_prefill_ms, fixed_batch, prefill_ms
 
@@ -97,7 +100,8 @@ class SimResult:
 
 def simulate(profile: Profile, plan: Plan, mode: str = "ssd", tokens: int | None = None, seed: int = 0,
              workload: Workload | None = None, chrome_trace: bool = False, progress: bool = False,
-             timeline: bool = False, outcomes=None, loop: str = "auto") -> SimResult:
+             timeline: bool = False, outcomes=None, loop: str = "auto",
+             profile_at: Callable[[int], Profile] | None = None) -> SimResult:
     """Simulate decoding with `plan` on `profile`; bit-for-bit reproducible for a given seed.
 
     mode: ar | sd | ssd (the plan's backup) | ssd-fast | ssd-adaptive (switch at the plan's threshold, or
@@ -109,6 +113,9 @@ def simulate(profile: Profile, plan: Plan, mode: str = "ssd", tokens: int | None
     several times faster, no timeline); "fast" the same model vectorised over rounds (ssd_sim.sim.fast: equal in
     distribution, not bit for bit; the acceptance model or AR only, no timeline); "auto" = simpy when a timeline
     is recorded, else fast for runs of at least FAST_MIN_TOKENS output tokens that it supports, else direct.
+    profile_at: the profile at a KV context (tokens per sequence) when the latencies depend on it (a GPU preset or a
+    spec pair, ssd_sim.cli.growth.profile_at): every round then costs what it does at its batch's mean context,
+    which grows from the prompts as tokens are decoded (round_latency.ContextLatency); None: `profile`'s one context.
     """
     if mode not in MODES:
         raise ConfigError("mode", f"must be one of {', '.join(MODES)}, got {mode!r}")
@@ -122,7 +129,7 @@ def simulate(profile: Profile, plan: Plan, mode: str = "ssd", tokens: int | None
     if loop not in LOOPS or (loop in ("direct", "fast") and record):
         raise ConfigError("loop", f"must be auto, simpy, direct or fast (direct and fast record no timeline), "
                                   f"got {loop!r}")
-    sim = Simulation(profile, plan, mode, workload, source, seed, record, progress)
+    sim = Simulation(profile, plan, mode, workload, source, seed, record, progress, profile_at)
     if loop == "fast" and not fast.supports(sim):
         raise ConfigError("loop", "fast draws from the acceptance model only: replayed traces and given outcome "
                                   "sources need loop direct (or auto)")
@@ -159,55 +166,25 @@ def outcome_source(profile: Profile, plan: Plan, outcomes=None):
     return ModelOutcomes(tables)
 
 
-class RoundLatency:
-    """Phase latencies (ms) of one configuration, precomputed for every batch size b = 0..max_batch."""
-
-    def __init__(self, profile: Profile, plan: Plan, max_batch: int, p_all: float = 0.0):
-        """p_all: P(an SD round accepts all K draft tokens), per sequence (prices SD's first draft step)."""
-        lat, K = profile.latency, plan.K
-        b = np.arange(max_batch + 1)
-        self.model = lat
-        self.ar_step = np.asarray(lat.ar_step_ms(b), dtype=float).tolist()  # AR step
-        verify = lat.ssd_verify_ms(b, K, plan.budget, plan.draft_devices) if plan.mode == "ssd" else lat.verify_ms(b, K)
-        self.verify = np.asarray(verify, dtype=float).tolist()  # T_v (SSD: slowed while the draft speculates)
-        # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms). A request's first
-        # round follows its prefill, never an all-accepted round, and is charged the expectation too: with 16-token
-        # requests (~15% first rounds) that overstates SD's round by ~0.5% on the CPU traces.
-        self.sd_draft = np.asarray(lat.sd_draft_ms(b, K, p_all), dtype=float).tolist()
-        self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
-        self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()
-        # The glue's share of the primary speculation, as it runs beside the verify (the rest is the branch phase).
-        self.primary_glue = [g * (1.0 + lat.draft_slowdown) for g in self.glue]
-        self.jit = np.asarray(lat.jit_backup_ms(b, K), dtype=float).tolist()  # by rows redrafted
-        self.fast = float(lat.fast_backup_ms)
-        self.transfer = float(lat.transfer_ms)  # request + reply
-        self.lookup = float(lat.lookup_ms)
-        self.K, self.budget, self.draft_devices = K, plan.budget, plan.draft_devices
-
-    def branch_rows(self, b: int) -> list[int]:
-        """Branch rows of each draft device: b x budget split as evenly as possible."""
-        total, d = b * self.budget, self.draft_devices
-        return [total // d + (i < total % d) for i in range(d)]
-
-    def branch_ms(self, rows: int) -> float:
-        return float(self.model.branch_ms(rows, self.K)) if rows > 0 else 0.0
-
-
 class Simulation:
     """One run: the SimPy environment, the devices' processes and the counters they keep."""
 
     def __init__(self, profile: Profile, plan: Plan, mode: str, workload: Workload, source, seed: int,
-                 record: bool = False, progress: bool = False):
+                 record: bool = False, progress: bool = False, profile_at: Callable[[int], Profile] | None = None):
         self.env = simpy.Environment()
         self.profile, self.plan, self.mode, self.workload, self.seed = profile, plan, mode, workload, seed
         self.kind = plan.mode  # ar | sd | ssd
         p_all = source.p_all_accepted(plan.K) if self.kind == "sd" else 0.0
-        self.lat = RoundLatency(profile, plan, workload.max_batch, p_all)
+        self.lat = RoundLatency(profile.latency, plan, workload.max_batch, p_all)
         rng = np.random.default_rng(seed)
         requests = workload.requests(rng)
+        if profile_at is not None and len(requests):  # contexts from the shortest prompt to the longest sequence
+            lo = max(1, int(requests.prompt_tokens.min()))
+            hi = max(lo, int((requests.prompt_tokens + requests.output_tokens).max()))
+            self.lat = ContextLatency(self.lat, profile_at, plan, workload.max_batch, lo, hi, p_all)
         self.progress = _Progress(int(requests.output_tokens.sum())) if progress else None
         self.batch = Batcher(requests, workload.max_batch, self.kind, source, rng, plan.backup_for,
-                             plan.K, self.progress)
+                             plan.K, self.progress, track_context=self.lat.varies)
         self.drafts = (["draft"] if plan.draft_devices == 1 else
                        [f"draft{i}" for i in range(plan.draft_devices)]) if self.kind == "ssd" else []
         self.spans: list[Span] | None = [] if record else None
@@ -264,13 +241,14 @@ class Simulation:
 
     def target_ar(self):
         """Autoregressive: one target step per token for every active sequence."""
-        env, batch, step = self.env, self.batch, self.lat.ar_step
+        env, batch, lat = self.env, self.batch, self.lat
         while b := (yield from self.next_batch()):
             batch.begin_round()
+            step = lat.at(b, batch.mean_context()).step
             if self.spans is not None:
-                self.span(env.now, step[b], "target", "step", b)
-            yield env.timeout(step[b])
-            self.phase[Phase.VERIFY] += step[b]
+                self.span(env.now, step, "target", "step", b)
+            yield env.timeout(step)
+            self.phase[Phase.VERIFY] += step
             self.rows += b
             batch.commit(env.now)
 
@@ -279,7 +257,8 @@ class Simulation:
         env, batch, lat = self.env, self.batch, self.lat
         while b := (yield from self.next_batch()):
             batch.begin_round()
-            draft, verify = lat.sd_draft[b], lat.verify[b]
+            cost = lat.at(b, batch.mean_context())
+            draft, verify = cost.sd_draft, cost.verify
             if self.spans is not None:
                 self.span(env.now, draft, "target", "draft", b)
                 self.span(env.now + draft, verify, "target", "verify", b)
@@ -294,12 +273,14 @@ class Simulation:
         env, batch, lat = self.env, self.batch, self.lat
         while b := (yield from self.next_batch()):
             n_miss = batch.begin_round()
+            context = batch.mean_context()
             reply = env.event()
             sent = env.now
-            self._request.succeed((b, n_miss, batch.backup, self._new_prompt_tokens, self._prefill_start, reply))
+            self._request.succeed((b, context, n_miss, batch.backup, self._new_prompt_tokens, self._prefill_start,
+                                   reply))
             self._new_prompt_tokens = 0
             yield reply
-            verify = lat.verify[b]
+            verify = lat.at(b, context).verify
             if self.spans is not None:
                 self.span(sent, env.now - sent, "target", "wait", b)
                 self.span(env.now, verify, "target", "verify", b)
@@ -332,7 +313,7 @@ class Simulation:
         env, lat = self.env, self.lat
         free_at = 0.0  # when the draft finished its last speculation (ms)
         while True:
-            b, n_miss, backup, prompt, prefill_start, reply = yield self._request
+            b, context, n_miss, backup, prompt, prefill_start, reply = yield self._request
             self._request = env.event()
             now = ready = env.now
             prefill = draft_prefill_ms(lat.model, prompt) if prompt else 0.0
@@ -340,7 +321,7 @@ class Simulation:
                 ready = max(now, max(prefill_start, free_at) + prefill)
             backup_ms = 0.0
             if n_miss:
-                backup_ms = lat.fast if backup == "fast" else lat.jit[n_miss if self.per_row else b]
+                backup_ms = lat.fast if backup == "fast" else lat.jit_ms(n_miss if self.per_row else b, context)
                 self.backup_rounds[backup] += 1
             else:
                 self.all_hit_rounds += 1
@@ -348,12 +329,13 @@ class Simulation:
                 self.record_serve(free_at, now, ready, prefill, prefill_start, backup, backup_ms, b, n_miss)
             yield env.timeout(ready - now + lat.transfer + lat.lookup + backup_ms)
             reply.succeed()
-            primary = lat.primary[b]
+            cost = lat.at(b, context)
+            primary = cost.primary
             if self.spans is not None:
-                self.record_primary(env.now, b)
+                self.record_primary(env.now, b, context)
             self.busy["draft"] += prefill + lat.lookup + backup_ms + primary
             self.phase[Phase.DRAFT_BACKUP] += backup_ms
-            glue = min(lat.primary_glue[b], primary)
+            glue = min(cost.primary_glue, primary)
             self.phase[Phase.DRAFT_GLUE] += glue
             self.phase[Phase.DRAFT_BRANCH] += primary - glue
             yield env.timeout(primary)
@@ -386,12 +368,12 @@ class Simulation:
             self.span(t, dur, d, name, rows)
             t += dur
 
-    def record_primary(self, t: float, b: int):
+    def record_primary(self, t: float, b: int, context: float):
         """Glue over the whole batch, then each draft device's share of the branch rows."""
-        glue = self.lat.glue[b]
+        glue = self.lat.at(b, context).glue
         for d, rows in zip(self.drafts, self.lat.branch_rows(b), strict=True):
             self.span(t, glue, d, "glue", b)
-            self.span(t + glue, self.lat.branch_ms(rows), d, "branch", rows)
+            self.span(t + glue, self.lat.branch_ms(rows, context), d, "branch", rows)
 
     # ---- results ----------------------------------------------------------------------------------
     def labels(self) -> dict[str, str]:

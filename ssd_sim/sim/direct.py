@@ -62,11 +62,12 @@ def run(sim) -> None:
 
 
 def _ar(sim, clock: Clock) -> None:
-    batch, step, phase = sim.batch, sim.lat.ar_step, sim.phase
+    batch, lat, phase = sim.batch, sim.lat, sim.phase
     while b := clock.next_batch():
         batch.begin_round()
-        clock.now = clock.now + step[b]
-        phase[Phase.VERIFY] += step[b]
+        step = lat.at(b, batch.mean_context()).step
+        clock.now = clock.now + step
+        phase[Phase.VERIFY] += step
         sim.rows += b
         batch.commit(clock.now)
 
@@ -75,7 +76,8 @@ def _sd(sim, clock: Clock) -> None:
     batch, lat, phase = sim.batch, sim.lat, sim.phase
     while b := clock.next_batch():
         batch.begin_round()
-        draft, verify = lat.sd_draft[b], lat.verify[b]
+        cost = lat.at(b, batch.mean_context())
+        draft, verify = cost.sd_draft, cost.verify
         clock.now = clock.now + (draft + verify)
         phase[Phase.DRAFT_SD] += draft
         phase[Phase.VERIFY] += verify
@@ -88,6 +90,7 @@ def _ssd(sim, clock: Clock) -> None:
     free_at = 0.0  # when the draft finished its last speculation (ms)
     while b := clock.next_batch():
         n_miss = batch.begin_round()
+        context = batch.mean_context()
         sent, prompt, prefill_start = clock.now, sim._new_prompt_tokens, sim._prefill_start
         sim._new_prompt_tokens = 0
         # the draft: serves the request once free, replies, speculates the next round (des.Simulation.draft_ssd)
@@ -97,20 +100,21 @@ def _ssd(sim, clock: Clock) -> None:
             ready = max(now, max(prefill_start, free_at) + prefill)
         backup_ms = 0.0
         if n_miss:
-            backup_ms = lat.fast if batch.backup == "fast" else lat.jit[n_miss if sim.per_row else b]
+            backup_ms = lat.fast if batch.backup == "fast" else lat.jit_ms(n_miss if sim.per_row else b, context)
             sim.backup_rounds[batch.backup] += 1
         else:
             sim.all_hit_rounds += 1
         reply = now + (ready - now + lat.transfer + lat.lookup + backup_ms)
-        primary = lat.primary[b]
+        cost = lat.at(b, context)
+        primary = cost.primary
         sim.busy["draft"] += prefill + lat.lookup + backup_ms + primary
         phase[Phase.DRAFT_BACKUP] += backup_ms
-        glue = min(lat.primary_glue[b], primary)
+        glue = min(cost.primary_glue, primary)
         phase[Phase.DRAFT_GLUE] += glue
         phase[Phase.DRAFT_BRANCH] += primary - glue
         free_at = reply + primary
         # the target: waits for the reply, verifies, commits
-        verify = lat.verify[b]
+        verify = cost.verify
         phase[Phase.TARGET_WAIT] += reply - sent
         clock.now = reply + verify
         phase[Phase.VERIFY] += verify

@@ -33,6 +33,7 @@ import math
 import numpy as np
 
 from ssd_sim.io.records import Phase
+from ssd_sim.sim import fast_context
 from ssd_sim.sim.outcomes import BLOCK_ROUNDS, ModelOutcomes, OutcomeTables, build_stream, hit_chain
 from ssd_sim.sim.workload import draft_prefill_ms, prefill_ms
 
@@ -260,32 +261,43 @@ def count_rounds(counts, k, hit, tok, keep, first) -> None:
 
 
 class MissWindow:
-    """Rows that miss the cache in each round (SSD), summed over the plans of the active sequences."""
+    """Rows that miss the cache in each round (SSD), summed over the plans of the active sequences; with
+    tokens=True also the tokens they commit in each round (SD / SSD: the batch's context grows by them)."""
 
-    def __init__(self):
+    def __init__(self, tokens: bool = False):
         self.base = 0  # global round of counts[0]
         self.counts = np.zeros(2 * WINDOW, dtype=np.int32)
+        self.tokens = np.zeros(2 * WINDOW, dtype=np.int64) if tokens else None
 
     def add(self, plan: Plan, lo: int = 0, sign: int = 1) -> None:
-        """Add (sign 1) or remove (-1) the misses of plan rounds lo.. (global rounds plan.start + lo ..)."""
-        if plan.hit is None or plan.rounds <= lo:
+        """Add (sign 1) or remove (-1) the misses (and tokens) of plan rounds lo.. (global rounds plan.start + lo ..)."""
+        if plan.rounds <= lo:
             return
         a = plan.start + lo - self.base
-        seg = self.counts[a:a + plan.rounds - lo]
-        if sign > 0:
-            seg += ~plan.hit[lo:]
-        else:
-            seg -= ~plan.hit[lo:]
+        if plan.hit is not None:
+            seg = self.counts[a:a + plan.rounds - lo]
+            if sign > 0:
+                seg += ~plan.hit[lo:]
+            else:
+                seg -= ~plan.hit[lo:]
+        if self.tokens is not None and plan.tok is not None:
+            self.tokens[a:a + plan.rounds - lo] += sign * plan.tok[lo:].astype(np.int64)
 
     def view(self, r: int, n: int) -> np.ndarray:
         """Miss counts of global rounds r .. r + n - 1."""
         if r - self.base > WINDOW:
             s = r - self.base
-            self.counts[: self.counts.size - s] = self.counts[s:]
-            self.counts[self.counts.size - s:] = 0
+            for arr in (self.counts, self.tokens) if self.tokens is not None else (self.counts,):
+                arr[: arr.size - s] = arr[s:]
+                arr[arr.size - s:] = 0
             self.base = r
         a = r - self.base
         return self.counts[a:a + n]
+
+    def committed(self, r: int, n: int) -> np.ndarray:
+        """Tokens committed in global rounds r .. r + n - 1 (tokens=True; call after view(r, n))."""
+        a = r - self.base
+        return self.tokens[a:a + n]
 
 
 class FastLoop:
@@ -317,7 +329,9 @@ class FastLoop:
         self.awaiting: list[Seq] = []
         self.e_min = 0  # earliest plan end among the active sequences (global round)
         self.chunk: Chunk | None = None
-        self.misses = MissWindow()
+        self.varies = sim.lat.varies  # the latencies follow the batch's mean context (fast_context)
+        self.misses = MissWindow(tokens=self.varies and self.kind != "ar")
+        self.held = 0  # tokens the active rows hold in their KV caches (prompt + committed), when it varies
         self.new_prompt, self.prefill_start = 0, 0.0
         self._prefill: dict[int, float] = {}
         self._draft_prefill: dict[int, float] = {}
@@ -333,7 +347,9 @@ class FastLoop:
         self.rounds_at, self.epochs_at = [0] * B, [0] * B  # rounds / epochs run at each batch size
         self.wait_ms = self.backup_ms_sum = self.draft_prefill_ms = 0.0
         self.backup_rounds = dict.fromkeys(self.backups, 0) if self.kind == "ssd" else {}
-        if self.kind == "ar":
+        if self.varies:  # per-round latencies: their sums are kept per epoch instead (fast_context)
+            self.sums = dict.fromkeys(("verify", "sd_draft", "glue", "primary"), 0.0)
+        elif self.kind == "ar":
             self.dur = lat.ar_step
         elif self.kind == "sd":
             self.dur = [d + v for d, v in zip(lat.sd_draft, lat.verify, strict=True)]
@@ -352,7 +368,11 @@ class FastLoop:
     # ---- the run ------------------------------------------------------------------------------
     def run(self) -> None:
         """Admit and decode epoch by epoch until every request finished, then fill sim's counters."""
-        step = {"ar": self.epoch_const, "sd": self.epoch_const, "ssd": self.epoch_ssd}[self.kind]
+        if self.varies:
+            step = fast_context.epoch_ssd if self.kind == "ssd" else fast_context.epoch_const
+            step = step.__get__(self)
+        else:
+            step = {"ar": self.epoch_const, "sd": self.epoch_const, "ssd": self.epoch_ssd}[self.kind]
         while self.next_batch():
             step()
             self.epochs += 1
@@ -397,6 +417,7 @@ class FastLoop:
         prompt, new = sum(self.prompt[first:last]), []
         for i in range(first, last):
             s = Seq(i, self.arrival[i], self.output[i], int(self.prompt[i] > 0))
+            self.held += self.prompt[i] + s.first_tokens
             p = s.plan = self.first_plan(i, backup)
             self.misses.add(p)
             if self.kind != "ar":
@@ -505,6 +526,7 @@ class FastLoop:
                 batch.records.append(s.arrival_ms, s.first_token_ms, now, s.output, s.output - s.first_tokens)
                 batch.finished_tokens += s.output
                 batch.last_finish_ms = now
+                self.held -= self.prompt[s.id] + s.output
         self.active = still
         self.e_min = min((s.plan.end for s in still), default=0)
 
@@ -535,14 +557,7 @@ class FastLoop:
     def epoch_ssd(self) -> None:
         """SSD: the rounds at this batch size up to a finish or the next admission (`_rounds`)."""
         b = len(self.active)
-        backup = self.backup_for(b)
-        if backup != self.backup or self.mixed:
-            if any(s.plan.backup != backup for s in self.active):
-                for s in self.active:
-                    if s.plan.backup != backup:
-                        self.replan(s, backup)
-                self.e_min = min(x.plan.end for x in self.active)
-            self.backup, self.mixed = backup, False
+        backup = self.switch_backup(b)
         step, verify = self.step[b], self.lat.verify[b]
         t, r = self.now, self.round
         nxt = self.arrival[self.next] if self.next < self.n_req else math.inf
@@ -569,6 +584,18 @@ class FastLoop:
         self.new_prompt = 0
         if self.round >= self.e_min:
             self.retire(self.now)
+
+    def switch_backup(self, b: int) -> str:
+        """The backup at batch size b; the active plans drawn for another are replanned for it from now."""
+        backup = self.backup_for(b)
+        if backup != self.backup or self.mixed:
+            if any(s.plan.backup != backup for s in self.active):
+                for s in self.active:
+                    if s.plan.backup != backup:
+                        self.replan(s, backup)
+                self.e_min = min(x.plan.end for x in self.active)
+            self.backup, self.mixed = backup, False
+        return backup
 
     def _rounds_np(self, miss: np.ndarray, bk: np.ndarray, t: float, step: float, verify: float, nxt: float):
         """Up to miss.size rounds from `t`, stopping after the first that ends at or after `nxt` (ms), as one
@@ -609,6 +636,9 @@ class FastLoop:
         sim, lat, phase = self.sim, self.lat, self.sim.phase
         at = list(enumerate(self.rounds_at))
         sim.rows += sum(n * b for b, n in at)
+        if self.varies:
+            fast_context.finish_counters(self)
+            return
         if self.kind != "ssd":
             verify = lat.ar_step if self.kind == "ar" else lat.verify
             phase[Phase.VERIFY] += sum(n * verify[b] for b, n in at)

@@ -7,6 +7,7 @@ simulated with one seed (common random numbers) and ordered by the simulated obj
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 from ssd_sim.model.profile import Profile
@@ -49,20 +50,22 @@ def sim_objective(m: SimMetrics, objective: str) -> float:
 
 
 def rerank(profile: Profile, plan_result: PlanResult, tokens: int = 20_000, seed: int = 0,
-           top: int | None = None, workload: Workload | None = None, baselines: bool = True) -> Reranked:
+           top: int | None = None, workload: Workload | None = None, baselines: bool = True,
+           profile_at: Callable[[int], Profile] | None = None) -> Reranked:
     """Simulate the top candidates of `plan_result` and order them by simulated objective.
 
     tokens: output tokens per sequence (default 20,000: a few thousand rounds, ~1% statistical error per
     candidate at b = 1, less at larger b). workload: default a fixed batch of the plan's batch size
     without prefill (steady-state decoding, what the analytic model predicts). Every candidate uses the
-    same seed. baselines: also simulate AR and SD (the planner's best SD K).
+    same seed. baselines: also simulate AR and SD (the planner's best SD K). profile_at: the profile at a KV context,
+    to charge each round at its batch's context (des.simulate).
     """
     cands = plan_result.candidates[:top] if top else plan_result.candidates
     b = plan_result.plan.batch_size
     wl = workload or fixed_batch(b, tokens, prompt_tokens=0)
     scored = []
     for plan, pred in cands:
-        m = simulate(profile, plan, mode="ssd", seed=seed, workload=wl).metrics
+        m = simulate(profile, plan, mode="ssd", seed=seed, workload=wl, profile_at=profile_at).metrics
         scored.append((plan, pred, m))
     scored.sort(key=lambda x: -sim_objective(x[2], plan_result.objective))
     out = Reranked(plan_result.objective, scored, analytic_best=cands[0][0])
@@ -70,6 +73,6 @@ def rerank(profile: Profile, plan_result: PlanResult, tokens: int = 20_000, seed
         K = plan_result.sd.num_speculative_tokens
         sd_plan = plan_result.plan.replace(num_speculative_tokens=K, fan_out=(1,) * (K + 1),
                                            fan_out_miss=(1,) * (K + 1))
-        out.baselines = {"ar": simulate(profile, plan_result.plan, mode="ar", seed=seed, workload=wl).metrics,
-                         "sd": simulate(profile, sd_plan, mode="sd", seed=seed, workload=wl).metrics}
+        out.baselines = {mode: simulate(profile, p, mode=mode, seed=seed, workload=wl, profile_at=profile_at).metrics
+                         for mode, p in (("ar", plan_result.plan), ("sd", sd_plan))}
     return out

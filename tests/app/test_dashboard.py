@@ -594,6 +594,14 @@ def test_workload_lengths_take_a_gpu_presets_kv_reads_at_the_mean_decode_context
     line = next(c.value for c in at.main.caption if c.value.startswith("over a context growing from 4000 to 4512"))
     g = growth({"preset": LLAMA}, 4000, 512, 1, at.session_state["_scenario"].plan, modes=("ssd",))["ssd"]
     assert f"({g['tok_s']:.2f} tok/s per sequence)" in line
+    at.button(key="btn_simulate").click().run()  # requests of 4000 + 512 tokens, each round at its batch's context
+    ok(at)
+    from app import sim
+
+    plan, prof = at.session_state["_scenario"].plan, get_preset(LLAMA, context=4256)
+    want = sim.run(prof, plan, "ssd", lengths=({"preset": LLAMA}, 4000, 512)).metrics.per_seq_tok_s
+    assert at.dataframe[0].value["simulated tok/s per seq"].iloc[2] == pytest.approx(want, abs=0.006)
+    assert want == pytest.approx(g["tok_s"], rel=0.03)
     at.switch_page("views/plan.py").run()  # the ssd-plan command names the context the lengths set
     ok(at)
     assert any("--preset llama70b-1b-h100 --context 4256" in c.value for c in at.main.caption)

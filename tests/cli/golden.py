@@ -199,6 +199,10 @@ _ISSUE_25_GROWTH = ("issue 25: where ssd-sim takes the latencies at the workload
                     "context_growth) the simulated mode's analytic round averaged over the context growing from the mean "
                     "prompt to prompt + output (cli/growth.py), against the round at the mean context")
 _document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_GROWTH)
+_ISSUE_25_PER_ROUND = ("issue 25: ssd-sim on a GPU preset charges each simulated round at its batch's mean context (prompts "
+                       "plus the tokens decoded so far, sim/round_latency.ContextLatency) instead of the mean decode "
+                       "context, so the simulated column (not the analytic one) moves and the context line says so")
+_document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_PER_ROUND)
 
 
 def fixed_host():

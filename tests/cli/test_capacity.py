@@ -21,10 +21,11 @@ def test_the_cheapest_configuration_its_margins_and_the_same_gpu_answer_are_prin
     assert "SD on SSD's 10 GPUs (2 x TP=4 b<=" in out and "misses them" in out
     assert "none within 6" in out  # SD: its table row
     # the preset's KV reads at the load's mean decode context: 128-token prompts + half of 48 output tokens
-    assert "latencies at 152 cached tokens per sequence" in out
+    assert "the plans and the analytic bounds at 152, the workload's mean prompt" in out
+    assert "simulated rounds at their batch's mean cached tokens per sequence" in out
     # and how far the cheapest SSD deployment's round moves over the context growing from 128 to 176 tokens
     assert "over a context growing from 128 to 176 tokens the analytic SSD round at b = 8" in out
-    assert "TPOT margin is about that much thinner" in out
+    assert "their TPOTs hold for the whole decode" in out
 
 
 def test_the_preset_at_its_own_longer_context_needs_more_replicas(capsys):

@@ -358,8 +358,9 @@ def test_a_gpu_preset_is_simulated_at_the_workloads_mean_decode_context(capsys):
         assert main(base + extra) == 0
         runs[" ".join(extra)] = json.loads(capsys.readouterr().out)
     long, own, short = runs.values()
-    assert long["context_note"].startswith("latencies at 4128 cached tokens per sequence")  # 4000 + 256 / 2
-    assert short["context_note"].startswith("latencies at 328 cached tokens")
+    assert long["context_note"].startswith("simulated rounds at their batch's mean cached tokens per sequence")
+    assert "the analytic column at 4128," in long["context_note"]  # 4000 + 256 / 2
+    assert "the analytic column at 328," in short["context_note"]
     assert "context_note" not in own  # --context: the latencies at the context given
     # every row's KV read grows ~10x from 400 to 4128 tokens: per-sequence decode slower at b = 8
     assert long["metrics"]["per_seq_tok_s"] < 0.95 * own["metrics"]["per_seq_tok_s"]
@@ -368,12 +369,14 @@ def test_a_gpu_preset_is_simulated_at_the_workloads_mean_decode_context(capsys):
     assert (g["prompt_tokens"], g["output_tokens"]) == (4000, 256) and "context_growth" not in own
     assert g["ssd"]["tok_s"] * (1 + g["ssd"]["mean_context_err_pct"] / 100) == pytest.approx(
         long["predicted"]["per_seq_tok_s"], rel=1e-6)
+    # the simulated rounds follow the growing context: the simulation lands on the analytic tok/s over the growth
+    assert long["metrics"]["per_seq_tok_s"] == pytest.approx(g["ssd"]["tok_s"], rel=0.03)
 
 
 def test_the_growth_line_says_how_much_slower_the_growing_context_is(capsys):
     assert main(["--preset", "qwen32b-0.6b-h100", "-b", "32", "--prompt-tokens", "256", "--tokens", "512"]) == 0
     line = next(x for x in capsys.readouterr().out.splitlines() if x.startswith("over a context growing"))
-    assert "from 256 to 768 tokens" in line and "SSD round at b = 32" in line and "runs at the mean context" in line
+    assert "from 256 to 768 tokens" in line and "SSD round at b = 32" in line and "charges each round at its batch's context" in line
     assert float(line.split("is on average ")[1].split("%")[0]) > 1.0  # the draft's tree decode binds late
 
 

@@ -1,0 +1,178 @@
+"""The latencies (ms) of one simulated round: per batch size, and per batch size and KV context.
+
+RoundLatency precomputes a configuration's phases for every batch size b = 0..max_batch at the profile's one
+context. ContextLatency follows a context that grows over the decode: a GPU profile's forwards read each row's KV
+cache (row_ms) and its attention FLOPs grow with the tokens a row holds. Both are affine in that length and summed
+over the batch's rows, so a round of b rows whose mean context is c costs what the profile re-derived at context c
+says (ssd_sim.cli.growth.profile_at). ContextLatency evaluates the latency model on a geometric grid of contexts from
+the workload's shortest prompt to its longest prompt + output and interpolates linearly between grid points
+(tests/sim/test_round_latency.py bounds the error against profiles built at each context)."""
+
+from __future__ import annotations
+
+import math
+from bisect import bisect_right
+from collections.abc import Callable
+from dataclasses import replace
+from typing import NamedTuple
+
+import numpy as np
+
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.latency import MS_TERMS, ForwardLatency, LatencyModel
+from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import Plan
+
+PROFILE_NODES = 5  # profiles built per simulation (their forwards' terms are interpolated in between)
+GRID_RATIO = 1.02  # successive grid contexts differ by this factor at most (below MAX_GRID)
+MAX_GRID = 512  # grid contexts at most (tables of max_batch + 1 rows each)
+
+
+class RoundCost(NamedTuple):
+    """One round's phase latencies (ms) at a batch size (and a context)."""
+
+    step: float  # AR step
+    verify: float  # T_v (SSD: slowed while the draft speculates)
+    sd_draft: float  # SD drafting at its expectation over the last round's outcomes
+    glue: float  # SSD glue alone (b x (K + 1))
+    primary: float  # SSD primary speculation: glue + branch decode, beside the verify
+    primary_glue: float  # the glue's share of `primary` as it runs beside the verify
+
+
+class RoundLatency:
+    """Phase latencies (ms) of one configuration, precomputed for every batch size b = 0..max_batch."""
+
+    def __init__(self, latency: LatencyModel, plan: Plan, max_batch: int, p_all: float = 0.0):
+        """latency: the profile's; p_all: P(an SD round accepts all K draft tokens), per sequence (prices SD's first
+        draft step)."""
+        lat, K = latency, plan.K
+        b = np.arange(max_batch + 1)
+        self.model = lat
+        self.ar_step = np.asarray(lat.ar_step_ms(b), dtype=float).tolist()  # AR step
+        verify = lat.ssd_verify_ms(b, K, plan.budget, plan.draft_devices) if plan.mode == "ssd" else lat.verify_ms(b, K)
+        self.verify = np.asarray(verify, dtype=float).tolist()  # T_v (SSD: slowed while the draft speculates)
+        # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms). A request's first
+        # round follows its prefill, never an all-accepted round, and is charged the expectation too: with 16-token
+        # requests (~15% first rounds) that overstates SD's round by ~0.5% on the CPU traces.
+        self.sd_draft = np.asarray(lat.sd_draft_ms(b, K, p_all), dtype=float).tolist()
+        self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
+        self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()
+        # The glue's share of the primary speculation, as it runs beside the verify (the rest is the branch phase).
+        self.primary_glue = [g * (1.0 + lat.draft_slowdown) for g in self.glue]
+        self.jit = np.asarray(lat.jit_backup_ms(b, K), dtype=float).tolist()  # by rows redrafted
+        self.fast = float(lat.fast_backup_ms)
+        self.transfer = float(lat.transfer_ms)  # request + reply
+        self.lookup = float(lat.lookup_ms)
+        self.K, self.budget, self.draft_devices = K, plan.budget, plan.draft_devices
+        self.costs = [RoundCost(*c) for c in zip(self.ar_step, self.verify, self.sd_draft, self.glue, self.primary,
+                                                 self.primary_glue, strict=True)]
+        self.varies = False  # the latencies do not depend on the context
+
+    def at(self, b: int, context: float = 0.0) -> RoundCost:
+        """The phases of a round of b rows (the context does not matter here)."""
+        return self.costs[b]
+
+    def jit_ms(self, rows: int, context: float = 0.0) -> float:
+        """A jit backup redrafting `rows` rows (ms)."""
+        return self.jit[rows]
+
+    def branch_rows(self, b: int) -> list[int]:
+        """Branch rows of each draft device: b x budget split as evenly as possible."""
+        total, d = b * self.budget, self.draft_devices
+        return [total // d + (i < total % d) for i in range(d)]
+
+    def branch_ms(self, rows: int, context: float = 0.0) -> float:
+        """One draft device's branch decode over `rows` rows alone (ms)."""
+        return float(self.model.branch_ms(rows, self.K)) if rows > 0 else 0.0
+
+
+class ContextLatency:
+    """RoundLatency at the batch's mean context (tokens per row): tables on a fine grid of contexts, interpolated.
+
+    The forwards' terms (row_ms, compute_ms_per_token) are affine in the context, so they are taken from PROFILE_NODES
+    profiles (profile_at) and interpolated between them (exact where they are affine); every grid context then gets its
+    RoundLatency from those terms, with the roofline's max() evaluated there. The grid is geometric (ratio GRID_RATIO,
+    at most MAX_GRID contexts), so a phase's kink (a forward turning memory-bound) is at most a few percent of its
+    context from a grid point. Prefill, transfer, lookup and the fast backup stay those of `base` (the profile at the
+    workload's mean context): they do not read the decode's KV cache.
+    """
+
+    def __init__(self, base: RoundLatency, profile_at: Callable[[int], Profile], plan: Plan, max_batch: int,
+                 lo: int, hi: int, p_all: float = 0.0):
+        """Tables for contexts lo..hi tokens (profile_at(c): the profile at context c)."""
+        if not 1 <= lo <= hi:
+            raise ConfigError("context", f"needs 1 <= shortest <= longest context (tokens), got {lo}..{hi}")
+        anchors = _geometric(lo, hi, PROFILE_NODES)
+        models = [profile_at(c).latency for c in anchors]
+        self.nodes = _geometric(lo, hi, min(MAX_GRID, math.ceil(math.log(hi / lo) / math.log(GRID_RATIO)) + 1))
+        self.tables = [RoundLatency(_between(anchors, models, c), plan, max_batch, p_all) for c in self.nodes]
+        self.model, self.fast, self.transfer, self.lookup = base.model, base.fast, base.transfer, base.lookup
+        self.K, self.budget, self.draft_devices = base.K, base.budget, base.draft_devices
+        self.branch_rows = base.branch_rows
+        self._costs = [np.array([t.costs[b] for t in self.tables]) for b in range(max_batch + 1)]  # node x field
+        self._jit = np.array([t.jit for t in self.tables]).T  # rows x node
+        self.varies = True
+
+    def _where(self, context: float) -> tuple[int, float]:
+        """The node below `context` and the weight of the one above (clamped to the nodes' range)."""
+        nodes = self.nodes
+        i = bisect_right(nodes, context) - 1
+        if i < 0:
+            return 0, 0.0
+        if i >= len(nodes) - 1:
+            return len(nodes) - 1, 0.0
+        return i, (context - nodes[i]) / (nodes[i + 1] - nodes[i])
+
+    def at(self, b: int, context: float) -> RoundCost:
+        """The phases of a round of b rows whose mean context is `context` tokens (ms)."""
+        i, w = self._where(context)
+        t = self._costs[b]
+        return RoundCost(*(t[i] if w == 0.0 else t[i] + w * (t[i + 1] - t[i])).tolist())
+
+    def jit_ms(self, rows: int, context: float) -> float:
+        """A jit backup redrafting `rows` rows at mean context `context` (ms)."""
+        i, w = self._where(context)
+        t = self._jit[rows]
+        return float(t[i] if w == 0.0 else t[i] + w * (t[i + 1] - t[i]))
+
+    def jit_ms_each(self, rows: np.ndarray, context: np.ndarray) -> np.ndarray:
+        """jit_ms vectorised over rounds: `rows` redrafted at mean context `context` in each (ms)."""
+        nodes = np.asarray(self.nodes, dtype=float)
+        c = np.clip(context, nodes[0], nodes[-1])
+        i = np.clip(np.searchsorted(nodes, c, side="right") - 1, 0, max(nodes.size - 2, 0))
+        j = np.minimum(i + 1, nodes.size - 1)
+        w = np.where(j > i, (c - nodes[i]) / np.maximum(nodes[j] - nodes[i], 1.0), 0.0)
+        t = self._jit[rows]  # rounds x nodes
+        at = np.arange(t.shape[0])
+        return t[at, i] + w * (t[at, j] - t[at, i])
+
+    def branch_ms(self, rows: int, context: float) -> float:
+        """One draft device's branch decode over `rows` rows alone at mean context `context` (ms)."""
+        i, w = self._where(context)
+        lo = self.tables[i].branch_ms(rows)
+        return lo if w == 0.0 else lo + w * (self.tables[i + 1].branch_ms(rows) - lo)
+
+    def at_nodes(self, b: int, field: str) -> np.ndarray:
+        """One phase at b rows at every node (ms), for vectorised interpolation (np.interp over self.nodes)."""
+        return self._costs[b][:, RoundCost._fields.index(field)]
+
+
+def _geometric(lo: int, hi: int, n: int) -> list[int]:
+    """n contexts (tokens) from lo to hi in a geometric progression, rounded, without repeats."""
+    return sorted({int(round(c)) for c in np.geomspace(lo, hi, max(n, 2))} | {lo, hi})
+
+
+def _between(anchors: list[int], models: list[LatencyModel], c: int) -> LatencyModel:
+    """The latency model at context c: the forwards' terms interpolated linearly between the anchors around c."""
+    k = min(max(bisect_right(anchors, c) - 1, 0), max(len(anchors) - 2, 0))
+    if len(anchors) == 1 or c == anchors[k]:
+        return models[k]
+    a, b = models[k], models[k + 1]
+    w = (c - anchors[k]) / (anchors[k + 1] - anchors[k])
+    return replace(a, target=_lerp(a.target, b.target, w), draft=_lerp(a.draft, b.draft, w))
+
+
+def _lerp(a: ForwardLatency, b: ForwardLatency, w: float) -> ForwardLatency:
+    """The forward whose ms terms lie a share w of the way from a's to b's (the others are a's)."""
+    return replace(a, **{f: getattr(a, f) + w * (getattr(b, f) - getattr(a, f)) for f in MS_TERMS
+                         if getattr(a, f) != getattr(b, f)})
