@@ -33,7 +33,7 @@ def profile_at(source: dict[str, Any], context: int) -> Profile:
     return _profile_at(json.dumps(source, sort_keys=True), context)
 
 
-@lru_cache(maxsize=64)
+@lru_cache(maxsize=512)
 def _profile_at(source_json: str, context: int) -> Profile:
     return profile_of(at_context(json.loads(source_json), context))
 

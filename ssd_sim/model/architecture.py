@@ -1,15 +1,23 @@
 """A model's shape, read from its Hugging Face config.json (or a built-in name): what a roofline needs.
 
 From the config: layers, hidden size, attention heads and KV heads (head_dim), MLP width (gated or not), vocabulary,
-tied embeddings, and for mixture-of-experts models the experts, experts per token and the expert MLP width.
+tied embeddings; for mixture-of-experts models the experts, experts per token, the expert MLP width, shared experts
+and the first layers that stay dense (DeepSeek's first_k_dense_replace); multi-head latent attention (DeepSeek-V2 /
+V3, Kimi K2: the cache holds one kv_lora_rank + qk_rope_head_dim latent per token and layer); and sliding-window
+layers (Mistral's sliding_window, Gemma 2's every other layer, Gemma 3's sliding_window_pattern, any config's
+layer_types), whose attention reads only the last sliding_window tokens.
 Derived (per forward of the whole model, before tensor parallelism):
     params              every weight (embeddings included)
     weight_bytes(N)     bytes of weights read by a forward over N tokens: every dense weight, and of the experts
-                        the expected number that N tokens touch, E (1 - (1 - k/E)^N) per layer (uniform routing)
+                        the expected number that N tokens touch, E (1 - (1 - k/E)^N) per MoE layer (uniform routing)
     active_params       weights a token multiplies (the lm_head included, the input embedding a lookup): FLOPs / 2
-    kv_bytes_per_token  K and V of one token over all layers
-    attn_flops(c)       attention FLOPs of one new token over a context of c tokens: 4 x layers x heads x head_dim x c
-Units: parameters (count), bytes, FLOPs.
+    kv_bytes_per_token  the cache one token adds over all layers (K and V; MLA: the latent)
+    kv_bytes(c)         the cache one sequence at context c holds and a decode step reads: full layers c tokens,
+                        sliding layers min(c, window)
+    attn_flops(c)       attention FLOPs of one new token over a context of c tokens: 4 x heads x head_dim per
+                        attended token and layer (MLA, absorbed as decode kernels run it: 2 x heads x (2 x
+                        kv_lora_rank + qk_rope_head_dim))
+Units: parameters (count), bytes, FLOPs, tokens.
 """
 
 from __future__ import annotations
@@ -21,6 +29,8 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object
 
 BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0}
+TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")  # config classes whose tie_word_embeddings defaults to True
+UNGATED = ("gpt2", "gpt_neox", "opt", "bloom", "falcon")  # two-matrix MLPs
 
 
 @dataclass(frozen=True)
@@ -32,7 +42,7 @@ class Architecture:
     hidden: int
     heads: int
     kv_heads: int
-    head_dim: int
+    head_dim: int  # per head of Q and K (MLA: qk_nope_head_dim + qk_rope_head_dim)
     intermediate: int  # MLP width of a dense layer (of one expert when experts > 0: expert_intermediate)
     vocab: int
     tied_embeddings: bool = False
@@ -40,11 +50,28 @@ class Architecture:
     experts: int = 0  # routed experts per MoE layer (0 = dense)
     experts_per_token: int = 0
     expert_intermediate: int = 0
-    shared_expert_intermediate: int = 0  # Qwen-MoE style always-on expert
+    shared_expert_intermediate: int = 0  # always-on expert width (Qwen-MoE; DeepSeek: n_shared_experts x expert width)
+    dense_layers: int = 0  # MoE models: the first layers that keep a dense MLP of `intermediate` width
+    kv_lora_rank: int = 0  # MLA: the compressed KV width (0 = ordinary multi-head / grouped attention)
+    qk_rope_head_dim: int = 0  # MLA: the decoupled RoPE key width, cached beside the latent
+    q_lora_rank: int = 0  # MLA: the compressed query width (0 = a full query projection)
+    v_head_dim: int = 0  # MLA: value width per head
+    sliding_window: int = 0  # tokens a sliding-window layer attends to (0 = none)
+    sliding_layers: int = 0  # layers that attend only to the last sliding_window tokens
+
+    @property
+    def mla(self) -> bool:
+        return self.kv_lora_rank > 0
 
     @property
     def attn_params(self) -> int:
-        """Q, K, V and output projections of one layer."""
+        """Q, K, V and output projections of one layer (MLA: the low-rank projections)."""
+        if self.mla:
+            h, rope, v = self.heads, self.qk_rope_head_dim, self.v_head_dim
+            q = (self.hidden * self.q_lora_rank + self.q_lora_rank * h * self.head_dim if self.q_lora_rank
+                 else self.hidden * h * self.head_dim)
+            kv = self.hidden * (self.kv_lora_rank + rope) + self.kv_lora_rank * h * (self.head_dim - rope + v)
+            return q + kv + h * v * self.hidden
         q = self.heads * self.head_dim
         kv = self.kv_heads * self.head_dim
         return self.hidden * (q + 2 * kv) + q * self.hidden
@@ -53,13 +80,25 @@ class Architecture:
         return (3 if self.gated_mlp else 2) * self.hidden * width
 
     @property
+    def moe_layers(self) -> int:
+        """Layers with routed experts."""
+        return self.layers - self.dense_layers if self.experts else 0
+
+    @property
     def dense_layer_params(self) -> int:
-        """Weights every token of a layer uses: attention, norms, a dense MLP or the shared expert and router."""
+        """Weights every token of a layer uses: attention, norms, a dense MLP (a MoE layer: its shared expert and
+        router instead)."""
         norms = 2 * self.hidden
         if not self.experts:
             return self.attn_params + self._mlp(self.intermediate) + norms
         router = self.hidden * self.experts
         return self.attn_params + self._mlp(self.shared_expert_intermediate) + router + norms
+
+    @property
+    def always_params(self) -> int:
+        """Weights of all layers that every token multiplies (routed experts and embeddings aside)."""
+        dense = self.attn_params + self._mlp(self.intermediate) + 2 * self.hidden
+        return (self.layers - self.moe_layers) * dense + self.moe_layers * self.dense_layer_params
 
     @property
     def expert_params(self) -> int:
@@ -71,16 +110,16 @@ class Architecture:
 
     @property
     def params(self) -> int:
-        return self.layers * (self.dense_layer_params + self.experts * self.expert_params) + self.embedding_params
+        return self.always_params + self.moe_layers * self.experts * self.expert_params + self.embedding_params
 
     @property
     def active_params(self) -> int:
         """Weights one token multiplies (lm_head included; the input embedding is a lookup)."""
-        per_layer = self.dense_layer_params + self.experts_per_token * self.expert_params
-        return self.layers * per_layer + self.vocab * self.hidden
+        return (self.always_params + self.moe_layers * self.experts_per_token * self.expert_params
+                + self.vocab * self.hidden)
 
     def experts_touched(self, tokens: float) -> float:
-        """Expected distinct experts per layer that `tokens` routed tokens use (uniform routing)."""
+        """Expected distinct experts per MoE layer that `tokens` routed tokens use (uniform routing)."""
         if not self.experts:
             return 0.0
         k, e = self.experts_per_token, self.experts
@@ -88,23 +127,40 @@ class Architecture:
 
     def dense_bytes(self, dtype: str = "bf16") -> float:
         """Bytes every forward reads: each layer's dense weights and the lm_head (tied: the embedding, read once)."""
-        return BYTES[dtype] * (self.layers * self.dense_layer_params + self.vocab * self.hidden)
+        return BYTES[dtype] * (self.always_params + self.vocab * self.hidden)
 
     def expert_bytes(self, dtype: str = "bf16") -> float:
-        """Bytes of every routed expert of every layer (0 for a dense model)."""
-        return BYTES[dtype] * self.layers * self.experts * self.expert_params
+        """Bytes of every routed expert of every MoE layer (0 for a dense model)."""
+        return BYTES[dtype] * self.moe_layers * self.experts * self.expert_params
 
     def weight_bytes(self, tokens: float, dtype: str = "bf16") -> float:
         """Bytes of weights one forward over `tokens` tokens reads (the input embedding: one row per token)."""
         touched = self.experts_touched(tokens) / self.experts if self.experts else 0.0
         return self.dense_bytes(dtype) + touched * self.expert_bytes(dtype) + BYTES[dtype] * tokens * self.hidden
 
+    @property
+    def kv_width(self) -> int:
+        """Cache elements one token adds to one layer: K and V of the KV heads, or MLA's latent and RoPE key."""
+        return self.kv_lora_rank + self.qk_rope_head_dim if self.mla else 2 * self.kv_heads * self.head_dim
+
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
-        return 2.0 * self.layers * self.kv_heads * self.head_dim * BYTES[dtype]
+        """The cache one token adds over all layers (bytes)."""
+        return self.layers * self.kv_width * BYTES[dtype]
+
+    def attended(self, context: float) -> float:
+        """Tokens attended summed over the layers at `context` tokens: sliding layers see at most their window."""
+        window = min(context, self.sliding_window) if self.sliding_window else context
+        return (self.layers - self.sliding_layers) * context + self.sliding_layers * window
+
+    def kv_bytes(self, context: float, dtype: str = "bf16") -> float:
+        """The cache a sequence at `context` tokens holds, and a decode step of it reads (bytes)."""
+        return self.attended(context) * self.kv_width * BYTES[dtype]
 
     def attn_flops(self, context: float) -> float:
         """FLOPs of one new token attending to `context` tokens (QK^T and PV) over all layers."""
-        return 4.0 * self.layers * self.heads * self.head_dim * context
+        per = (2.0 * self.heads * (2 * self.kv_lora_rank + self.qk_rope_head_dim) if self.mla
+               else 4.0 * self.heads * self.head_dim)
+        return per * self.attended(context)
 
     @classmethod
     def from_config(cls, cfg: dict, name: str = "model") -> Architecture:
@@ -119,17 +175,59 @@ class Architecture:
                                        "is it a decoder-only transformer's config?")
 
         hidden, heads = need("hidden_size", "n_embd", "d_model"), need("num_attention_heads", "n_head")
+        layers = need("num_hidden_layers", "n_layer")
         experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
-        inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or 4 * hidden)
+        inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or cfg.get("ffn_dim") or 4 * hidden)
+        moe_inter = int(cfg.get("moe_intermediate_size") or (inter if experts else 0))
+        kind = cfg.get("model_type")
+        mla = int(cfg.get("kv_lora_rank") or 0)
+        head_dim = (int(cfg.get("qk_nope_head_dim") or 0) + int(cfg.get("qk_rope_head_dim") or 0) if mla
+                    else int(cfg.get("head_dim") or hidden // heads))
+        window, sliding = _sliding(cfg, layers)
         return cls(
-            name=name, layers=need("num_hidden_layers", "n_layer"), hidden=hidden, heads=heads,
-            kv_heads=int(cfg.get("num_key_value_heads") or heads), head_dim=int(cfg.get("head_dim") or hidden // heads),
-            intermediate=inter, vocab=need("vocab_size"), tied_embeddings=bool(cfg.get("tie_word_embeddings", False)),
-            gated_mlp=cfg.get("model_type") not in ("gpt2", "gpt_neox", "opt", "bloom", "falcon"),
-            experts=experts, experts_per_token=int(cfg.get("num_experts_per_tok") or (2 if experts else 0)),
-            expert_intermediate=int(cfg.get("moe_intermediate_size") or (inter if experts else 0)),
-            shared_expert_intermediate=int(cfg.get("shared_expert_intermediate_size") or 0),
+            name=name, layers=layers, hidden=hidden, heads=heads, kv_heads=_kv_heads(cfg, heads), head_dim=head_dim,
+            intermediate=inter, vocab=need("vocab_size"),
+            tied_embeddings=bool(cfg.get("tie_word_embeddings", kind in TIED_BY_DEFAULT)),
+            gated_mlp=kind not in UNGATED, experts=experts,
+            experts_per_token=int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or (2 if experts else 0)),
+            expert_intermediate=moe_inter,
+            shared_expert_intermediate=int(cfg.get("shared_expert_intermediate_size")
+                                           or int(cfg.get("n_shared_experts") or 0) * moe_inter),
+            dense_layers=min(int(cfg.get("first_k_dense_replace") or 0), layers) if experts else 0,
+            kv_lora_rank=mla, qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
+            q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
+            v_head_dim=int(cfg.get("v_head_dim") or head_dim) if mla else 0,
+            sliding_window=window, sliding_layers=sliding,
         )
+
+
+def _kv_heads(cfg: dict, heads: int) -> int:
+    """KV heads: num_key_value_heads (Falcon: num_kv_heads, or 1 with multi_query), else every head."""
+    n = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads")
+    if n:
+        return int(n)
+    return 1 if cfg.get("multi_query") and not cfg.get("new_decoder_architecture") else heads
+
+
+def _sliding(cfg: dict, layers: int) -> tuple[int, int]:
+    """(window tokens, layers using it) of a config: layer_types where given, else Gemma 2 (every other layer from the
+    first), Gemma 3 (sliding_window_pattern: all but every pattern-th), Qwen2-style use_sliding_window (the layers
+    from max_window_layers on), else every layer when sliding_window is set (Mistral, Phi-3); (0, 0) without one."""
+    window = cfg.get("sliding_window")
+    if not isinstance(window, int) or window <= 0 or cfg.get("use_sliding_window") is False:
+        return 0, 0
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types:
+        return window, min(layers, sum(t in ("sliding_attention", "chunked_attention") for t in types))
+    kind = str(cfg.get("model_type") or "")
+    if kind == "gemma2":
+        return window, (layers + 1) // 2
+    pattern = cfg.get("sliding_window_pattern")
+    if isinstance(pattern, int) and pattern > 1:
+        return window, layers - layers // pattern
+    if cfg.get("use_sliding_window"):
+        return window, max(0, layers - int(cfg.get("max_window_layers") or 0))
+    return window, layers
 
 
 # Built-in shapes of common targets and drafts (their config.json values), so a plan needs no download.
@@ -156,6 +254,31 @@ BUILTIN: dict[str, dict] = {
     "Qwen/Qwen2.5-Coder-0.5B-Instruct": dict(num_hidden_layers=24, hidden_size=896, num_attention_heads=14,
                                              num_key_value_heads=2, intermediate_size=4864, vocab_size=151936,
                                              tie_word_embeddings=True),
+    "deepseek-ai/DeepSeek-V3": dict(model_type="deepseek_v3", num_hidden_layers=61, hidden_size=7168,
+                                    num_attention_heads=128, num_key_value_heads=128, intermediate_size=18432,
+                                    moe_intermediate_size=2048, n_routed_experts=256, n_shared_experts=1,
+                                    num_experts_per_tok=8, first_k_dense_replace=3, kv_lora_rank=512, q_lora_rank=1536,
+                                    qk_nope_head_dim=128, qk_rope_head_dim=64, v_head_dim=128, vocab_size=129280),
+    "openai/gpt-oss-120b": dict(model_type="gpt_oss", num_hidden_layers=36, hidden_size=2880, num_attention_heads=64,
+                                num_key_value_heads=8, head_dim=64, intermediate_size=2880, num_local_experts=128,
+                                num_experts_per_tok=4, vocab_size=201088, sliding_window=128,
+                                layer_types=["sliding_attention", "full_attention"] * 18),
+    "openai/gpt-oss-20b": dict(model_type="gpt_oss", num_hidden_layers=24, hidden_size=2880, num_attention_heads=64,
+                               num_key_value_heads=8, head_dim=64, intermediate_size=2880, num_local_experts=32,
+                               num_experts_per_tok=4, vocab_size=201088, sliding_window=128,
+                               layer_types=["sliding_attention", "full_attention"] * 12),
+    "mistralai/Mixtral-8x7B-v0.1": dict(model_type="mixtral", num_hidden_layers=32, hidden_size=4096,
+                                        num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
+                                        num_local_experts=8, num_experts_per_tok=2, vocab_size=32000),
+    "mistralai/Mistral-7B-v0.1": dict(model_type="mistral", num_hidden_layers=32, hidden_size=4096,
+                                      num_attention_heads=32, num_key_value_heads=8, intermediate_size=14336,
+                                      vocab_size=32000, sliding_window=4096),
+    "google/gemma-2-9b": dict(model_type="gemma2", num_hidden_layers=42, hidden_size=3584, num_attention_heads=16,
+                              num_key_value_heads=8, head_dim=256, intermediate_size=14336, vocab_size=256000,
+                              sliding_window=4096),
+    "google/gemma-2-2b": dict(model_type="gemma2", num_hidden_layers=26, hidden_size=2304, num_attention_heads=8,
+                              num_key_value_heads=4, head_dim=256, intermediate_size=9216, vocab_size=256000,
+                              sliding_window=4096),
     "Qwen/Qwen3-30B-A3B": dict(model_type="qwen3_moe", num_hidden_layers=48, hidden_size=2048,
                                num_attention_heads=32, num_key_value_heads=4, head_dim=128, intermediate_size=6144,
                                moe_intermediate_size=768, num_experts=128, num_experts_per_tok=8, vocab_size=151936),
@@ -181,6 +304,10 @@ def load_architecture(name_or_path: str) -> Architecture:
 def describe(a: Architecture) -> str:
     """One line: params, layers, attention shape, KV bytes per token (bf16)."""
     moe = f", {a.experts} experts x {a.expert_intermediate} (top {a.experts_per_token})" if a.experts else ""
+    attn = (f"{a.heads} heads, MLA latent {a.kv_lora_rank} + {a.qk_rope_head_dim}" if a.mla
+            else f"{a.heads} heads / {a.kv_heads} KV x {a.head_dim}")
+    window = (f", {a.sliding_layers} of {a.layers} layers attend to the last {a.sliding_window} tokens"
+              if a.sliding_layers else "")
     return (f"{a.name}: {a.params / 1e9:.2f}B params ({a.active_params / 1e9:.2f}B active), {a.layers} layers, "
-            f"{a.heads} heads / {a.kv_heads} KV x {a.head_dim}{moe}, KV {a.kv_bytes_per_token() / 1024:.0f} KiB/token")
+            f"{attn}{moe}, KV {a.kv_bytes_per_token() / 1024:.0f} KiB/token{window}")
 

@@ -60,7 +60,7 @@ def forward_latency(arch: Architecture, gpu: GpuSpec, tp: int = 1, dtype: str = 
         compute_ms_per_token=per_token_flops / tp / flops * 1e3,
         token_ms=allreduces * allreduce_bytes_per_token / link * 1e3 if link else 0.0,
         token_exponent=1.0,
-        row_ms=context * arch.kv_bytes_per_token(kv_dtype) / tp / bw * 1e3,
+        row_ms=arch.kv_bytes(context, kv_dtype) / tp / bw * 1e3,
         expert_ms=arch.expert_bytes(dtype) / tp / bw * 1e3,
         expert_share=arch.experts_per_token / arch.experts if arch.experts else 0.0,
     )

@@ -74,7 +74,7 @@ def _max_batch(arch: Architecture, gpu: GpuSpec, tp: int, dtype: str, context: i
     if free <= 0:
         raise ConfigError("tp", f"{_short(arch)} needs {weights / 1e9:.0f} GB of weights, more than "
                                 f"90% of {tp} x {gpu.memory_gb:g} GB on {gpu.name}: raise --tp")
-    return int(max(1, min(4096, free // (context * arch.kv_bytes_per_token(dtype)))))
+    return int(max(1, min(4096, free // arch.kv_bytes(context, dtype))))
 
 
 def _uncertainty(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source) -> Uncertainty:

@@ -23,7 +23,8 @@ from ssd_sim.model.latency import MS_TERMS, ForwardLatency, LatencyModel
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 
-PROFILE_NODES = 5  # profiles built per simulation (their forwards' terms are interpolated in between)
+MAX_CONTEXT = 1 << 20  # the longest context a profile is built at (tokens; longer ones take its latencies)
+REFINE_DEPTH = 12  # halvings (in log context) of an anchor interval whose terms are not linear in the context
 GRID_RATIO = 1.02  # successive grid contexts differ by this factor at most (below MAX_GRID)
 MAX_GRID = 512  # grid contexts at most (tables of max_batch + 1 rows each)
 
@@ -89,9 +90,11 @@ class RoundLatency:
 class ContextLatency:
     """RoundLatency at the batch's mean context (tokens per row): tables on a fine grid of contexts, interpolated.
 
-    The forwards' terms (row_ms, compute_ms_per_token) are affine in the context, so they are taken from PROFILE_NODES
-    profiles (profile_at) and interpolated between them (exact where they are affine); every grid context then gets its
-    RoundLatency from those terms, with the roofline's max() evaluated there. The grid is geometric (ratio GRID_RATIO,
+    The forwards' terms (row_ms, compute_ms_per_token) are affine in the context where every layer attends to all of
+    it, so they are taken from profiles (profile_at) at anchor contexts and interpolated between them (`anchors`: the
+    powers of two around the range, each interval split where a profile at its middle is off the line, e.g. at a
+    sliding window); every grid context then gets its RoundLatency from those terms, with the roofline's max()
+    evaluated there. The grid is geometric (ratio GRID_RATIO,
     at most MAX_GRID contexts), so a phase's kink (a forward turning memory-bound) is at most a few percent of its
     context from a grid point. Prefill, transfer, lookup and the fast backup stay those of `base` (the profile at the
     workload's mean context): they do not read the decode's KV cache.
@@ -102,9 +105,11 @@ class ContextLatency:
         """Tables for contexts lo..hi tokens (profile_at(c): the profile at context c)."""
         if not 1 <= lo <= hi:
             raise ConfigError("context", f"needs 1 <= shortest <= longest context (tokens), got {lo}..{hi}")
-        anchors = _geometric(lo, hi, PROFILE_NODES)
-        models = [profile_at(c).latency for c in anchors]
-        self.nodes = _geometric(lo, hi, min(MAX_GRID, math.ceil(math.log(hi / lo) / math.log(GRID_RATIO)) + 1))
+        hi = min(hi, MAX_CONTEXT)
+        lo = min(lo, hi)
+        anchors, models = _anchors(profile_at, lo, hi)
+        grid = _geometric(lo, hi, min(MAX_GRID, math.ceil(math.log(hi / lo) / math.log(GRID_RATIO)) + 1))
+        self.nodes = sorted(set(grid) | {c for c in anchors if lo <= c <= hi})  # kinks found there are nodes too
         self.tables = [RoundLatency(_between(anchors, models, c), plan, max_batch, p_all) for c in self.nodes]
         self.model, self.fast, self.transfer, self.lookup = base.model, base.fast, base.transfer, base.lookup
         self.K, self.budget, self.draft_devices = base.K, base.budget, base.draft_devices
@@ -160,6 +165,49 @@ class ContextLatency:
 def _geometric(lo: int, hi: int, n: int) -> list[int]:
     """n contexts (tokens) from lo to hi in a geometric progression, rounded, without repeats."""
     return sorted({int(round(c)) for c in np.geomspace(lo, hi, max(n, 2))} | {lo, hi})
+
+
+def _anchors(profile_at: Callable[[int], Profile], lo: int, hi: int) -> tuple[list[int], list[LatencyModel]]:
+    """Contexts (tokens) and latency models between which the forwards' terms are linear in the context: the powers
+    of two around lo..hi (the same for every range, so a cached profile_at builds each once), each interval halved in
+    log context, down to neighbouring integers or REFINE_DEPTH halvings, while the profile at its middle is off the
+    line through its ends (a kink, e.g. where the context passes a sliding window)."""
+    first = 1 << max(0, math.floor(math.log2(max(lo, 1))))
+    last = 1 << min(20, math.ceil(math.log2(max(min(hi, MAX_CONTEXT), 1))))
+    points = {c: profile_at(c).latency for c in _powers(first, max(last, first))}
+
+    def refine(a: int, b: int, depth: int) -> None:
+        mid = int(round(math.sqrt(a * b)))
+        if depth >= REFINE_DEPTH or not a < mid < b:
+            return
+        points[mid] = profile_at(mid).latency
+        if not _on_line(points[a], points[b], points[mid], (mid - a) / (b - a)):
+            refine(a, mid, depth + 1)
+            refine(mid, b, depth + 1)
+
+    ends = sorted(points)
+    for a, b in zip(ends, ends[1:], strict=False):
+        refine(a, b, 0)
+    ordered = sorted(points)
+    return ordered, [points[c] for c in ordered]
+
+
+def _powers(first: int, last: int) -> list[int]:
+    out = [first]
+    while out[-1] < last:
+        out.append(out[-1] * 2)
+    return out
+
+
+def _on_line(a: LatencyModel, b: LatencyModel, mid: LatencyModel, w: float) -> bool:
+    """The forwards of `mid` equal the interpolation a share w of the way from a's to b's (to 1e-9)."""
+    for role in ("target", "draft"):
+        fa, fb, fm = getattr(a, role), getattr(b, role), getattr(mid, role)
+        for f in MS_TERMS:
+            want = getattr(fa, f) + w * (getattr(fb, f) - getattr(fa, f))
+            if abs(getattr(fm, f) - want) > 1e-9 * max(abs(want), 1e-9):
+                return False
+    return True
 
 
 def _between(anchors: list[int], models: list[LatencyModel], c: int) -> LatencyModel:

@@ -13,12 +13,62 @@ from ssd_sim.model.roofline import RooflineAssumptions, forward_latency
 
 # Published parameter counts (model cards): the shapes must reproduce them.
 PARAMS = {"Llama-3.1-8B": 8.03e9, "Llama-3.1-70B": 70.55e9, "Llama-3.2-1B": 1.24e9, "Qwen3-0.6B": 0.596e9,
-          "Qwen3-32B": 32.8e9, "Qwen3-30B-A3B": 30.5e9, "Qwen2.5-Coder-1.5B-Instruct": 1.54e9}
+          "Qwen3-32B": 32.8e9, "Qwen3-30B-A3B": 30.5e9, "Qwen2.5-Coder-1.5B-Instruct": 1.54e9,
+          "DeepSeek-V3": 671e9, "gpt-oss-120b": 116.8e9, "gpt-oss-20b": 20.9e9, "Mixtral-8x7B-v0.1": 46.7e9,
+          "Mistral-7B-v0.1": 7.24e9, "gemma-2-9b": 9.24e9, "gemma-2-2b": 2.61e9}
+# Published active parameters per token (model cards; the input embedding, a lookup, left out where they leave it in)
+ACTIVE = {"DeepSeek-V3": 37e9, "gpt-oss-120b": 5.13e9, "gpt-oss-20b": 3.61e9,
+          "Mixtral-8x7B-v0.1": 12.9e9 - 32000 * 4096}
 
 
 @pytest.mark.parametrize("name, params", PARAMS.items())
 def test_builtin_shapes_give_the_published_parameter_counts(name, params):
     assert load_architecture(name).params == pytest.approx(params, rel=0.01)
+
+
+@pytest.mark.parametrize("name, active", ACTIVE.items())
+def test_mixture_of_experts_shapes_give_the_published_active_parameters(name, active):
+    assert load_architecture(name).active_params == pytest.approx(active, rel=0.015)
+
+
+def test_multi_head_latent_attention_caches_one_latent_per_token_and_layer():
+    a = load_architecture("DeepSeek-V3")  # 61 layers x (512 latent + 64 RoPE key) x 2 bytes, not 2 x 128 heads x 192
+    assert a.kv_bytes_per_token("bf16") == 61 * (512 + 64) * 2 == 70272
+    assert a.attn_flops(1000) == 2 * 128 * (2 * 512 + 64) * 61 * 1000  # absorbed: QK over 576, PV over 512 per head
+    assert (a.dense_layers, a.moe_layers, a.shared_expert_intermediate) == (3, 58, 2048)
+
+
+def test_sliding_window_layers_read_at_most_their_window():
+    a = load_architecture("gemma-2-9b")  # 21 of 42 layers slide over 4096 tokens
+    per_layer_token = 2 * 8 * 256 * 2
+    assert a.kv_bytes(2048) == 42 * 2048 * per_layer_token
+    assert a.kv_bytes(10_000) == (21 * 10_000 + 21 * 4096) * per_layer_token
+    assert a.attn_flops(10_000) == 4 * 16 * 256 * (21 * 10_000 + 21 * 4096)
+    f = forward_latency(a, get_gpu("l40s"), context=10_000)
+    assert f.row_ms == pytest.approx(a.kv_bytes(10_000) / (0.864e12 * 0.8) * 1e3)
+
+
+@pytest.mark.parametrize("extra, window, sliding", [
+    ({"sliding_window": 4096}, 4096, 32),  # Mistral, Phi-3: every layer
+    ({"sliding_window": None}, 0, 0),
+    ({"sliding_window": 32768, "use_sliding_window": False, "max_window_layers": 28}, 0, 0),  # Qwen2: off
+    ({"sliding_window": 4096, "use_sliding_window": True, "max_window_layers": 28}, 4096, 4),  # Qwen2: from layer 28
+    ({"sliding_window": 1024, "sliding_window_pattern": 6}, 1024, 27),  # Gemma 3: 5 of every 6 (32 // 6 = 5 global)
+    ({"sliding_window": 128, "layer_types": ["sliding_attention", "full_attention"] * 16}, 128, 16),
+    ({"sliding_window": 4096, "model_type": "gemma2"}, 4096, 16),
+])
+def test_sliding_windows_are_read_from_every_config_style(extra, window, sliding):
+    cfg = {"num_hidden_layers": 32, "hidden_size": 256, "num_attention_heads": 4, "vocab_size": 1000, **extra}
+    a = Architecture.from_config(cfg)
+    assert (a.sliding_window, a.sliding_layers) == (window, sliding)
+
+
+def test_falcon_multi_query_and_gemma_tied_embeddings_follow_their_config_classes():
+    base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8, "vocab_size": 100}
+    assert Architecture.from_config({**base, "model_type": "falcon", "multi_query": True}).kv_heads == 1
+    assert Architecture.from_config({**base, "model_type": "falcon", "num_kv_heads": 2}).kv_heads == 2
+    assert Architecture.from_config({**base, "model_type": "gemma2"}).tied_embeddings
+    assert not Architecture.from_config({**base, "model_type": "llama"}).tied_embeddings
 
 
 def test_kv_bytes_per_token_of_llama_8b_is_128_kib_in_bf16():

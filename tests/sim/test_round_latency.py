@@ -74,3 +74,41 @@ def test_an_empty_context_range_is_refused():
     profile = get_preset("llama70b-1b-h100")
     with pytest.raises(ConfigError, match="^context: needs 1 <= shortest <= longest"):
         ContextLatency(RoundLatency(profile.latency, PLAN, 4), lambda c: profile, PLAN, 4, 0, 10)
+
+
+SLIDING = {"gpt-oss-120b + 20b on 4x H100 (128-token windows)": {"spec": {"target": "gpt-oss-120b",
+                                                                          "draft": "gpt-oss-20b", "gpu": "h100-sxm",
+                                                                          "tp": 4}},
+           "Gemma 2 9B + 2B on an L40S (4096-token windows)": {"spec": {"target": "gemma-2-9b", "draft": "gemma-2-2b",
+                                                                         "gpu": "l40s", "tp": 1}}}
+
+
+@pytest.mark.parametrize("name", list(SLIDING))
+def test_the_kink_where_the_context_passes_a_sliding_window_is_followed(name):
+    # Sliding layers stop reading more KV at their window, so the terms bend there; anchors are added around it.
+    source = SLIDING[name]
+    ctx = _contexts(source, lo=50, hi=20_000, max_batch=16)
+    for c in (50, 100, 127, 128, 129, 200, 3_000, 4_095, 4_096, 4_097, 5_000, 19_999):
+        truth = RoundLatency(profile_at(source, c).latency, PLAN, 16)
+        for b in (1, 16):
+            got, want = np.array(ctx.at(b, c)), np.array(truth.at(b))
+            assert np.max(np.abs(got - want) / want) < 1e-3, (c, b)
+
+
+def test_anchors_close_in_on_a_kink_anywhere_and_stay_at_powers_of_two_where_the_terms_are_linear():
+    from dataclasses import replace
+
+    from ssd_sim.sim.round_latency import _anchors
+
+    base = get_preset("llama70b-1b-h100")
+
+    def at(c):  # KV read per row linear up to a 3000-token window, flat beyond
+        lat = base.latency
+        return replace(base, latency=replace(lat, target=replace(lat.target, row_ms=1e-5 * min(c, 3000))))
+
+    anchors, _ = _anchors(at, 100, 10_000)
+    assert [c for c in anchors if c in (64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384)] == [
+        64, 128, 256, 512, 1024, 2048, 4096, 8192, 16384]
+    assert min(abs(c - 3000) for c in anchors) <= 1  # halved in log context down to the kink
+    linear, _ = _anchors(lambda c: base, 100, 10_000)
+    assert len(linear) == 2 * 9 - 1  # the powers of two and one checked middle between each two
