@@ -23,8 +23,7 @@ from ssd_sim.cli.args import OneLineParser, add_knob_arg, bounded_int, cli_entry
 from ssd_sim.cli.growth import ProfileAt, growth, growth_line, mean_lengths
 from ssd_sim.cli.source import (
     add_source_args,
-    at_context,
-    context_for,
+    at_workload_context,
     growing_note,
     profile_of,
     source_files,
@@ -123,7 +122,7 @@ def load_of(args) -> tuple[Load, Workload]:
 
 def profiles_of(args, workload: Workload) -> tuple[list, str | None, dict[int, dict]]:
     """The profile of the source flags, or with --tp-options one per tensor-parallel degree (specs only), each at the
-    workload's mean decode context where its latencies depend on it (cli.source.context_for); the line saying so and
+    workload's mean decode context where its latencies depend on it (cli.source.at_workload_context); the line saying so and
     that the simulations follow each round's context (None if not); and then each profile's source (no context) by
     target devices."""
     source = source_of(args)
@@ -131,13 +130,12 @@ def profiles_of(args, workload: Workload) -> tuple[list, str | None, dict[int, d
         raise ConfigError("tp_options", "--tp-options needs a pair from specs (--target, --draft, --gpu): a preset's or "
                                         "profile's latencies hold for its own TP only")
     sources = [{"spec": {**source["spec"], "tp": tp}} for tp in args.tp_options] if args.tp_options else [source]
-    profiles = [profile_of(s) for s in sources]
-    mean = [context_for(s, p, workload) for s, p in zip(sources, profiles, strict=True)]
-    if mean[0] is None:
+    found = [at_workload_context(s, profile_of(s), workload) for s in sources]
+    profiles, mean = [p for p, _ in found], found[0][1]
+    if mean is None:
         return profiles, None, {}
-    profiles = [profile_of(at_context(s, c)) for s, c in zip(sources, mean, strict=True)]
     by_tp = {p.latency.target_devices: s for s, p in zip(sources, profiles, strict=True)}
-    return profiles, growing_note(mean[0], "the plans and the analytic bounds"), by_tp
+    return profiles, growing_note(mean, "the plans and the analytic bounds"), by_tp
 
 
 def growth_of(sources: dict[int, dict], by_tp: dict, result: SearchResult, workload: Workload) -> dict | None:

@@ -32,8 +32,7 @@ from ssd_sim.cli.args import (
 from ssd_sim.cli.growth import ProfileAt, growth, growth_line, mean_lengths
 from ssd_sim.cli.source import (
     add_source_args,
-    at_context,
-    context_for,
+    at_workload_context,
     growing_note,
     profile_of,
     source_files,
@@ -137,9 +136,8 @@ def main(argv: list[str] | None = None) -> int:
         args.summary = {}  # what the table's workload line says beyond the Workload (print_table)
         if args.workload == "arrivals":
             workload, notes, args.summary["prompts"] = arrivals_extras(args.arrivals, workload, explicit_prompt)
-        mean_context = context_for(source, profile, workload)
+        profile, mean_context = at_workload_context(source, profile, workload)
         if mean_context is not None:  # the rounds follow the batch's context; the analytic column takes the mean
-            profile = profile_of(at_context(source, mean_context))
             args.summary["context"] = growing_note(mean_context, "the analytic column")
             args.summary["growth_source"] = source
         if auto_batch:  # a stream of requests with no batch size given: batch them as a server would

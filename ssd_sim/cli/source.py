@@ -135,11 +135,11 @@ def growing_note(context: int, analytic: str) -> str:
             "one context for both)")
 
 
-def at_workload_context(source: dict[str, Any], profile: Profile, workload: Workload) -> tuple[Profile, str | None]:
-    """`profile` re-derived at the workload's mean decode context (context_for) and the line that says so; else
+def at_workload_context(source: dict[str, Any], profile: Profile, workload: Workload) -> tuple[Profile, int | None]:
+    """`profile` re-derived at the workload's mean decode context (context_for) and that context (tokens); else
     (profile, None)."""
     c = context_for(source, profile, workload)
-    return (profile, None) if c is None else (profile_of(at_context(source, c)), context_note(c))
+    return (profile, None) if c is None else (profile_of(at_context(source, c)), c)
 
 
 def without_context(source: dict[str, Any]) -> dict[str, Any]:

@@ -19,8 +19,8 @@ def test_the_mean_decode_context_is_the_mean_prompt_plus_half_the_mean_output():
 def test_a_gpu_preset_moves_to_the_workload_context_and_a_given_context_stays():
     wl = Workload("fixed", 8, 8, output_tokens=256, prompt_tokens=4000)
     source = {"preset": "llama70b-1b-h100", "path": None}
-    moved, note = at_workload_context(source, profile_of(source), wl)
-    assert note.startswith("latencies at 4128 cached tokens per sequence")
+    moved, context = at_workload_context(source, profile_of(source), wl)
+    assert context == 4128
     own = profile_of(source)  # the preset's own context: 400 tokens
     # the KV term per row grows with the context (roofline: context x KV bytes per token / bandwidth)
     assert moved.latency.target.row_ms == pytest.approx(own.latency.target.row_ms * 4128 / 400)
@@ -31,8 +31,8 @@ def test_a_gpu_preset_moves_to_the_workload_context_and_a_given_context_stays():
 def test_spec_pairs_move_and_measured_profiles_do_not():
     wl = Workload("fixed", 1, 1, output_tokens=64, prompt_tokens=2000)
     spec = {"spec": {"target": "Llama-3.1-8B", "draft": "Llama-3.2-1B", "gpu": "h100"}}
-    moved, note = at_workload_context(spec, profile_of(spec), wl)
-    assert note is not None and "2032 cached tokens" in note and "context 2032 tokens" in moved.description
+    moved, context = at_workload_context(spec, profile_of(spec), wl)
+    assert context == 2032 and "context 2032 tokens" in moved.description
     cpu = {"preset": "qwen-coder-1.5b-0.5b-cpu", "path": None}
     profile = profile_of(cpu)
     assert at_workload_context(cpu, profile, wl) == (profile, None)  # measured: no KV term to move
