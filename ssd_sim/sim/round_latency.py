@@ -40,33 +40,38 @@ class RoundCost(NamedTuple):
     primary_glue: float  # the glue's share of `primary` as it runs beside the verify
 
 
+def phase_table(lat: LatencyModel, plan: Plan, max_batch: int, p_all: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+    """The RoundCost fields for every batch size b = 0..max_batch (rows b, columns the fields; ms) and the jit
+    backup by rows redrafted (ms)."""
+    b, K = np.arange(max_batch + 1), plan.K
+    verify = lat.ssd_verify_ms(b, K, plan.budget, plan.draft_devices) if plan.mode == "ssd" else lat.verify_ms(b, K)
+    glue = np.asarray(lat.glue_ms(b, K), dtype=float)
+    columns = [lat.ar_step_ms(b), verify,
+               # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms). A request's
+               # first round follows its prefill, never an all-accepted round, and is charged the expectation too:
+               # with 16-token requests (~15% first rounds) that overstates SD's round by ~0.5% on the CPU traces.
+               lat.sd_draft_ms(b, K, p_all), glue, lat.primary_ms(b, K, plan.budget, plan.draft_devices),
+               # the glue's share of the primary speculation as it runs beside the verify (the rest: the branch phase)
+               glue * (1.0 + lat.draft_slowdown)]
+    table = np.column_stack([np.broadcast_to(np.asarray(c, dtype=float), b.shape) for c in columns])
+    return table, np.asarray(lat.jit_backup_ms(b, K), dtype=float)
+
+
 class RoundLatency:
     """Phase latencies (ms) of one configuration, precomputed for every batch size b = 0..max_batch."""
 
     def __init__(self, latency: LatencyModel, plan: Plan, max_batch: int, p_all: float = 0.0):
         """latency: the profile's; p_all: P(an SD round accepts all K draft tokens), per sequence (prices SD's first
         draft step)."""
-        lat, K = latency, plan.K
-        b = np.arange(max_batch + 1)
-        self.model = lat
-        self.ar_step = np.asarray(lat.ar_step_ms(b), dtype=float).tolist()  # AR step
-        verify = lat.ssd_verify_ms(b, K, plan.budget, plan.draft_devices) if plan.mode == "ssd" else lat.verify_ms(b, K)
-        self.verify = np.asarray(verify, dtype=float).tolist()  # T_v (SSD: slowed while the draft speculates)
-        # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms). A request's first
-        # round follows its prefill, never an all-accepted round, and is charged the expectation too: with 16-token
-        # requests (~15% first rounds) that overstates SD's round by ~0.5% on the CPU traces.
-        self.sd_draft = np.asarray(lat.sd_draft_ms(b, K, p_all), dtype=float).tolist()
-        self.glue = np.asarray(lat.glue_ms(b, K), dtype=float).tolist()
-        self.primary = np.asarray(lat.primary_ms(b, K, plan.budget, plan.draft_devices), dtype=float).tolist()
-        # The glue's share of the primary speculation, as it runs beside the verify (the rest is the branch phase).
-        self.primary_glue = [g * (1.0 + lat.draft_slowdown) for g in self.glue]
-        self.jit = np.asarray(lat.jit_backup_ms(b, K), dtype=float).tolist()  # by rows redrafted
+        lat = self.model = latency
+        table, jit = phase_table(lat, plan, max_batch, p_all)
+        self.ar_step, self.verify, self.sd_draft, self.glue, self.primary, self.primary_glue = table.T.tolist()
+        self.jit = jit.tolist()  # by rows redrafted
         self.fast = float(lat.fast_backup_ms)
         self.transfer = float(lat.transfer_ms)  # request + reply
         self.lookup = float(lat.lookup_ms)
-        self.K, self.budget, self.draft_devices = K, plan.budget, plan.draft_devices
-        self.costs = [RoundCost(*c) for c in zip(self.ar_step, self.verify, self.sd_draft, self.glue, self.primary,
-                                                 self.primary_glue, strict=True)]
+        self.K, self.budget, self.draft_devices = plan.K, plan.budget, plan.draft_devices
+        self.costs = [RoundCost(*c) for c in table.tolist()]
         self.varies = False  # the latencies do not depend on the context
 
     def at(self, b: int, context: float = 0.0) -> RoundCost:
@@ -110,12 +115,13 @@ class ContextLatency:
         anchors, models = _anchors(profile_at, lo, hi)
         grid = _geometric(lo, hi, min(MAX_GRID, math.ceil(math.log(hi / lo) / math.log(GRID_RATIO)) + 1))
         self.nodes = sorted(set(grid) | {c for c in anchors if lo <= c <= hi})  # kinks found there are nodes too
-        self.tables = [RoundLatency(_between(anchors, models, c), plan, max_batch, p_all) for c in self.nodes]
+        self._models = [_between(anchors, models, c) for c in self.nodes]
+        tables = [phase_table(m, plan, max_batch, p_all) for m in self._models]
+        self._costs = np.stack([t for t, _ in tables], axis=1)  # batch size x node x field
+        self._jit = np.stack([j for _, j in tables], axis=1)  # rows x node
         self.model, self.fast, self.transfer, self.lookup = base.model, base.fast, base.transfer, base.lookup
         self.K, self.budget, self.draft_devices = base.K, base.budget, base.draft_devices
         self.branch_rows = base.branch_rows
-        self._costs = [np.array([t.costs[b] for t in self.tables]) for b in range(max_batch + 1)]  # node x field
-        self._jit = np.array([t.jit for t in self.tables]).T  # rows x node
         self.varies = True
 
     def _where(self, context: float) -> tuple[int, float]:
@@ -153,9 +159,11 @@ class ContextLatency:
 
     def branch_ms(self, rows: int, context: float) -> float:
         """One draft device's branch decode over `rows` rows alone at mean context `context` (ms)."""
+        if rows <= 0:
+            return 0.0
         i, w = self._where(context)
-        lo = self.tables[i].branch_ms(rows)
-        return lo if w == 0.0 else lo + w * (self.tables[i + 1].branch_ms(rows) - lo)
+        lo = float(self._models[i].branch_ms(rows, self.K))
+        return lo if w == 0.0 else lo + w * (float(self._models[i + 1].branch_ms(rows, self.K)) - lo)
 
     def at_nodes(self, b: int, field: str) -> np.ndarray:
         """One phase at b rows at every node (ms), for vectorised interpolation (np.interp over self.nodes)."""
