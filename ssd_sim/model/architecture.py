@@ -3,9 +3,11 @@
 From the config: layers, hidden size, attention heads and KV heads (head_dim), MLP width (gated or not), vocabulary,
 tied embeddings; for mixture-of-experts models the experts, experts per token, the expert MLP width, shared experts
 and the first layers that stay dense (DeepSeek's first_k_dense_replace); multi-head latent attention (DeepSeek-V2 /
-V3, Kimi K2: the cache holds one kv_lora_rank + qk_rope_head_dim latent per token and layer); and sliding-window
+V3, Kimi K2: the cache holds one kv_lora_rank + qk_rope_head_dim latent per token and layer); sliding-window
 layers (Mistral's sliding_window, Gemma 2's every other layer, Gemma 3's sliding_window_pattern, any config's
-layer_types), whose attention reads only the last sliding_window tokens.
+layer_types), whose attention reads only the last sliding_window tokens; and hybrids whose layer_types name
+linear-attention layers (Qwen3-Next), which keep a fixed-size state instead of a KV cache (their weights are counted
+as an attention layer's: an approximation).
 Derived (per forward of the whole model, before tensor parallelism):
     params              every weight (embeddings included)
     weight_bytes(N)     bytes of weights read by a forward over N tokens: every dense weight, and of the experts
@@ -58,6 +60,7 @@ class Architecture:
     v_head_dim: int = 0  # MLA: value width per head
     sliding_window: int = 0  # tokens a sliding-window layer attends to (0 = none)
     sliding_layers: int = 0  # layers that attend only to the last sliding_window tokens
+    kv_layers: int = 0  # layers with a KV cache (0 = every layer; hybrids' linear-attention / SSM layers keep a state)
 
     @property
     def mla(self) -> bool:
@@ -145,12 +148,13 @@ class Architecture:
 
     def kv_bytes_per_token(self, dtype: str = "bf16") -> float:
         """The cache one token adds over all layers (bytes)."""
-        return self.layers * self.kv_width * BYTES[dtype]
+        return (self.kv_layers or self.layers) * self.kv_width * BYTES[dtype]
 
     def attended(self, context: float) -> float:
-        """Tokens attended summed over the layers at `context` tokens: sliding layers see at most their window."""
+        """Tokens attended summed over the layers at `context` tokens: sliding layers see at most their window,
+        layers without a KV cache (a hybrid's linear attention) none."""
         window = min(context, self.sliding_window) if self.sliding_window else context
-        return (self.layers - self.sliding_layers) * context + self.sliding_layers * window
+        return ((self.kv_layers or self.layers) - self.sliding_layers) * context + self.sliding_layers * window
 
     def kv_bytes(self, context: float, dtype: str = "bf16") -> float:
         """The cache a sequence at `context` tokens holds, and a decode step of it reads (bytes)."""
@@ -197,7 +201,7 @@ class Architecture:
             kv_lora_rank=mla, qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
             q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
             v_head_dim=int(cfg.get("v_head_dim") or head_dim) if mla else 0,
-            sliding_window=window, sliding_layers=sliding,
+            sliding_window=window, sliding_layers=sliding, kv_layers=_kv_layers(cfg, layers),
         )
 
 
@@ -207,6 +211,18 @@ def _kv_heads(cfg: dict, heads: int) -> int:
     if n:
         return int(n)
     return 1 if cfg.get("multi_query") and not cfg.get("new_decoder_architecture") else heads
+
+
+ATTENTION_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "attention")
+
+
+def _kv_layers(cfg: dict, layers: int) -> int:
+    """Layers with a KV cache: those of an attention type in layer_types (hybrids such as Qwen3-Next list
+    linear_attention layers, which keep a fixed-size state), else every layer."""
+    types = cfg.get("layer_types")
+    if isinstance(types, list) and types and any(t not in ATTENTION_TYPES for t in types):
+        return max(1, min(layers, sum(t in ATTENTION_TYPES for t in types)))
+    return layers
 
 
 def _sliding(cfg: dict, layers: int) -> tuple[int, int]:

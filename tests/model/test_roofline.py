@@ -63,6 +63,16 @@ def test_sliding_windows_are_read_from_every_config_style(extra, window, sliding
     assert (a.sliding_window, a.sliding_layers) == (window, sliding)
 
 
+def test_a_hybrids_linear_attention_layers_hold_no_kv_cache():
+    types = ["linear_attention"] * 3 + ["full_attention"]  # Qwen3-Next: one attention layer in four
+    cfg = {"num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2,
+           "head_dim": 256, "vocab_size": 1000, "layer_types": types * 12}
+    a = Architecture.from_config(cfg)
+    assert a.kv_layers == 12 and a.kv_bytes_per_token() == 12 * 2 * 2 * 256 * 2
+    assert a.kv_bytes(1000) == 1000 * a.kv_bytes_per_token() and a.attn_flops(10) == 4 * 16 * 256 * 12 * 10
+    assert Architecture.from_config({**cfg, "layer_types": ["full_attention"] * 48}).kv_layers == 48
+
+
 def test_falcon_multi_query_and_gemma_tied_embeddings_follow_their_config_classes():
     base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8, "vocab_size": 100}
     assert Architecture.from_config({**base, "model_type": "falcon", "multi_query": True}).kv_heads == 1
