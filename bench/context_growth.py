@@ -13,6 +13,8 @@ analytic round model of ssd_sim.plan.predict; the last column cross-checks it wi
 round at its batch's mean context (ssd_sim/sim/round_latency.py): the same SSD plan on batches of b requests of these
 lengths (SIM_TOKENS per slot), simulated once so and once at the mean context with the same seed, and how much slower
 the first is (the analytic column's percentage, measured by the event model: prefill stalls and stragglers included).
+The analytic percentage assumes the rows advance together; "SSD staggered" is the same with the rows at independent
+points of their decode (continuous batching in steady state, cli.growth); refilled batches land between the two.
 """
 
 from __future__ import annotations
@@ -36,6 +38,7 @@ SOURCES = {  # label -> profile source (ssd_sim/cli/source.py)
 LENGTHS = ((128, 512), (2000, 256), (256, 4096))  # (prompt, output) tokens
 BATCHES = (1, 8, 32)
 SIM_TOKENS = 8192  # simulated output tokens per batch slot (whole requests)
+SLACK = 0.3  # percentage points the simulated slowdown may stray outside the analytic pair (simulation noise)
 
 
 def row(source: dict, prompt: int, output: int, batch: int) -> tuple[dict, float, float]:
@@ -59,22 +62,27 @@ def row(source: dict, prompt: int, output: int, batch: int) -> tuple[dict, float
 def main() -> None:
     argparse.ArgumentParser(description=__doc__.split("\n\n")[0]).parse_args()
     print("| pair | prompt + output | b | AR tok/s (mean context) | SD tok/s (mean context) | SSD tok/s (mean context) "
-          "| SSD ranked over the growth | SSD simulated over the growth |")
-    print("|---|---|---|---|---|---|---|---|")
-    worst = gain = gap = 0.0
+          "| SSD ranked over the growth | SSD staggered | SSD simulated over the growth |")
+    print("|---|---|---|---|---|---|---|---|---|")
+    worst = gain = 0.0
+    between = rows = 0
     for label, source in SOURCES.items():
         for prompt, output in LENGTHS:
             for b in BATCHES:
                 r, ranked, simulated = row(source, prompt, output, b)
-                gap = max(gap, abs(simulated - r["ssd"]["mean_context_err_pct"]))
+                low, high = sorted((r["ssd"]["staggered_err_pct"], r["ssd"]["mean_context_err_pct"]))
+                between += low - SLACK <= simulated <= high + SLACK
+                rows += 1
                 cells = " | ".join(f"{r[m]['tok_s']:.1f} ({r[m]['mean_context_err_pct'] + 0.0:+.1f}%)".replace("-0.0%", "+0.0%")
                                    for m in MODES)
                 worst = max(worst, *(abs(r[m]["mean_context_err_pct"]) for m in MODES))
                 gain = max(gain, 100 * (ranked / r["ssd"]["tok_s"] - 1))
                 print(f"| {label} | {prompt} + {output} | {b} | {cells} | {ranked:.1f} "
-                      f"({100 * (ranked / r['ssd']['tok_s'] - 1):+.1f}%) | {simulated + 0.0:+.1f}% |")
+                      f"({100 * (ranked / r['ssd']['tok_s'] - 1):+.1f}%) | {r['ssd']['staggered_err_pct'] + 0.0:+.1f}% "
+                      f"| {simulated + 0.0:+.1f}% |")
     print(f"\nworst: the mean context predicts {worst:.1f}% faster than the growing one; ranking SSD plans over the "
-          f"growth gains up to {gain:.1f}%; the simulated SSD slowdown is within {gap:.1f} points of the analytic one")
+          f"growth gains up to {gain:.1f}%; the simulated SSD slowdown lies between the staggered and the in-step "
+          f"analytic one (+-{SLACK} points) in {between} of {rows} rows")
 
 
 if __name__ == "__main__":

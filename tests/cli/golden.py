@@ -203,6 +203,10 @@ _ISSUE_25_PER_ROUND = ("issue 25: ssd-sim on a GPU preset charges each simulated
                        "plus the tokens decoded so far, sim/round_latency.ContextLatency) instead of the mean decode "
                        "context, so the simulated column (not the analytic one) moves and the context line says so")
 _document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_PER_ROUND)
+_ISSUE_25_STAGGERED = ("issue 25: the growth check also gives the round's average with the batch's rows at independent points "
+                       "of their decode (continuous batching; JSON staggered_tok_s / staggered_err_pct), beside the one "
+                       "with the rows in step")
+_document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_STAGGERED)
 
 
 def fixed_host():

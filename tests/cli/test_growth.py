@@ -34,3 +34,29 @@ def test_ssd_at_large_batch_and_long_outputs_is_slower_than_at_the_mean_context(
     sd_k, plan = _plans(QWEN, 256, 4096, 32)
     g = growth(QWEN, 256, 4096, sd_k, plan)
     assert g["ssd"]["mean_context_err_pct"] > 3.0
+
+
+H200 = {"spec": {"target": "Llama-3.1-70B", "draft": "Llama-3.2-1B", "gpu": "h200", "tp": 4}}
+
+
+def test_one_row_is_always_in_step_and_staggered_rows_lose_less():
+    g1 = growth(QWEN, 256, 4096, *_plans(QWEN, 256, 4096, 1))["ssd"]
+    assert (g1["staggered_tok_s"], g1["staggered_err_pct"]) == (g1["tok_s"], g1["mean_context_err_pct"])
+    # b = 32: 32 independent positions average out, so the batch's mean context hardly leaves the mean
+    g = growth(H200, 256, 4096, *_plans(H200, 256, 4096, 32))["ssd"]
+    assert g["mean_context_err_pct"] > 9.0 and -0.05 < g["staggered_err_pct"] < 2.0
+
+
+def test_a_refilled_batch_simulates_between_the_staggered_and_the_in_step_average():
+    from ssd_sim.cli.growth import ProfileAt
+    from ssd_sim.sim.des import simulate
+    from ssd_sim.sim.workload import Workload
+
+    sd_k, plan = _plans(H200, 128, 512, 32)
+    g = growth(H200, 128, 512, sd_k, plan, modes=("ssd",))["ssd"]
+    wl = Workload("fixed", 32 * 16, 32, 0.0, 512, "fixed", 128)  # 16 requests per slot, refilled as rows finish
+    prof = profile_of(at_context(H200, 128 + 256))
+    grown, flat = (simulate(prof, plan, workload=wl, profile_at=at).metrics.per_seq_tok_s for at in (ProfileAt(H200), None))
+    slower = 100 * (flat / grown - 1)
+    assert g["staggered_err_pct"] - 0.3 < slower < g["mean_context_err_pct"] + 0.3
+    assert g["mean_context_err_pct"] - g["staggered_err_pct"] > 5.0  # the two bounds are far apart here
