@@ -2,10 +2,11 @@
 
 From the config: layers, hidden size, attention heads and KV heads (head_dim), MLP width (gated or not), vocabulary,
 tied embeddings; for mixture-of-experts models the experts, experts per token, the expert MLP width, shared experts
-and the first layers that stay dense (DeepSeek's first_k_dense_replace); multi-head latent attention (DeepSeek-V2 /
+and the layers that stay dense (DeepSeek's first_k_dense_replace, Llama 4's interleave_moe_layer_step, Qwen-MoE's
+decoder_sparse_step / mlp_only_layers); multi-head latent attention (DeepSeek-V2 /
 V3, Kimi K2: the cache holds one kv_lora_rank + qk_rope_head_dim latent per token and layer); sliding-window
-layers (Mistral's sliding_window, Gemma 2's every other layer, Gemma 3's sliding_window_pattern, any config's
-layer_types), whose attention reads only the last sliding_window tokens; and hybrids whose layer_types name
+layers (Mistral's sliding_window, Gemma 2's every other layer, Gemma 3's sliding_window_pattern, Llama 4's chunked
+RoPE layers, any config's layer_types), whose attention reads at most the last sliding_window tokens; and hybrids whose layer_types name
 linear-attention layers (Qwen3-Next), which keep a fixed-size state instead of a KV cache (their weights are counted
 as an attention layer's: an approximation).
 Derived (per forward of the whole model, before tensor parallelism):
@@ -183,7 +184,10 @@ class Architecture:
         experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
         inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or cfg.get("ffn_dim") or 4 * hidden)
         moe_inter = int(cfg.get("moe_intermediate_size") or (inter if experts else 0))
-        kind = cfg.get("model_type")
+        kind = str(cfg.get("model_type") or "")
+        shared = int(cfg.get("shared_expert_intermediate_size") or int(cfg.get("n_shared_experts") or 0) * moe_inter)
+        if kind.startswith("llama4") and experts:  # intermediate_size is the expert's width; one shared expert
+            inter, shared = int(cfg.get("intermediate_size_mlp") or inter), moe_inter
         mla = int(cfg.get("kv_lora_rank") or 0)
         head_dim = (int(cfg.get("qk_nope_head_dim") or 0) + int(cfg.get("qk_rope_head_dim") or 0) if mla
                     else int(cfg.get("head_dim") or hidden // heads))
@@ -195,14 +199,25 @@ class Architecture:
             gated_mlp=kind not in UNGATED, experts=experts,
             experts_per_token=int(cfg.get("num_experts_per_tok") or cfg.get("experts_per_token") or (2 if experts else 0)),
             expert_intermediate=moe_inter,
-            shared_expert_intermediate=int(cfg.get("shared_expert_intermediate_size")
-                                           or int(cfg.get("n_shared_experts") or 0) * moe_inter),
-            dense_layers=min(int(cfg.get("first_k_dense_replace") or 0), layers) if experts else 0,
+            shared_expert_intermediate=shared, dense_layers=_dense_layers(cfg, layers) if experts else 0,
             kv_lora_rank=mla, qk_rope_head_dim=int(cfg.get("qk_rope_head_dim") or 0) if mla else 0,
             q_lora_rank=int(cfg.get("q_lora_rank") or 0) if mla else 0,
             v_head_dim=int(cfg.get("v_head_dim") or head_dim) if mla else 0,
             sliding_window=window, sliding_layers=sliding, kv_layers=_kv_layers(cfg, layers),
         )
+
+
+def _dense_layers(cfg: dict, layers: int) -> int:
+    """MoE models' layers without routed experts: DeepSeek's first_k_dense_replace, Qwen-MoE's mlp_only_layers, and
+    those between every interleave_moe_layer_step-th (Llama 4) or decoder_sparse_step-th (Qwen-MoE) layer."""
+    step = int(cfg.get("interleave_moe_layer_step") or cfg.get("decoder_sparse_step") or 1)
+    moe = [(i + 1) % step == 0 for i in range(layers)]
+    for i in cfg.get("mlp_only_layers") or []:
+        if isinstance(i, int) and 0 <= i < layers:
+            moe[i] = False
+    for i in range(min(int(cfg.get("first_k_dense_replace") or 0), layers)):
+        moe[i] = False
+    return layers - sum(moe)
 
 
 def _kv_heads(cfg: dict, heads: int) -> int:
@@ -229,6 +244,9 @@ def _sliding(cfg: dict, layers: int) -> tuple[int, int]:
     """(window tokens, layers using it) of a config: layer_types where given, else Gemma 2 (every other layer from the
     first), Gemma 3 (sliding_window_pattern: all but every pattern-th), Qwen2-style use_sliding_window (the layers
     from max_window_layers on), else every layer when sliding_window is set (Mistral, Phi-3); (0, 0) without one."""
+    chunked = cfg.get("attention_chunk_size")
+    if isinstance(chunked, int) and chunked > 0 and isinstance(cfg.get("no_rope_layers"), list):
+        return chunked, min(layers, sum(1 for x in cfg["no_rope_layers"] if x))  # Llama 4: RoPE layers are chunked
     window = cfg.get("sliding_window")
     if not isinstance(window, int) or window <= 0 or cfg.get("use_sliding_window") is False:
         return 0, 0

@@ -63,6 +63,32 @@ def test_sliding_windows_are_read_from_every_config_style(extra, window, sliding
     assert (a.sliding_window, a.sliding_layers) == (window, sliding)
 
 
+LLAMA4_SCOUT = dict(model_type="llama4_text", num_hidden_layers=48, hidden_size=5120, num_attention_heads=40,
+                    num_key_value_heads=8, head_dim=128, intermediate_size=8192, intermediate_size_mlp=16384,
+                    num_local_experts=16, num_experts_per_tok=1, interleave_moe_layer_step=1, vocab_size=202048,
+                    attention_chunk_size=8192, no_rope_layers=[1, 1, 1, 0] * 12)
+
+
+def test_llama_4_interleaves_moe_layers_with_a_shared_expert_and_chunks_three_layers_in_four():
+    # Maverick: every other layer routes to 128 experts; published 400B total, 17B active (input embedding included)
+    maverick = Architecture.from_config({"model_type": "llama4", "text_config": {**LLAMA4_SCOUT, "num_local_experts": 128,
+                                                                                 "interleave_moe_layer_step": 2}})
+    assert (maverick.dense_layers, maverick.moe_layers, maverick.intermediate) == (24, 24, 16384)
+    assert maverick.params == pytest.approx(400e9, rel=0.015)
+    assert maverick.active_params + maverick.vocab * maverick.hidden == pytest.approx(17e9, rel=0.015)
+    scout = Architecture.from_config(LLAMA4_SCOUT)  # 109B with its vision encoder; the text model alone ~108B
+    assert scout.moe_layers == 48 and scout.params == pytest.approx(107.8e9, rel=0.005)
+    assert (scout.sliding_window, scout.sliding_layers) == (8192, 36)
+
+
+def test_qwen_moe_keeps_its_mlp_only_and_sparse_step_layers_dense():
+    cfg = {"model_type": "qwen2_moe", "num_hidden_layers": 24, "hidden_size": 64, "num_attention_heads": 4,
+           "vocab_size": 100, "num_experts": 8, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+           "decoder_sparse_step": 2, "mlp_only_layers": [1, 2]}
+    a = Architecture.from_config(cfg)  # MoE at layers 1, 3, 5, ..., 23 but not layer 1
+    assert (a.moe_layers, a.dense_layers) == (11, 13)
+
+
 def test_a_hybrids_linear_attention_layers_hold_no_kv_cache():
     types = ["linear_attention"] * 3 + ["full_attention"]  # Qwen3-Next: one attention layer in four
     cfg = {"num_hidden_layers": 48, "hidden_size": 2048, "num_attention_heads": 16, "num_key_value_heads": 2,
