@@ -44,11 +44,10 @@ def run(profile: Profile, plan: Plan, mode: str, tokens: int = TOKENS, seed: int
         wl = fixed_batch(plan.batch_size, tokens, prompt_tokens=0)
         return simulate(profile, plan, mode=mode, seed=seed, workload=wl, timeline=timeline)
     from ssd_sim.cli.growth import ProfileAt
-    from ssd_sim.sim.workload import Workload
+    from ssd_sim.sim.workload import refilled_batches
 
     source, prompt, output = lengths
-    n = plan.batch_size * max(1, -(-tokens // output))
-    wl = Workload("fixed", n, plan.batch_size, 0.0, output, "fixed", prompt)
+    wl = refilled_batches(plan.batch_size, output, prompt, tokens)
     return simulate(profile, plan, mode=mode, seed=seed, workload=wl, timeline=timeline, profile_at=ProfileAt(source))
 
 

@@ -20,14 +20,13 @@ points of their decode (continuous batching in steady state, cli.growth); refill
 from __future__ import annotations
 
 import argparse
-import math
 
 from ssd_sim.cli.growth import MODES, ProfileAt, growth
 from ssd_sim.cli.plan import GROWTH_CANDIDATES
 from ssd_sim.cli.source import at_context, profile_of
 from ssd_sim.plan.planner import PlanRequest, SearchLimits, make_plan
 from ssd_sim.sim.des import simulate
-from ssd_sim.sim.workload import Workload
+from ssd_sim.sim.workload import refilled_batches
 
 SOURCES = {  # label -> profile source (ssd_sim/cli/source.py)
     "llama70b-1b-h100": {"preset": "llama70b-1b-h100"},
@@ -48,7 +47,7 @@ def row(source: dict, prompt: int, output: int, batch: int) -> tuple[dict, float
     prof = profile_of(at_context(source, prompt + output // 2))
     res = make_plan(prof, PlanRequest(batch_size=batch))
     g = growth(source, prompt, output, res.sd.num_speculative_tokens, res.plan)
-    wl = Workload("fixed", batch * math.ceil(SIM_TOKENS / output), batch, 0.0, output, "fixed", prompt)
+    wl = refilled_batches(batch, output, prompt, SIM_TOKENS)
     sims = [simulate(prof, res.plan, workload=wl, profile_at=at).metrics.per_seq_tok_s
             for at in (ProfileAt(source), None)]
 

@@ -60,7 +60,13 @@ from ssd_sim.plan.planner import (
 from ssd_sim.plan.predict import plan_point, predict_ssd
 from ssd_sim.plan.report import build_report, plan_file
 from ssd_sim.plan.whatif import batch_sweep
-from ssd_sim.sim.workload import DEFAULT_OUTPUT_TOKENS, DEFAULT_PROMPT_TOKENS, Workload, fixed_batch
+from ssd_sim.sim.workload import (
+    DEFAULT_OUTPUT_TOKENS,
+    DEFAULT_PROMPT_TOKENS,
+    Workload,
+    fixed_batch,
+    refilled_batches,
+)
 
 PROG = "ssd-plan"
 GROWTH_CANDIDATES = 32  # the best plans at the mean context re-ranked over the growing context (prompt / output lengths)
@@ -304,9 +310,8 @@ def _simulated_lengths(result: PlanResult, args, source: dict) -> tuple[Workload
     if not source.get("lengths"):
         return None, None
     prompt, output = source["lengths"]
-    b = result.plan.batch_size
-    n = b * max(1, math.ceil(args.simulate / output))
-    return Workload("fixed", n, b, 0.0, output, "fixed", prompt), ProfileAt(_profile_source(source))
+    return (refilled_batches(result.plan.batch_size, output, prompt, args.simulate),
+            ProfileAt(_profile_source(source)))
 
 
 def _quantile(text: str) -> float:

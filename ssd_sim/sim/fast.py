@@ -28,6 +28,7 @@ sources need the direct loop. No timeline is recorded.
 
 from __future__ import annotations
 
+import functools
 import math
 
 import numpy as np
@@ -295,7 +296,8 @@ class MissWindow:
         return self.counts[a:a + n]
 
     def committed(self, r: int, n: int) -> np.ndarray:
-        """Tokens committed in global rounds r .. r + n - 1 (tokens=True; call after view(r, n))."""
+        """Tokens committed in global rounds r .. r + n - 1 (tokens=True)."""
+        self.view(r, n)  # rebases the window when it must
         a = r - self.base
         return self.tokens[a:a + n]
 
@@ -369,8 +371,7 @@ class FastLoop:
     def run(self) -> None:
         """Admit and decode epoch by epoch until every request finished, then fill sim's counters."""
         if self.varies:
-            step = fast_context.epoch_ssd if self.kind == "ssd" else fast_context.epoch_const
-            step = step.__get__(self)
+            step = functools.partial(fast_context.epoch_ssd if self.kind == "ssd" else fast_context.epoch_const, self)
         else:
             step = {"ar": self.epoch_const, "sd": self.epoch_const, "ssd": self.epoch_ssd}[self.kind]
         while self.next_batch():

@@ -6,7 +6,7 @@ summed per round in the MissWindow). Every phase is then an array over the epoch
 context nodes as ContextLatency does for one round, and the SSD recurrence of fast.FastLoop.epoch_ssd runs on those
 arrays: round j's request is served at reply[j-1] + max(T_v[j-1], T_p[j-1]) + transfer + lookup + backup[j] (the
 verify and the speculation that follow reply j-1 both belong to round j-1). Phase sums are kept per epoch
-(finish_counters), not per batch size. The functions below are FastLoop methods (fast.FastLoop.run binds them).
+(finish_counters), not per batch size. The epoch functions below take the FastLoop (fast.FastLoop.run calls them with it).
 """
 
 from __future__ import annotations
@@ -23,7 +23,6 @@ def _contexts(loop, b: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     if loop.kind == "ar":
         added = np.full(n, b, dtype=np.int64)
     else:
-        loop.misses.view(loop.round, n)  # rebases the window when it must
         added = loop.misses.committed(loop.round, n)
     before = loop.held + np.concatenate([[0], np.cumsum(added[:-1])])
     return before / b, added

@@ -135,6 +135,13 @@ def fixed_batch(batch_size: int, output_tokens: int = 512, prompt_tokens: int = 
     return Workload("fixed", batch_size, batch_size, 0.0, output_tokens, output_dist, prompt_tokens)
 
 
+def refilled_batches(batch_size: int, output_tokens: int, prompt_tokens: int, tokens_per_slot: int) -> Workload:
+    """Batches of `batch_size` requests of these lengths (tokens), all arriving at t = 0 and admitted as rows finish,
+    enough of them that each of the batch's slots decodes at least `tokens_per_slot` output tokens."""
+    n = batch_size * max(1, math.ceil(tokens_per_slot / output_tokens))
+    return Workload("fixed", n, batch_size, 0.0, output_tokens, "fixed", prompt_tokens)
+
+
 def poisson(rate: float, num_requests: int, max_batch: int, output_tokens: int = 512, prompt_tokens: int = 128,
             output_dist: str = "fixed") -> Workload:
     """A Poisson stream of `num_requests` requests at `rate` req/s, batched continuously up to `max_batch`."""
