@@ -31,6 +31,12 @@ default_rng([seed, draw])), calibrates on the A requests of the split's "calibra
 its "predict" runs; the draws' runs are pooled (each run is predicted once per draw, on its own B half). What such a
 split shares and does not: no text (A and B are different prompts; the overlap check runs per draw), the same host
 and session (drift between calibration and prediction is at most the length of one run; bench/drift.py sizes it).
+Where the manifest gives the pool's request classes ("request_tags" in its setup: {class: [first seq, last seq]}, for
+runs recorded before ssd-run wrote them into the trace header), each draw's calibration is weighted to half B's class
+shares (model.mix: `ssd-plan calibrate --mix`): the prediction knows how many code and chat requests B holds, not their
+text, as a user knows what traffic they serve. --no-mix calibrates on half A as it is. Besides the floor, a halves
+split reports the class floor: half A's measured ms per token of each class charged for B's tokens of that class, the
+best a prediction that knows B's classes can do without seeing B.
 """
 
 from __future__ import annotations
@@ -47,6 +53,7 @@ from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids
 from ssd_sim.io.probe import load_probe
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate_traces
+from ssd_sim.model.mix import RequestMix
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.intervals import decide, sample, scaled_interval
 from ssd_sim.plan.plan import Plan
@@ -77,12 +84,24 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
             if "halves" in s:  # random halves of the runs' requests: calibrate on A, predict B (module docstring)
                 out[name]["halves"] = {"draws": int(s["halves"].get("draws", DRAWS)),
                                        "seed": int(s["halves"].get("seed", 0))}
+            if "request_tags" in spec.get("setup", {}):
+                out[name]["request_tags"] = manifest_tags(spec["setup"]["request_tags"])
         if "calibrate" in spec and "holdout" in spec:
             out["config"] = {"what": "configuration hold-out: same 8 prompts (and at T = 0 the same tokens), "
                                      "other K / fan-out / batch / mode (traces without logged distributions)",
                              "goal": True, "calibrate": [m.parent / f for f in spec["calibrate"]], "acceptance_from": None,
                              "probe": None, "predict": [m.parent / f for f in spec["holdout"]]}
     return out
+
+
+def manifest_tags(ranges: dict[str, list[int]]) -> list[str]:
+    """A manifest's "request_tags" ({class: [first seq, last seq], ...}, inclusive) -> one class per sequence: the
+    classes of runs recorded before ssd-run wrote them into the trace header."""
+    n = max(last for _, last in ranges.values()) + 1
+    tags = [""] * n
+    for tag, (first, last) in ranges.items():
+        tags[first:last + 1] = [tag] * (last - first + 1)
+    return tags
 
 
 def shared(cal: list[Trace], pred: list[Trace]) -> dict[str, list]:
@@ -186,13 +205,14 @@ def check_holdout(name: str, cal: list[Trace], pred: dict[str, Trace]) -> dict[s
 
 
 def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool = True,
-              draws: int | None = None) -> dict:
+              draws: int | None = None, use_mix: bool = True) -> dict:
     """Calibrate on the split's traces (and its probe, unless use_probe is False), predict its runs; per-run and
     summary errors (%). A split whose runs share text with its calibration is refused (LeakingSplit) unless
     allow_leaks, which reports it marked as leaking. A "halves" split is evaluated on `draws` random halves of its
-    runs' requests (default: the manifest's) and pooled (run_halves)."""
+    runs' requests (default: the manifest's) and pooled (run_halves); with the manifest's request classes (and use_mix),
+    each draw's calibration is weighted to its half B's class shares (model.mix)."""
     if "halves" in split:
-        return run_halves(name, split, allow_leaks, use_probe, draws)
+        return run_halves(name, split, allow_leaks, use_probe, draws, use_mix)
     cal = {p.name: read_trace(p) for p in split["calibrate"]}
     pred = {p.name: read_trace(p) for p in split["predict"]}
     acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
@@ -200,14 +220,15 @@ def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool
 
 
 def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trace], acceptance_from: list[str] | None,
-             allow_leaks: bool, use_probe: bool) -> dict:
-    """One calibration ({name: trace}) and the prediction of every run in `pred` ({name: trace}): the split's report."""
+             allow_leaks: bool, use_probe: bool, mix: RequestMix | None = None) -> dict:
+    """One calibration ({name: trace}) and the prediction of every run in `pred` ({name: trace}): the split's report.
+    mix: the calibration weighted to these request classes (the predicted runs' own: what their user knows)."""
     text, leak = shared_text(name, list(cal.values()), pred)
     if leak and not allow_leaks:
         raise LeakingSplit(leak)
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
     profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
-                                       acceptance_from=acceptance_from, probe=probe)
+                                       acceptance_from=acceptance_from, probe=probe, mix=mix)
     runs = []
     for run, trace in pred.items():
         meas, guess = summarize(trace), predict(profile, trace)
@@ -255,12 +276,17 @@ def pool_requests(traces: dict[str, Trace]) -> list[int]:
     return sorted(first)
 
 
-def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws: int | None = None) -> dict:
+def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws: int | None = None,
+               use_mix: bool = True) -> dict:
     """evaluate() on random halves of the runs' requests, draw by draw, pooled: every draw's runs, choices and
-    warnings; the median / worst error and the coverage over all of them; per run, its spread over the draws."""
+    warnings; the median / worst error and the coverage over all of them; per run, its spread over the draws.
+    With request classes (the manifest's) and use_mix, each draw is calibrated for its half B's class shares: the
+    prediction knows how many code and chat requests B holds (not their text), as a user knows their traffic."""
     h = split["halves"]
-    cal_all = {p.name: read_trace(p) for p in split["calibrate"]}
-    pred_all = {p.name: read_trace(p) for p in split["predict"]}
+    tags = split.get("request_tags")
+    cal_all = {p.name: tagged(read_trace(p), tags) for p in split["calibrate"]}
+    pred_all = {p.name: tagged(read_trace(p), tags) for p in split["predict"]}
+    weigh = use_mix and all(t.header.request_tags for t in {**cal_all, **pred_all}.values())
     seqs = pool_requests({**cal_all, **pred_all})
     acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
     reports = []
@@ -268,20 +294,49 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
         a, b = halves(seqs, d, h["seed"])
         cal = {f"{n}[A{d}]": t.only_requests(a, f"A{d}") for n, t in cal_all.items()}
         pred = {f"{n}[B{d}]": t.only_requests(b, f"B{d}") for n, t in pred_all.items()}
-        res = evaluate(name, split, cal, pred, [f"{n}[A{d}]" for n in acc] if acc else None, allow_leaks, use_probe)
+        mix = RequestMix.of_requests(next(iter(pred_all.values())).tag(q) for q in b) if weigh else None
+        res = evaluate(name, split, cal, pred, [f"{n}[A{d}]" for n in acc] if acc else None, allow_leaks, use_probe,
+                       mix)
         reports.append(res)
         for r in res["runs"]:
             r["draw"], r["run"] = d, r["trace"].rsplit("[", 1)[0]
             r["floor_err_pct"] = floor_err(pred_all[r["run"]], a, b)
+            if weigh:
+                r["mixed_floor_err_pct"] = mixed_floor_err(pred_all[r["run"]], a, b)
     runs = [r for res in reports for r in res["runs"]]
     leaks = [res["leak"] for res in reports if res["leak"]]
     warnings = list(dict.fromkeys(w for res in reports for w in res["warnings"]))
     floor = [abs(r["floor_err_pct"]) for r in runs]
+    mixed = [abs(r["mixed_floor_err_pct"]) for r in runs if r.get("mixed_floor_err_pct") is not None]
     return summary_of(name, split, runs, leaks[0] if leaks else None, {
+        "mix": weigh, **({"mixed_floor_median_abs_err_pct": statistics.median(mixed),
+                          "mixed_floor_worst_abs_err_pct": max(mixed)} if mixed else {}),
         "calibrate": list(cal_all), "probe": reports[0]["probe"], "acceptance_from": acc or [],
         "shared": reports[0]["shared"], "warnings": warnings, "choices": [c for res in reports for c in res["choices"]],
         "draws": len(reports), "pool": len(seqs), "per_run": per_run(runs),
         "floor_median_abs_err_pct": statistics.median(floor), "floor_worst_abs_err_pct": max(floor)})
+
+
+def tagged(trace: Trace, tags: list[str] | None) -> Trace:
+    """The trace with the manifest's request classes where its header records none."""
+    return trace.with_tags(tags) if tags and not trace.header.request_tags else trace
+
+
+def mixed_floor_err(trace: Trace, a: list[int], b: list[int]) -> float | None:
+    """floor_err for a prediction that knows B's classes: half A's measured ms per token of each class, charged for
+    B's tokens of that class (post-stratified). The error (%) left is the spread within classes."""
+    def per_class(seqs: list[int]) -> dict[str, list[int]]:
+        out: dict[str, list[int]] = {}
+        for q in seqs:
+            out.setdefault(trace.tag(q), []).append(q)
+        return out
+
+    in_a, in_b = per_class(a), per_class(b)
+    if not in_b.keys() <= in_a.keys():
+        return None  # a class of B that A never ran: nothing to charge it at
+    ms = sum(summarize(trace.only_requests(qs, "B")).tokens / summarize(trace.only_requests(in_a[c], "A")).tok_s
+             for c, qs in in_b.items())
+    return err_pct(summarize(trace.only_requests(b, "B")).tokens / ms, summarize(trace.only_requests(b, "B")).tok_s)
 
 
 def floor_err(trace: Trace, a: list[int], b: list[int]) -> float:
@@ -296,14 +351,17 @@ def per_run(runs: list[dict]) -> dict[str, dict]:
     error of the floor (floor_err) and the share of draws inside the 90% interval."""
     out: dict[str, dict] = {}
     for r in runs:
-        out.setdefault(r["run"], {"errs": [], "inside": [], "floor": []})
+        out.setdefault(r["run"], {"errs": [], "inside": [], "floor": [], "mixed": []})
         out[r["run"]]["errs"].append(r["tok_s_err_pct"])
         out[r["run"]]["inside"].append(r["inside"])
         out[r["run"]]["floor"].append(r["floor_err_pct"])
+        if r.get("mixed_floor_err_pct") is not None:
+            out[r["run"]]["mixed"].append(r["mixed_floor_err_pct"])
     return {run: {"draws": len(v["errs"]), "median_err_pct": statistics.median(v["errs"]),
                   "median_abs_err_pct": statistics.median(abs(e) for e in v["errs"]),
                   "worst_abs_err_pct": max(abs(e) for e in v["errs"]),
                   "floor_worst_abs_err_pct": max(abs(e) for e in v["floor"]),
+                  "mixed_floor_worst_abs_err_pct": max((abs(e) for e in v["mixed"]), default=None),
                   "coverage_90": sum(v["inside"]) / len(v["inside"])} for run, v in out.items()}
 
 
@@ -373,10 +431,13 @@ def print_table(res: dict) -> None:
         print(f"warning: {w}")
     if "per_run" in res:
         print(f"{res['draws']} random halves of {res['pool']} requests: calibrated on half A of each draw, predicted "
-              "on half B")
-        head = ("run", "draws", "median err %", "median |err| %", "worst |err| %", "floor worst %", "inside 90%")
+              "on half B" + (", the calibration weighted to B's request classes (B's code / chat shares, not its "
+                             "text; --no-mix: unweighted)" if res["mix"] else ""))
+        head = ("run", "draws", "median err %", "median |err| %", "worst |err| %", "floor worst %",
+                "class floor worst %", "inside 90%")
         rows = [(run, str(v["draws"]), f"{v['median_err_pct']:+.1f}", f"{v['median_abs_err_pct']:.1f}",
-                 f"{v['worst_abs_err_pct']:.1f}", f"{v['floor_worst_abs_err_pct']:.1f}", f"{v['coverage_90']:.0%}")
+                 f"{v['worst_abs_err_pct']:.1f}", f"{v['floor_worst_abs_err_pct']:.1f}",
+                 f(v["mixed_floor_worst_abs_err_pct"], ".1f"), f"{v['coverage_90']:.0%}")
                 for run, v in res["per_run"].items()]
     else:
         head = ("run", "mode", "K", "b", "T", "C", "tok/s meas", "pred", "90% interval", "err %", "acc.len meas",
@@ -397,6 +458,10 @@ def print_table(res: dict) -> None:
     if "per_run" in res:
         print(f"floor (each run's own half A as the prediction of its half B, the best a prediction can do without "
               f"seeing B): median |error| {res['floor_median_abs_err_pct']:.1f}%, worst {res['floor_worst_abs_err_pct']:.1f}%")
+        if "mixed_floor_worst_abs_err_pct" in res:
+            print(f"class floor (half A's measured ms per token of each class, charged for B's tokens of that class: "
+                  f"what is left to a prediction that knows B's classes): median |error| "
+                  f"{res['mixed_floor_median_abs_err_pct']:.1f}%, worst {res['mixed_floor_worst_abs_err_pct']:.1f}%")
     if "per_run" in res and res["choices"]:
         cs = res["choices"]
         regrets, rec = [c["regret_pct"] for c in cs], [c["recommended_regret_pct"] for c in cs]
@@ -422,6 +487,8 @@ def main(argv: list[str] | None = None) -> int:
                          "instead of refusing them")
     ap.add_argument("--no-probe", action="store_true",
                     help="calibrate latencies from the traces' rounds only, ignoring the splits' probes (to compare)")
+    ap.add_argument("--no-mix", action="store_true",
+                    help="halves splits: calibrate on half A as it is, not weighted to half B's request classes")
     ap.add_argument("--draws", type=int, help=f"random halves per halves split (default: the manifest's, else {DRAWS})")
     args = ap.parse_args(argv)
     if args.draws is not None and args.draws < 1:
@@ -429,7 +496,8 @@ def main(argv: list[str] | None = None) -> int:
     results = []
     for n in args.split or every:
         try:
-            results.append(run_split(n, every[n], args.allow_leaks, use_probe=not args.no_probe, draws=args.draws))
+            results.append(run_split(n, every[n], args.allow_leaks, use_probe=not args.no_probe, draws=args.draws,
+                                     use_mix=not args.no_mix))
         except LeakingSplit as e:
             if args.split:  # asked for by name: refuse in one line
                 raise SystemExit(f"fidelity: {e}; a hold-out must share no text (--allow-leaks reports it anyway)") \

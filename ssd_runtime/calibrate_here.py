@@ -50,7 +50,15 @@ from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.report import build_report, plan_file
 
-from .cli import DEFAULT_LOG_TOPN, add_model_args, add_prompt_args, model_specs, prompt_ids, slice_label
+from .cli import (
+    DEFAULT_LOG_TOPN,
+    add_model_args,
+    add_prompt_args,
+    model_specs,
+    prompt_ids,
+    slice_label,
+    tags_header,
+)
 from .probe_cli import add_probe_args
 
 PROG = "ssd-run calibrate-here"
@@ -190,7 +198,8 @@ def _measure(runs: list[Run], specs: dict, job_kw: dict, args, out: Path) -> lis
             path = out / f"{run.name}.jsonl"
             n = len(job_kw["prompts"]) if run.all_prompts else FEW
             prompts = job_kw["prompts"][:n]
-            header = {"prompt_source": f"calibrate-here:{job_kw['base']}{slice_label(job_kw['index'][:n])}"}
+            header = {"prompt_source": f"calibrate-here:{job_kw['base']}{slice_label(job_kw['index'][:n])}",
+                      **tags_header(job_kw["tags"][:n])}
             progress.start(i, run.name, len(prompts) * args.max_new_tokens)
             t0 = time.monotonic()
             res = session.run(Job(run.plan, prompts, args.max_new_tokens, draft_timeout_s=600.0,

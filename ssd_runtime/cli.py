@@ -145,7 +145,9 @@ def add_prompt_args(p: OneLineParser, default_tokens: int, default_num: int | No
     """The prompt source, which of its prompts, and how many new tokens; returns the argument group."""
     w = p.add_argument_group("prompts and output")
     src = w.add_mutually_exclusive_group()
-    src.add_argument("--prompts", metavar="FILE", help="JSONL, one {\"prompt\": text} or {\"prompt_ids\": [..]} per line")
+    src.add_argument("--prompts", metavar="FILE",
+                     help="JSONL, one {\"prompt\": text} or {\"prompt_ids\": [..]} per line, optionally with "
+                          "\"tag\": the request's workload class (e.g. chat; the trace header's request_tags)")
     src.add_argument("--prompt-set", choices=list(PROMPT_SETS), help="built-in prompts (default: code)")
     w.add_argument("--prompt-offset", type=nonneg_int, default=0, metavar="N",
                    help="skip the first N prompts (e.g. to run on prompts a calibration did not see)")
@@ -424,7 +426,8 @@ def model_specs(args, with_draft: bool) -> dict[str, ModelSpec | None]:
 
 
 def prompt_ids(args, tpath: Path, need_tokenizer: bool = False) -> dict:
-    """The selected prompts as token ids (+ texts, tokenizer and a source label for the trace header)."""
+    """The selected prompts as token ids (+ texts, their tags in seq order, tokenizer and a source label for the
+    trace header)."""
     every = load_prompts(args.prompts) if args.prompts else prompt_set(args.prompt_set or "code")
     if args.prompt_offset >= len(every):
         raise ConfigError("prompt_offset", f"{args.prompt_offset} skips all {len(every)} prompts; use a smaller offset")
@@ -433,8 +436,14 @@ def prompt_ids(args, tpath: Path, need_tokenizer: bool = False) -> dict:
     tokenizer = _tokenizer(tpath) if any(p.text is not None for p in prompts) or need_tokenizer else None
     ids = encode(prompts, tokenizer, _config_vocab(tpath, "target"))
     base = args.prompts or f"prompt-set:{args.prompt_set or 'code'}"
-    return {"prompts": ids, "texts": prompts, "tokenizer": tokenizer, "index": index, "base": base,
-            "source": base + (slice_label(index) if len(index) < len(every) else "")}
+    return {"prompts": ids, "texts": prompts, "tags": [p.tag for p in prompts], "tokenizer": tokenizer,
+            "index": index, "base": base, "source": base + (slice_label(index) if len(index) < len(every) else "")}
+
+
+def tags_header(tags: list[str | None]) -> dict:
+    """The trace header's request_tags for prompts with these tags (seq order; "" = untagged), or nothing when
+    none of them has one."""
+    return {"request_tags": [t or "" for t in tags]} if any(tags) else {}
 
 
 def slice_label(index: list[int]) -> str:
@@ -491,7 +500,8 @@ def _execute(args, plan, job_kw, specs, files: _Files) -> int:
     job = Job(plan, job_kw["prompts"], args.max_new_tokens, seed=args.seed,
               truncation=Truncation(args.top_k, args.top_p),
               forced_acceptance=args.forced_acceptance, draft_timeout_s=timeout,
-              ignore_eos=args.ignore_eos, trace_path=args.trace, header={"prompt_source": job_kw["source"]},
+              ignore_eos=args.ignore_eos, trace_path=args.trace,
+              header={"prompt_source": job_kw["source"], **tags_header(job_kw["tags"])},
               log_topn=args.log_topn, arrivals_ms=poisson_arrivals(len(job_kw["prompts"]), args.rate, args.seed))
     total = len(job.prompts) * args.max_new_tokens
     try:

@@ -1,7 +1,9 @@
-"""Prompts: the built-in `code` set and JSONL prompt files (`prompt` text or `prompt_ids` per line)."""
+"""Prompts: the built-in `code`, `chat` and `pool` sets and JSONL prompt files (`prompt` text or `prompt_ids` per
+line, and an optional `tag`: the request's workload class, which ssd-run writes to the trace header)."""
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 from pathlib import Path
 
@@ -79,18 +81,27 @@ POOL_PROMPTS: tuple[str, ...] = CODE_PROMPTS + CHAT_PROMPTS
 PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS, "chat": CHAT_PROMPTS, "pool": POOL_PROMPTS}
 
 
+MAX_TAG_CHARS = 64  # a workload class label ("code", "chat", a user's own), not free text
+TAG_PATTERN = re.compile(rf"[A-Za-z0-9_.-]{{1,{MAX_TAG_CHARS}}}")
+
+
 @dataclass(frozen=True)
 class Prompt:
-    """One prompt: text (needs a tokenizer) or token ids (works with any model)."""
+    """One prompt: text (needs a tokenizer) or token ids (works with any model), and its workload class tag
+    (None: untagged), which the trace header records per request (`request_tags`)."""
 
     text: str | None = None
     ids: tuple[int, ...] | None = None
+    tag: str | None = None
 
 
 def prompt_set(name: str) -> list[Prompt]:
+    """A built-in set's prompts, each tagged with the set it comes from (`pool`: "code", then "chat")."""
     if name not in PROMPT_SETS:
         raise ConfigError("prompt_set", f"unknown prompt set {name!r}; known: {', '.join(PROMPT_SETS)}")
-    return [Prompt(text=t) for t in PROMPT_SETS[name]]
+    if name == "pool":  # CODE_PROMPTS + CHAT_PROMPTS: each prompt keeps the class of its own set
+        return prompt_set("code") + prompt_set("chat")
+    return [Prompt(text=t, tag=name) for t in PROMPT_SETS[name]]
 
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are int32 in every tokenizer; larger ones are a mistake, not a vocabulary
@@ -100,7 +111,8 @@ def load_prompts(path: str | Path) -> list[Prompt]:
     """Read a JSONL prompt file; every problem (missing, a folder, binary, not UTF-8, bad JSON, too deep, a bad
     field) is a one-line ConfigError naming the file, the line and the fix."""
     p = Path(path)
-    text = read_text_file(p, "prompts", 'write one {"prompt": text} or {"prompt_ids": [..]} per line')
+    text = read_text_file(p, "prompts", 'write one {"prompt": text} or {"prompt_ids": [..]} per line '
+                                        '(optionally with "tag": a workload class)')
     out = []
     for no, line in enumerate(text.splitlines(), start=1):
         if not line.strip():
@@ -117,19 +129,24 @@ def load_prompts(path: str | Path) -> list[Prompt]:
 
 
 def _prompt(rec, where: str) -> Prompt:
-    """One line's Prompt; ConfigError naming `where` unless it holds exactly one valid "prompt" / "prompt_ids"."""
+    """One line's Prompt; ConfigError naming `where` unless it holds exactly one valid "prompt" / "prompt_ids"
+    (and, if it has one, a valid "tag")."""
     if not isinstance(rec, dict) or ("prompt" in rec) == ("prompt_ids" in rec):
         raise ConfigError("prompts", f"{where} needs exactly one of \"prompt\" (text) or \"prompt_ids\"")
+    tag = rec.get("tag")
+    if "tag" in rec and not (isinstance(tag, str) and TAG_PATTERN.fullmatch(tag)):
+        raise ConfigError("prompts", f"{where}: \"tag\" must be a string of 1..{MAX_TAG_CHARS} letters, digits, "
+                                     "'_', '-' or '.' (a workload class such as \"chat\")")
     if "prompt" in rec:
         if not isinstance(rec["prompt"], str) or not rec["prompt"]:
             raise ConfigError("prompts", f"{where}: \"prompt\" must be a non-empty string")
-        return Prompt(text=rec["prompt"])
+        return Prompt(text=rec["prompt"], tag=tag)
     ids = rec["prompt_ids"]
     if not isinstance(ids, list) or not ids or not all(
             isinstance(i, int) and not isinstance(i, bool) and 0 <= i <= MAX_TOKEN_ID for i in ids):
         raise ConfigError("prompts", f"{where}: \"prompt_ids\" must be a non-empty list of token ids "
                                      f"0..{MAX_TOKEN_ID}")
-    return Prompt(ids=tuple(ids))
+    return Prompt(ids=tuple(ids), tag=tag)
 
 
 def encode(prompts: list[Prompt], tokenizer, vocab_size: int | None = None) -> list[list[int]]:

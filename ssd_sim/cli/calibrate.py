@@ -18,7 +18,9 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.outputs import check_outputs
 from ssd_sim.io.probe import load_probe
-from ssd_sim.model.calibrate import CalibrationReport, calibrate
+from ssd_sim.io.trace import read_trace
+from ssd_sim.model.calibrate import CalibrationReport, calibrate_traces
+from ssd_sim.model.mix import RequestMix, tags_by_range
 from ssd_sim.model.profile import Profile
 
 PROG = "ssd-plan calibrate"
@@ -35,12 +37,25 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--name", help="profile name (default: calibrated-<trace folder>)")
     p.add_argument("--probe", metavar="FILE", help="a probe of the same setup and host (`ssd-run probe -o FILE`): its "
                    "measured latency tables, slowdowns and transfer replace the curves fitted to the traces' rounds")
+    p.add_argument("--mix", metavar="CLASS=SHARE,...",
+                   help="the request classes of the traffic to predict, e.g. code=0.6,chat=0.4 (shares or counts): "
+                        "each class' calibrated requests weigh its share, by the classes the traces' headers record "
+                        "(ssd-run tags prompts of its built-in sets and a prompt file's \"tag\" field); default: the "
+                        "traces' own mix")
+    p.add_argument("--tags", metavar="CLASS=FIRST-LAST,...",
+                   help="request classes by sequence range (seq i = a run's i-th prompt, from 0), e.g. "
+                        "code=0-23,chat=24-47, for traces whose headers record none (made before ssd-run wrote "
+                        "request_tags); traces that record their own keep them")
     p.add_argument("--json", action="store_true", help="print the fit report as JSON")
     args = p.parse_args(argv)
     try:
         check_outputs({"output": args.output}, {"traces": args.traces, "probe": args.probe})  # before the fit
         probe = load_probe(args.probe) if args.probe else None
-        profile, report = calibrate(args.traces, args.name, probe=probe)
+        mix = RequestMix.parse(args.mix) if args.mix is not None else None
+        tags = tags_by_range(args.tags) if args.tags is not None else None
+        traces = [read_trace(t) for t in args.traces]
+        traces = [t.with_tags(tags) if tags and not t.header.request_tags else t for t in traces]
+        profile, report = calibrate_traces(traces, args.traces, args.name, probe=probe, mix=mix)
         data = profile.to_dict()
         data["calibration"] = report.to_dict()
         save_json_atomic(args.output, json.dumps(data, indent=2), "output")
@@ -99,6 +114,8 @@ def print_report(profile: Profile, report: CalibrationReport) -> None:
                   f"position {lg['positions']}, truncation bound {lg['truncation_bound']:.3f}"
                   + (f" ({lg['truncation_share']:.0%} of it added back, measured on {lg['truncation_counted']} counted "
                      "draft tokens at T > 0)" if lg.get("truncation_counted") else ""))
+    if "acceptance.mix" in profile.provenance:
+        con.print(f"workload mix: {profile.provenance['acceptance.mix']}")
     for w in report.warnings:
         con.print(f"warning: {w}")
     con.print(f"profile {profile.name}: max batch {profile.max_batch_size}")

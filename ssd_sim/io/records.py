@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import dataclasses
 import math
+import re
 from collections.abc import Callable
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
@@ -226,13 +227,19 @@ class Header:
     forced_acceptance: float | None = None  # synthetic acceptance (pipeline tests; not exact)
     log_topn: int = 0  # the N of every SeqRecord.dists (0: none logged)
     phases: tuple[str, ...] = PHASES  # the round phases the run timed (ssd-trace/2)
+    # Per sequence (seq i = the run's i-th prompt), the class of its prompt ("code", "chat", a user's label; "" =
+    # none): what a workload mix (model.mix) weighs requests by. None: the run recorded no classes.
+    request_tags: tuple[str, ...] | None = None
     extra: dict = field(default_factory=dict)  # fields this version does not know (forward compatible)
 
     def to_json(self) -> dict[str, Any]:
         out = {"type": "header"}
         for f in fields(self):
+            if f.name == "request_tags" and self.request_tags is None:
+                continue  # traces without classes keep the header they always had
             if f.name != "extra":
-                out[f.name] = list(self.phases) if f.name == "phases" else getattr(self, f.name)
+                v = getattr(self, f.name)
+                out[f.name] = list(v) if f.name in ("phases", "request_tags") else v
         return {**out, **self.extra}
 
     @classmethod
@@ -242,6 +249,8 @@ class Header:
         extra = {k: v for k, v in values.items() if k not in known and k != "type"}
         if "phases" in values:
             values["phases"] = tuple(values["phases"])
+        if values.get("request_tags") is not None:
+            values["request_tags"] = tuple(values["request_tags"])
         return cls(**{k: v for k, v in values.items() if k in known}, extra=extra)
 
     @classmethod
@@ -258,7 +267,23 @@ class Header:
             raise ConfigError("batch_size", f"{where}: batch_size = {d['batch_size']!r:.40} must be an integer in "
                                             f"1..{MAX_BATCH}")
         _check_plan(d["plan"], where)
+        _check_tags(d.get("request_tags"), where)
         return cls.build(**d)
+
+
+MAX_TAG_CHARS = 64
+_TAG = re.compile(r"[A-Za-z0-9_.-]*")
+
+
+def _check_tags(tags: Any, where: str) -> None:
+    """request_tags: absent / null, or a list of class labels (letters, digits, _ . -; "" = untagged)."""
+    if tags is None:
+        return
+    if not (isinstance(tags, list) and all(isinstance(t, str) and len(t) <= MAX_TAG_CHARS and _TAG.fullmatch(t)
+                                           for t in tags)):
+        raise ConfigError("request_tags", f"{where}: request_tags = {tags!r:.60} must be a list of class labels "
+                                          f"(up to {MAX_TAG_CHARS} letters, digits, _ . -; \"\" = untagged), one "
+                                          "per sequence")
 
 
 def _check_plan(plan: dict, where: str) -> None:

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Iterable
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 from typing import Any
 
@@ -45,6 +45,17 @@ class Trace:
     @property
     def plan(self) -> dict[str, Any]:
         return self.header.plan
+
+    def tag(self, seq: int) -> str:
+        """The class of sequence `seq`'s prompt (header.request_tags), "" where the run recorded none."""
+        tags = self.header.request_tags or ()
+        return tags[seq] if 0 <= seq < len(tags) else ""
+
+    def with_tags(self, tags: Iterable[str]) -> Trace:
+        """The trace with its requests' classes set, one per sequence (seq i = the run's i-th prompt): for runs
+        recorded before ssd-run wrote them (a manifest's "request_tags")."""
+        header = replace(self.header, request_tags=tuple(str(t) for t in tags))
+        return Trace(header, self.rounds, self.summary, self.path, self.requests)
 
     def only_requests(self, seqs: Iterable[int], label: str = "") -> Trace:
         """The run cut to the rounds of these sequences (seq i = the run's i-th prompt): a hold-out of requests drawn

@@ -44,6 +44,7 @@ from ssd_sim.model.latency import (
     overlapped_ms,
 )
 from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
+from ssd_sim.model.mix import RequestMix, mix_provenance
 from ssd_sim.model.probed import apply_probe, check_probe, probe_provenance, probed_uncertainty
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.uncertainty import (
@@ -387,27 +388,52 @@ def _neural(t: Trace, s: SeqRecord) -> bool:
     return t.mode == "sd" or (t.mode == "ssd" and (s.hit or s.backup == "jit"))
 
 
-def acceptance_groups(traces: Sequence[Trace]) -> dict[tuple[float, float], dict]:
-    """Per (temperature, C): per-position tried/passed counts and bonus ranks after primary / fast backup."""
+def acceptance_groups(traces: Sequence[Trace], mix: RequestMix | None = None) -> dict[tuple[float, float], dict]:
+    """Per (temperature, C): per-position tried/passed counts and bonus ranks after primary / fast backup, each
+    with its request's weight (1, or under a workload mix its class's share over the group's requests of that class,
+    scaled so the weights still sum to the group's number of requests)."""
     groups: dict = defaultdict(lambda: {"tried": defaultdict(int), "passed": defaultdict(int),
-                                        "primary_ranks": [], "backup_ranks": [], "traces": set()})
-    for t in traces:
-        if t.mode == "ar" or t.header.forced_acceptance is not None:
-            continue
-        key = (float(t.plan.get("temperature", 0.0)), float(t.plan.get("saguaro_c", 1.0)))
+                                        "primary_ranks": [], "backup_ranks": [], "primary_weights": [],
+                                        "backup_weights": [], "traces": set()})
+    counted = [t for t in traces if t.mode != "ar" and t.header.forced_acceptance is None]
+    weight = _group_weights(counted, mix)
+    for ti, t in enumerate(counted):
+        key = _group_key(t)
         g = groups[key]
         g["traces"].add(str(t.path))
         for r in t.rounds:
             K = _k(r)
             for s in r.seqs:
+                w = weight.get((ti, s.seq), 1)  # counts stay integers without a mix
                 if _neural(t, s):
                     for i in range(min(s.accepted + 1, K)):
-                        g["tried"][i] += 1
-                        g["passed"][i] += i < s.accepted
+                        g["tried"][i] += w
+                        g["passed"][i] += w * (i < s.accepted)
                 rank = s.bonus_rank
                 if t.mode == "ssd" and rank is not None:
-                    g["primary_ranks" if _neural(t, s) else "backup_ranks"].append(int(rank))
+                    side = "primary" if _neural(t, s) else "backup"
+                    g[f"{side}_ranks"].append(int(rank))
+                    g[f"{side}_weights"].append(w)
     return dict(groups)
+
+
+def _group_key(t: Trace) -> tuple[float, float]:
+    return float(t.plan.get("temperature", 0.0)), float(t.plan.get("saguaro_c", 1.0))
+
+
+def _group_weights(traces: Sequence[Trace], mix: RequestMix | None) -> dict[tuple[int, int], float]:
+    """{(trace index, seq): weight} under a workload mix (acceptance_groups), {} without one."""
+    if mix is None:
+        return {}
+    members: dict = defaultdict(list)
+    for ti, t in enumerate(traces):
+        for seq in sorted({s.seq for r in t.rounds for s in r.seqs}):
+            members[_group_key(t)].append((ti, seq, t.tag(seq)))
+    out = {}
+    for (T, C), reqs in members.items():
+        w = mix.weights([tag for _, _, tag in reqs], f"the runs at T = {T:g}, C = {C:g}") * len(reqs)
+        out.update({(ti, seq): float(x) for (ti, seq, _), x in zip(reqs, w, strict=True)})
+    return out
 
 
 def wilson(passed: int, tried: int, z: float = 1.96) -> tuple[float, float]:
@@ -421,14 +447,16 @@ def wilson(passed: int, tried: int, z: float = 1.96) -> tuple[float, float]:
     return (max(0.0, mid - half), min(1.0, mid + half))
 
 
-def fit_hit_curve(ranks: Sequence[int]) -> tuple[HitCurve, dict]:
-    """Weighted least-squares fit of miss(F) = min(1, c F^-r) to the empirical P(rank >= F), F = 1..32."""
+def fit_hit_curve(ranks: Sequence[int], weights: Sequence[float] | None = None) -> tuple[HitCurve, dict]:
+    """Weighted least-squares fit of miss(F) = min(1, c F^-r) to the empirical P(rank >= F), F = 1..32 (each rank
+    weighted by its request's weight under a workload mix; the sample size is then the effective one)."""
     from scipy.optimize import curve_fit
 
     ranks = np.asarray(ranks)
-    n = len(ranks)
+    w = np.ones(len(ranks)) if weights is None else np.asarray(weights, dtype=float)
+    n = float(w.sum() ** 2 / (w ** 2).sum())
     fs = np.arange(1, MAX_RANK_F + 1)
-    miss = np.array([(ranks >= f).mean() for f in fs])
+    miss = np.array([np.average(ranks >= f, weights=w) for f in fs])
     sigma = np.sqrt(np.clip(miss * (1 - miss), 1.0 / n, None) / n)
 
     def model(f, c, r):
@@ -438,7 +466,7 @@ def fit_hit_curve(ranks: Sequence[int]) -> tuple[HitCurve, dict]:
                             bounds=([0.0, 0.0], [1.0, 20.0]))
     se = np.sqrt(np.clip(np.diag(cov), 0, None))
     pred = model(fs, c, r)
-    info = {"samples": n, "miss_at_one": float(c), "r": float(r),
+    info = {"samples": len(ranks), "miss_at_one": float(c), "r": float(r),
             "miss_at_one_ci95": [float(max(c - 1.96 * se[0], 0)), float(min(c + 1.96 * se[0], 1))],
             "r_ci95": [float(max(r - 1.96 * se[1], 0)), float(r + 1.96 * se[1])],
             "max_abs_err": float(np.abs(pred - miss).max()),
@@ -446,10 +474,12 @@ def fit_hit_curve(ranks: Sequence[int]) -> tuple[HitCurve, dict]:
     return HitCurve(float(min(c, 1.0)), float(r)), info
 
 
-def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> AcceptanceModel:
+def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport,
+                   mix: RequestMix | None = None) -> AcceptanceModel:
     """The acceptance model: derived from logged distributions where the traces have them (any T, C, F, per
-    position), else one AcceptancePoint per (temperature, C) measured in sd / ssd traces (counts and ranks)."""
-    groups = acceptance_groups(traces)
+    position), else one AcceptancePoint per (temperature, C) measured in sd / ssd traces (counts and ranks); under a
+    workload mix, every rate weighs the requests to its class shares (model.mix)."""
+    groups = acceptance_groups(traces, mix)
     if not groups:
         raise ConfigError("traces", "need sd or ssd traces (not only ar or forced-acceptance) to fit acceptance")
     measured = _measured_points(groups, report)
@@ -460,7 +490,7 @@ def fit_acceptance(traces: Sequence[Trace], report: CalibrationReport) -> Accept
         _warn_measured_only(measured, report)
         return AcceptanceModel(tuple(measured))
     downweight = str(drafted[0].plan.get("downweight", "top_f"))
-    model, report.logged = derived_model(logged, downweight)
+    model, report.logged = derived_model(logged, downweight, mix=mix)
     for entry in report.acceptance:  # the derived rates next to the counted ones: a check of the whole derivation
         pt = model.at(entry["temperature"], entry["saguaro_c"])
         entry["derived_acceptance"] = [float(a) for a in pt.acceptance]
@@ -510,17 +540,18 @@ def _measured_points(groups: dict, report: CalibrationReport) -> list[Acceptance
                  "per_position": [{"position": i + 1, "acceptance": g["passed"][i] / g["tried"][i],
                                    "tried": g["tried"][i], "ci95": wilson(g["passed"][i], g["tried"][i])}
                                   for i in range(len(acc))]}
-        primary, entry["primary_hit"] = _hit_or_default(g["primary_ranks"], None)
-        backup, entry["backup_hit"] = _hit_or_default(g["backup_ranks"], primary)
+        primary, entry["primary_hit"] = _hit_or_default(g["primary_ranks"], None, g["primary_weights"])
+        backup, entry["backup_hit"] = _hit_or_default(g["backup_ranks"], primary, g["backup_weights"])
         report.acceptance.append(entry)
         hit_source = "assumed" if entry["primary_hit"].get("assumed") else "measured"
         points.append(AcceptancePoint(T, acc, primary, backup, C, "measured", hit_source=hit_source))
     return points
 
 
-def _hit_or_default(ranks: list[int], fallback: HitCurve | None) -> tuple[HitCurve, dict]:
-    if len(ranks) >= 20:
-        return fit_hit_curve(ranks)
+def _hit_or_default(ranks: list[int], fallback: HitCurve | None,
+                    weights: list[float] | None = None) -> tuple[HitCurve, dict]:
+    if len(ranks) >= 20 and (weights is None or sum(1 for w in weights if w > 0) >= 20):
+        return fit_hit_curve(ranks, weights)
     curve = fallback or HitCurve(0.5, 0.8)
     return curve, {"samples": len(ranks), "assumed": True, "miss_at_one": curve.miss_at_one, "r": curve.r,
                    "note": "too few ranked rounds: " + ("copied from the primary curve" if fallback
@@ -558,15 +589,16 @@ def _truncation_note(lg: dict) -> str:
 
 
 def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], target: ForwardLatency,
-                         report: CalibrationReport) -> Uncertainty:
+                         report: CalibrationReport, mix: RequestMix | None = None) -> Uncertainty:
     """The spreads of model.uncertainty measured from the traces where they can be, assumed (and said) elsewhere."""
     src: dict[str, str] = {}
-    sd, n_cal, n_run = _between_sequence_sd(drafted)
+    sd, n_cal, n_run = _between_sequence_sd(drafted, mix)
     if sd is None:
         sd, src["acceptance_logit_sd"] = 0.5, "assumed 0.5: no trace with 2+ sequences of drafted rounds"
     else:
-        src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces) over "
-                                      f"{n_cal} sequences")
+        within = ", and within classes: the mix fixes how many requests of each a run holds" if mix else ""
+        src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces{within}) "
+                                      f"over {n_cal} sequences")
     lat_sd = _latency_run_sd([t for t in traces if t.mode != "ssd"], target)
     if lat_sd is None:
         lat_sd, src["latency_run_sd"] = 0.08, "assumed 8%: fewer than 3 AR / SD traces to compare runs"
@@ -612,8 +644,10 @@ def _max_rows_tokens(traces: Sequence[Trace]) -> tuple[int, int]:
     return tuple(max((r * t for w in work for r, t, _ in w), default=1) for work in (s.target_work, s.draft_work))
 
 
-def _between_sequence_sd(drafted: Sequence[Trace]) -> tuple[float | None, int, int]:
-    """(SD of logit per-sequence acceptance pooled within traces, distinct sequences, median sequences per trace)."""
+def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None) -> tuple[float | None, int, int]:
+    """(SD of logit per-sequence acceptance pooled within traces, distinct sequences, median sequences per trace).
+    Under a workload mix the spread is pooled within classes too: a run of the mix holds its classes' shares of
+    requests, so only the spread inside a class varies from run to run."""
     within, dof, sizes = 0.0, 0, []
     for t in drafted:
         counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
@@ -623,16 +657,20 @@ def _between_sequence_sd(drafted: Sequence[Trace]) -> tuple[float | None, int, i
                     c = counts[s.seq]
                     c[0] += min(s.accepted + 1, _k(r))
                     c[1] += s.accepted
-        seqs = [(tried, passed) for tried, passed in counts.values() if tried >= 5]
         sizes.append(len(counts))
-        if len(seqs) < 2:
-            continue
-        # The whole per-sequence spread (between prompts + each sequence's own sampling noise): a predicted run's
-        # mean acceptance carries both, over its own sequences.
-        p = np.array([(ps + 0.5) / (tr + 1.0) for tr, ps in seqs])
-        logit = np.log(p / (1 - p))
-        within += float(np.var(logit, ddof=1)) * (len(seqs) - 1)
-        dof += len(seqs) - 1
+        classes: dict[str, list[tuple[int, int]]] = defaultdict(list)
+        for seq, (tried, passed) in counts.items():
+            if tried >= 5 and (mix is None or t.tag(seq) in mix.tags):
+                classes[t.tag(seq) if mix is not None else ""].append((tried, passed))
+        for seqs in classes.values():
+            if len(seqs) < 2:
+                continue
+            # The whole per-sequence spread (between prompts + each sequence's own sampling noise): a predicted run's
+            # mean acceptance carries both, over its own sequences.
+            p = np.array([(ps + 0.5) / (tr + 1.0) for tr, ps in seqs])
+            logit = np.log(p / (1 - p))
+            within += float(np.var(logit, ddof=1)) * (len(seqs) - 1)
+            dof += len(seqs) - 1
     if not sizes:
         return None, 1, 1
     return (math.sqrt(within / dof) if dof else None), max(sizes), int(np.median(sizes))
@@ -666,16 +704,16 @@ def _fitting(what: str):
 
 def calibrate(paths: Sequence[str | Path], name: str | None = None,
               acceptance_from: Sequence[str | Path] | None = None,
-              probe: Probe | None = None) -> tuple[Profile, CalibrationReport]:
+              probe: Probe | None = None, mix: RequestMix | None = None) -> tuple[Profile, CalibrationReport]:
     """Fit a Profile to traces; returns it with the fit report.
 
     Latencies come from every trace (or, given a probe, from its measured tables: model.probed); acceptance and
     hit curves from `acceptance_from` (default: every trace), e.g. only the runs made on a whole prompt sample when
-    others ran on a few prompts to time shapes.
+    others ran on a few prompts to time shapes. mix: weigh the requests to these class shares (model.mix).
     """
     if not paths:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
-    return calibrate_traces([read_trace(p) for p in paths], paths, name, acceptance_from, probe)
+    return calibrate_traces([read_trace(p) for p in paths], paths, name, acceptance_from, probe, mix)
 
 
 def _distinct(parsed: Sequence[Trace], paths: Sequence[str | Path], acceptance_from: Sequence[str | Path] | None):
@@ -693,7 +731,7 @@ def _distinct(parsed: Sequence[Trace], paths: Sequence[str | Path], acceptance_f
 
 def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name: str | None = None,
                      acceptance_from: Sequence[str | Path] | None = None,
-                     probe: Probe | None = None) -> tuple[Profile, CalibrationReport]:
+                     probe: Probe | None = None, mix: RequestMix | None = None) -> tuple[Profile, CalibrationReport]:
     """calibrate on traces already parsed (e.g. an upload held in memory); `paths` name them (one per trace: the
     profile's sources, the default name's folder and what acceptance_from refers to). A trace given twice (the
     same records: the same path, a copy, a link) is counted once, and report.duplicates says so in one line each."""
@@ -715,9 +753,9 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
         raise ConfigError("acceptance_from", f"{unknown[0]} is not one of the calibrated traces")
     acc_traces = [t for p, t in zip(paths, traces, strict=True) if chosen is None or str(p) in chosen]
     with _fitting("acceptance"):
-        acceptance = fit_acceptance(acc_traces, report)
+        acceptance = fit_acceptance(acc_traces, report, mix)
     drafted = [t for t in acc_traces if t.mode != "ar" and t.header.forced_acceptance is None]
-    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report)
+    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix)
     models = setup.get("models") or {}
     max_b = max(int(t.header.batch_size) for t in traces)
     prov = {"latency": "measured: least-squares fits to the target and the draft over "
@@ -727,6 +765,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
             "latency.interference": report.latency["interference"]["source"],
             "latency.draft_slowdown": report.latency["interference"]["draft_source"],
             "host": host_note,
+            **({"acceptance.mix": mix_provenance(mix, drafted)} if mix is not None else {}),
             **(probe_provenance(probe, report) if probe is not None else {})}
     if probe is not None:
         uncertainty = probed_uncertainty(uncertainty, probe)

@@ -44,6 +44,7 @@ import numpy as np
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.trace import Trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitTable
+from ssd_sim.model.mix import RequestMix, request_weights
 
 RESPONSE_T = (0.0, 0.25, 0.5, 0.75, 1.0)  # temperatures of the derived grid (a profile's points)
 RESPONSE_C = (1.0, 0.9, 0.8, 0.7, 0.6, 0.5, 0.4, 0.3, 0.2, 0.1)  # Saguaro C values of the grid (= planner.C_GRID)
@@ -66,6 +67,7 @@ class LoggedPositions:
     counted: np.ndarray | None = None  # [n] 1 / 0: the draft token verified here was accepted / rejected; nan: none
     run_c: np.ndarray | None = None  # [n] Saguaro C of the run that reached the context
     run_extra: np.ndarray | None = None  # [n] 1 where that run down-weighted the top-(F+1) set, else 0
+    group_tags: tuple[str, ...] | None = None  # per group index: the class of that request's prompt ("" = none)
 
     @property
     def size(self) -> int:
@@ -78,7 +80,7 @@ class LoggedPositions:
 
         return LoggedPositions(self.position[mask], self.p_lp[mask], self.q_lp[mask], self.p_rest[mask],
                                self.q_rest[mask], self.group[mask], self.n_top, cut(self.run_temperature),
-                               cut(self.counted), cut(self.run_c), cut(self.run_extra))
+                               cut(self.counted), cut(self.run_c), cut(self.run_extra), self.group_tags)
 
     def nearest_runs(self, temperature: float) -> LoggedPositions:
         """The contexts reached by the runs whose temperature is nearest `temperature` (ties: all of them).
@@ -94,7 +96,7 @@ class LoggedPositions:
 
 def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
     """Every logged context with both distributions, from all traces; None when no trace logged any."""
-    rows, groups, run, counted, n_top = [], {}, [], [], None
+    rows, groups, tags, run, counted, n_top = [], {}, [], [], [], None
     for ti, t in enumerate(traces):
         plain = _plain_sampling(t)
         own = (float(t.plan.get("temperature", 0.0)), float(t.plan.get("saguaro_c", 1.0)),
@@ -107,7 +109,9 @@ def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
                         continue
                     n = min(len(d[0]), len(d[3]))
                     n_top = n if n_top is None else min(n_top, n)
-                    groups.setdefault((ti, s.seq), len(groups))
+                    if (ti, s.seq) not in groups:
+                        groups[(ti, s.seq)] = len(groups)
+                        tags.append(t.tag(s.seq))
                     rows.append((i, d, groups[(ti, s.seq)]))
                     run.append(own)
                     counted.append(float(i < s.accepted) if drafted and i < r.K else np.nan)
@@ -116,7 +120,7 @@ def logged_positions(traces: Sequence[Trace]) -> LoggedPositions | None:
     lp = _align(rows, n_top)
     temps, cs, extra = (np.array(c) for c in zip(*run, strict=True))
     return LoggedPositions(lp.position, lp.p_lp, lp.q_lp, lp.p_rest, lp.q_rest, lp.group, n_top, temps,
-                           np.array(counted), cs, extra)
+                           np.array(counted), cs, extra, tuple(tags))
 
 
 def _plain_sampling(trace: Trace) -> bool:
@@ -186,11 +190,14 @@ class Response:
 
 
 def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, downweight: str = "top_f",
-              f_max: int | None = None, min_contexts: int = MIN_CONTEXTS, share: float | None = None) -> Response:
+              f_max: int | None = None, min_contexts: int = MIN_CONTEXTS, share: float | None = None,
+              weights: np.ndarray | None = None) -> Response:
     """Acceptance and hit tables per stopping position at (temperature, C) (see the module docstring).
 
     F_max defaults to N - 1 (a cache of F guesses without the rejected token needs the draft's top F + 1). share: the
     truncation share to add back (default truncation_share(lp); a caller scanning C at one T passes it once).
+    weights: [n] per context (model.mix.request_weights: a workload mix), default 1 each; contexts of weight 0 count
+    nowhere, also not towards a position's MIN_CONTEXTS.
     """
     if temperature < 0 or not 0.0 <= saguaro_c <= 1.0:
         raise ConfigError("temperature", f"need T >= 0 and C in [0, 1], got T={temperature}, C={saguaro_c}")
@@ -211,17 +218,19 @@ def response(lp: LoggedPositions, temperature: float, saguaro_c: float = 1.0, do
         num, w, paper = _reject_hit(P, _saguaro(Q, F + extra, C), F)
         hit_rej_num[:, F], rej_w[:, F], paper_num[:, F] = num, w, paper
     rej_w[:, 0] = 1.0 - np.minimum(P, _saguaro(Q, extra, C)).sum(axis=1)
-    positions = _positions(lp.position, min_contexts)
+    weights = np.ones(lp.size) if weights is None else np.asarray(weights, dtype=float)
+    positions = _positions(lp.position[weights > 0], min_contexts)
     out_acc, out_rej, out_paper, out_all, counts = [], [], [], [], []
     for i in positions:
-        m = lp.position == i
+        m = (lp.position == i) & (weights > 0)
+        wi = weights[m][:, None]
         counts.append(int(m.sum()))
-        out_acc.append(acc[m].mean())
-        out_all.append(hit_acc[m].mean(axis=0))
-        w = rej_w[m].sum(axis=0)
+        out_acc.append(np.average(acc[m], weights=wi[:, 0]))
+        out_all.append(np.average(hit_acc[m], axis=0, weights=wi[:, 0]))
+        w = (rej_w[m] * wi).sum(axis=0)
         safe = np.where(w > 0, w, 1.0)
-        out_rej.append(np.where(w > 0, hit_rej_num[m].sum(axis=0) / safe, 0.0))
-        out_paper.append(np.where(w > 0, paper_num[m].sum(axis=0) / safe, 0.0))
+        out_rej.append(np.where(w > 0, (hit_rej_num[m] * wi).sum(axis=0) / safe, 0.0))
+        out_paper.append(np.where(w > 0, (paper_num[m] * wi).sum(axis=0) / safe, 0.0))
     trunc = float((lp.p_rest + lp.q_rest).mean())
     return Response(temperature, saguaro_c, np.array(out_acc), _monotone(np.array(out_rej)),
                     _monotone(np.array(out_all)), np.array(counts), trunc, _monotone(np.array(out_paper)))
@@ -289,19 +298,21 @@ def _monotone(table: np.ndarray) -> np.ndarray:
 
 
 def derived_model(lp: LoggedPositions, downweight: str = "top_f", temperatures: Sequence[float] = RESPONSE_T,
-                  cs: Sequence[float] = RESPONSE_C) -> tuple[AcceptanceModel, dict]:
+                  cs: Sequence[float] = RESPONSE_C, mix: RequestMix | None = None) -> tuple[AcceptanceModel, dict]:
     """An AcceptanceModel (response "logged") over the grid temperatures x C, and a summary for the report.
 
     Each point: per-position acceptance, the primary HitTable (rejection and all-accepted rows) and the backup
     HitTable (after a fast backup's random tokens the bonus is a plain target sample at position 0: the
     all-accepted row 0 at every position). Greedy drafting ignores C, so T = 0 repeats one point over C.
+    mix: the requests of each temperature's runs weighted to these class shares (model.mix).
     """
     points = []
     for T in temperatures:
         base, near = None, lp.nearest_runs(T)
         share = truncation_share(near)  # one per temperature: the same contexts at every C
+        w = request_weights(mix, near.group, near.group_tags or (), f"the runs nearest T = {T:g}")
         for C in cs:
-            r = base if (T == 0 and base is not None) else response(near, T, C, downweight, share=share)
+            r = base if (T == 0 and base is not None) else response(near, T, C, downweight, share=share, weights=w)
             base = r
             backup = HitTable(reject=(tuple(r.accepted[0]),), accepted=(tuple(r.accepted[0]),))
             points.append(AcceptancePoint(T, tuple(float(a) for a in r.acceptance),
@@ -311,5 +322,6 @@ def derived_model(lp: LoggedPositions, downweight: str = "top_f", temperatures: 
     summary = {"contexts": lp.size, "positions": [int(c) for c in base.contexts], "top_n": lp.n_top,
                "truncation_bound": base.truncation, "truncation_share": truncation_share(lp),
                "truncation_counted": counted, "temperatures": list(temperatures), "saguaro_c": list(cs),
-               "run_temperatures": sorted({float(t) for t in lp.run_temperature}) if lp.run_temperature is not None else []}
+               "run_temperatures": sorted({float(t) for t in lp.run_temperature}) if lp.run_temperature is not None else [],
+               **({"mix": mix.describe()} if mix is not None else {})}
     return AcceptanceModel(tuple(points), downweight, response="logged"), summary

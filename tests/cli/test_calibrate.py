@@ -1,6 +1,7 @@
 """`ssd-plan calibrate`: writes a profile the planner can use; a bad trace exits 2 with one line and no file."""
 
 import json
+from pathlib import Path
 
 import pytest
 
@@ -62,7 +63,7 @@ def test_an_unwritable_output_fails_before_any_fitting(traces, tmp_path, capsys,
     def no_fit(*a, **k):
         raise AssertionError("fitted before checking -o")
 
-    monkeypatch.setattr(cli, "calibrate", no_fit)
+    monkeypatch.setattr(cli, "calibrate_traces", no_fit)
     blocker = tmp_path / "a-file"
     blocker.write_text("x")
     err = one_line_exit(capsys, [*map(str, traces), "-o", str(blocker / "profile.json")])
@@ -125,3 +126,38 @@ def test_the_same_trace_twice_or_a_link_to_it_is_counted_once_with_a_warning(tra
     a, b = (json.loads(p.read_text()) for p in (one, two))
     assert b["sources"] == [str(sd)] and b.pop("calibration")["duplicates"] and a.pop("calibration")
     assert a == b
+
+
+POOL40 = sorted((Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-pool40").glob("*.jsonl"))
+
+
+def tagged_copy(src: Path, dst: Path, tags: list[str]) -> str:
+    """The trace with its header's request_tags set, as ssd-run writes them for tagged prompts."""
+    lines = src.read_text().splitlines()
+    head = json.loads(lines[0])
+    dst.write_text("\n".join([json.dumps({**head, "request_tags": tags}), *lines[1:]]) + "\n")
+    return str(dst)
+
+
+def test_a_mix_weighs_the_traces_request_classes_and_a_bad_mix_writes_nothing(tmp_path, capsys):
+    tags = ["code"] * 24 + ["chat"] * 24
+    paths = [tagged_copy(p, tmp_path / p.name, tags) for p in POOL40]
+    out = tmp_path / "code.json"
+    assert main([*paths, "-o", str(out), "--mix", "code=1"]) == 0
+    assert "workload mix: weighted" in capsys.readouterr().out
+    prof = load_profile_file(out)
+    assert "code 100% of requests" in prof.provenance["acceptance.mix"]
+    assert prof.acceptance.at(0.0).expected_tokens(2) == pytest.approx(2.665, abs=0.005)  # code alone (test_mix)
+    bad = tmp_path / "bad.json"
+    for mix, says in (("code=0.6;chat=0.4", "mix: code='0.6;chat=0.4': a share must be a finite number >= 0; write e.g."),
+                      ("math=1", "mix: class 'math' has no request in the runs at T = 0")):
+        assert one_line_exit(capsys, [*paths, "-o", str(bad), "--mix", mix]).startswith(f"ssd-plan calibrate: error: {says}")
+        assert not bad.exists()
+    untagged = one_line_exit(capsys, [*map(str, POOL40), "-o", str(bad), "--mix", "code=1"])
+    assert "the traces record no request_tags" in untagged and not bad.exists()
+    # older traces get their classes by sequence range; the same profile as from tagged headers
+    ranged = tmp_path / "ranged.json"
+    assert main([*map(str, POOL40), "-o", str(ranged), "--tags", "code=0-23,chat=24-47", "--mix", "code=1"]) == 0
+    assert load_profile_file(ranged).acceptance.at(0.0).acceptance == prof.acceptance.at(0.0).acceptance
+    assert one_line_exit(capsys, [*paths, "-o", str(bad), "--tags", "code=0-x"]).startswith(
+        "ssd-plan calibrate: error: tags: 'code=0-x' is not CLASS=FIRST-LAST")

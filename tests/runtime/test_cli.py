@@ -185,6 +185,59 @@ def test_prompt_offset_and_stride_select_prompts(files, tmp_path, flags, selecte
     assert e.value.code == 2
 
 
+def byte_tokens(text: str, add_special_tokens: bool = False) -> dict:
+    """A stand-in tokenizer for the tiny models (they have none): the text's first 16 UTF-8 bytes mod the vocabulary."""
+    return {"input_ids": [b % TARGET["vocab"] for b in text.encode()[:16]]}
+
+
+def tagged_prompts(d) -> str:
+    """Six id prompts, some tagged; prompts 1, 3, 5 (0-based: a stride-2 selection from 1) are "", "code" and
+    "my-class.v2"."""
+    tags = ["chat", None, "chat", "code", None, "my-class.v2"]
+    lines = [{"prompt_ids": p, **({"tag": t} if t else {})} for p, t in zip(make_prompts([3] * 6, TARGET["vocab"], 5),
+                                                                           tags, strict=True)]
+    (d / "tagged.jsonl").write_text("".join(json.dumps(x) + "\n" for x in lines))
+    return str(d / "tagged.jsonl")
+
+
+@pytest.mark.parametrize("source,tags", [
+    (["--prompt-set", "pool", "--prompt-offset", "22", "--num-prompts", "4"], ["code", "code", "chat", "chat"]),
+    (["--prompts", "{tagged}", "--prompt-offset", "1", "--prompt-stride", "2"], ["", "code", "my-class.v2"]),
+    (["--prompts", "{untagged}"], None),
+])
+def test_the_trace_header_records_each_request_s_class(files, tmp_path, monkeypatch, source, tags):
+    """request_tags: the selected prompts' classes in seq order ("" = untagged); no key when none has one."""
+    from ssd_runtime import cli
+
+    monkeypatch.setattr(cli, "_tokenizer", lambda path: byte_tokens)  # the built-in sets are text
+    source = [a.format(tagged=tagged_prompts(tmp_path), untagged=files / "prompts.jsonl") for a in source]
+    path = tmp_path / "ar.jsonl"
+    assert main(models(files) + ["--mode", "ar", *source, "--max-new-tokens", "3", "--trace", str(path)]) == 0
+    head = json.loads(path.read_text().splitlines()[0])
+    assert head["type"] == "header" and head.get("request_tags", "absent") == (tags or "absent")
+    assert read_trace(path).header.num_prompts == len(tags or PROMPTS)
+
+
+def test_calibrate_here_tags_exactly_the_prompts_each_run_took(files, tmp_path, monkeypatch):
+    """The latency-only runs take the first FEW selected prompts, the acceptance runs all: each header's
+    request_tags are those prompts' tags."""
+    from pathlib import Path
+
+    from ssd_runtime import calibrate_here as ch
+    from ssd_runtime.cli import model_specs, prompt_ids
+
+    monkeypatch.setattr(ch, "FEW", 2)
+    args = ch.build_parser().parse_args(models(files) + ["--prompts", tagged_prompts(tmp_path), "--prompt-offset", "1",
+                                                         "--max-new-tokens", "3"])  # stride 2: lines 1, 3, 5
+    specs = model_specs(args, with_draft=True)
+    job_kw = prompt_ids(args, Path(specs["target"].path))
+    runs = [ch.Run("ar", Plan(mode="ar")), ch.Run("sd", Plan(mode="sd", num_speculative_tokens=2), True)]
+    few, every = ch._measure(runs, specs, job_kw, args, tmp_path)
+    assert json.loads(few.read_text().splitlines()[0])["request_tags"] == ["", "code"]
+    assert json.loads(every.read_text().splitlines()[0])["request_tags"] == ["", "code", "my-class.v2"]
+    assert [read_trace(p).header.num_prompts for p in (few, every)] == [2, 3]
+
+
 def test_calibrate_here_writes_traces_a_profile_of_this_host_and_its_plan(files, tmp_path, capsys):
     out = tmp_path / "here"
     argv = ["calibrate-here", "--target", str(files / "target"), "--draft", str(files / "draft"), "--prompts",

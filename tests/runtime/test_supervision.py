@@ -173,7 +173,7 @@ def test_draft_timeout_zero_waits_forever(monkeypatch):
             raise Recorder()
 
     monkeypatch.setattr(run, "Session", FakeSession)
-    monkeypatch.setattr(cli, "_prepare", lambda args, files: (Plan(), {"prompts": [[1]], "source": "x"},
+    monkeypatch.setattr(cli, "_prepare", lambda args, files: (Plan(), {"prompts": [[1]], "source": "x", "tags": [None]},
                                                               {"target": None, "draft": None}))
     with pytest.raises(Recorder):
         cli.main(["--draft-timeout", "0", "--trace", "unused.jsonl"])
