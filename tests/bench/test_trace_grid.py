@@ -1,0 +1,37 @@
+"""bench/trace_grid.py's interleaving: chunks of a run's prompts, run across the grid, merged into one trace."""
+
+import json
+
+import pytest
+
+from ssd_sim.io.trace import read_trace, summarize
+from ssd_sim.plan.plan import Plan
+from tests.helpers.bench import load_bench
+from tests.helpers.synthetic_traces import write_trace
+
+GRID = load_bench("trace_grid")
+
+
+def test_chunks_cover_the_prompts_in_order_nearly_evenly():
+    assert GRID.chunks(10, 4) == [range(0, 3), range(3, 6), range(6, 8), range(8, 10)]
+    assert GRID.chunks(3, 5) == [range(0, 1), range(1, 2), range(2, 3)]  # never an empty chunk
+    assert [len(c) for c in GRID.chunks(48, 12)] == [4] * 12
+
+
+def test_merged_chunks_are_one_run_in_prompt_order(tmp_path):
+    plan = Plan(mode="sd", num_speculative_tokens=2, batch_size=1)
+    parts = [(write_trace(tmp_path / f"c{i}.jsonl", plan, rounds=40, seed=i, header={"chunk": i}), i)
+             for i in range(3)]
+    merged = tmp_path / "run.jsonl"
+    GRID.merge_chunks(parts, merged, {"prompt_source": "prompt-set:pool", "num_prompts": 3,
+                                      "request_tags": ["code", "code", "chat"]})
+    run = read_trace(merged)
+    assert run.summary is None and "chunk" not in run.header.extra
+    assert run.header.request_tags == ("code", "code", "chat") and run.tag(2) == "chat"
+    assert [r.round for r in run.rounds] == list(range(120))
+    assert [r.seqs[0].seq for r in run.rounds] == [0] * 40 + [1] * 40 + [2] * 40
+    for path, seq in parts:  # each chunk is the merged run cut to its request, round for round
+        alone, cut = summarize(read_trace(path)), summarize(run.only_requests([seq]))
+        assert (cut.tokens, cut.rounds) == (alone.tokens, alone.rounds)
+        assert cut.tok_s == pytest.approx(alone.tok_s)
+    assert json.loads(merged.read_text().splitlines()[0])["num_prompts"] == 3
