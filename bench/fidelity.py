@@ -63,7 +63,8 @@ from ssd_sim.sim.workload import Workload
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = (ROOT / "traces" / "cpu-fp32-splits" / "manifest.json", ROOT / "traces" / "cpu-fp32-grid" / "manifest.json",
              ROOT / "traces" / "cpu-fp32-halves" / "manifest.json", ROOT / "traces" / "cpu-fp32-pool" / "manifest.json",
-             ROOT / "traces" / "cpu-fp32-pool40" / "manifest.json", ROOT / "traces" / "cpu-fp32-epyc-avx512" / "manifest.json")
+             ROOT / "traces" / "cpu-fp32-pool40" / "manifest.json", ROOT / "traces" / "cpu-fp32-pool40i" / "manifest.json",
+             ROOT / "traces" / "cpu-fp32-epyc-avx512" / "manifest.json")
 DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 

@@ -12,8 +12,8 @@ sampled text) may be set grid-wide or per run. All runs share one process pair (
 "interleave": N (grid-wide) cuts every run's prompts into N consecutive chunks and runs chunk 1 of every run, then
 chunk 2 of every run, ...: a host that drifts over the session then drifts under every configuration alike, where
 one run after another gives the first and the last runs different minutes (the pool: ~10% between them). Each run's
-chunks are merged into its one trace (seqs and rounds renumbered in prompt order, no summary line); chunk files are
-kept under <out>/chunks/. Existing traces are kept unless
+chunks are merged into its one trace (seqs and rounds renumbered in prompt order, no summary line); the chunk files
+(<out>/chunks/) are removed once every run is merged. Existing traces are kept unless
 --force. Prints one line per run and writes <out>/grid.json with the summaries. A new trace must also be
 listed in <out>/manifest.json and described in <out>/README.md (tests/test_traces.py checks it).
 Not part of CI: needs `ssd-run fetch-models` and ~2-3 minutes per run on this machine's 2 cores.
@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import shutil
 import time
 from pathlib import Path
 
@@ -64,13 +65,14 @@ def chunks(n: int, parts: int) -> list[range]:
 
 def merge_chunks(parts: list[tuple[Path, int]], path: Path, header: dict) -> None:
     """One trace from a run's chunk traces [(file, index of its first prompt in the run)]: the first chunk's header
-    updated with `header`, every round renumbered and its seqs shifted to the run's prompt order; no summary line
-    (the merged run's metrics come from its rounds: ssd_sim.io.trace.summarize)."""
-    lines, rounds = [], 0
+    updated with `header` and counting every chunk's prompts, every round renumbered and its seqs shifted to the
+    run's prompt order; no summary line (the merged run's metrics come from its rounds: ssd_sim.io.trace.summarize)."""
+    lines, rounds, prompts = [""], 0, 0
     for i, (chunk, offset) in enumerate(parts):
         recs = [json.loads(line) for line in chunk.read_text().splitlines() if line.strip()]
+        prompts += int(recs[0]["num_prompts"])
         if i == 0:
-            lines.append(json.dumps({**{k: v for k, v in recs[0].items() if k != "chunk"}, **header}))
+            head = {**{k: v for k, v in recs[0].items() if k != "chunk"}, **header}
         for rec in recs[1:]:
             if rec.get("type") != "round":
                 continue
@@ -79,6 +81,8 @@ def merge_chunks(parts: list[tuple[Path, int]], path: Path, header: dict) -> Non
             for q in rec["seqs"]:
                 q["seq"] += offset
             lines.append(json.dumps(rec, separators=(",", ":")))
+    head["num_prompts"] = prompts
+    lines[0] = json.dumps(head)
     tmp = path.with_suffix(".jsonl.tmp")
     tmp.write_text("\n".join(lines) + "\n")
     tmp.replace(path)
@@ -168,13 +172,13 @@ def interleaved(session, grid: dict, todo: list[dict], tokenizer, out: Path, sum
             walls[name] += time.time() - t
             parts[name].append((path, rng.start))
             print(f"  chunk {c} of {name}: prompts {rng.start}..{rng.stop - 1} ({time.time() - t:.0f} s)", flush=True)
-    for name, (spec, prompts, label, tags) in runs.items():
+    for name, (spec, _, label, tags) in runs.items():
         path = out / f"{name}.jsonl"
-        merge_chunks(parts[name], path, {"prompt_source": label, "num_prompts": len(prompts),
-                                         "interleave": int(grid["interleave"]),
+        merge_chunks(parts[name], path, {"prompt_source": label, "interleave": int(grid["interleave"]),
                                          **({"request_tags": tags} if any(tags) else {})})
         plan, mode = run_plan(spec)
         record(summaries, out, spec, plan, mode, summarize(read_trace(path)), walls[name])
+    shutil.rmtree(out / "chunks")
 
 
 if __name__ == "__main__":

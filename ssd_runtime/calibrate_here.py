@@ -29,6 +29,7 @@ on the built-in code set), so the default samples every other prompt of the set
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import shlex
@@ -45,6 +46,7 @@ from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.outputs import claim_outputs
 from ssd_sim.io.probe import load_probe
 from ssd_sim.model.calibrate import calibrate
+from ssd_sim.model.mix import RequestMix
 from ssd_sim.model.profile import load_profile_file
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import PlanRequest, make_plan
@@ -107,12 +109,23 @@ def build_parser() -> OneLineParser:
     o.add_argument("--out", metavar="DIR", help="new or empty folder for traces, profile.json, plan.json "
                    "(default runs/calibrate-here-<UTC time>)")
     o.add_argument("--name", help="profile name (default calibrated-here-<cpu>)")
+    o.add_argument("--mix", metavar="CLASS=SHARE,...", type=_mix,
+                   help="weigh the prompts' classes to your traffic's shares, e.g. code=0.7,chat=0.3 (with "
+                        "--prompt-set pool or a prompt file with \"tag\" fields; ssd-plan calibrate --mix)")
     o.add_argument("--no-pin", action="store_true", help="do not pin the two processes to one core each")
     o.add_argument("--no-progress", action="store_true", help="no progress bar (one line per run instead)")
     o.add_argument("--no-probe", action="store_true", help="skip the probe: latencies fitted to the grid's rounds only "
                    "(curves, extrapolated beyond the grid's shapes)")
     add_probe_args(p, with_temperature=False)
     return p
+
+
+def _mix(text: str) -> RequestMix:
+    """--mix: a RequestMix, or argparse's one-line error naming the fix."""
+    try:
+        return RequestMix.parse(text)
+    except ConfigError as e:
+        raise argparse.ArgumentTypeError(str(e).split(": ", 1)[-1]) from None
 
 
 def main(argv: list[str]) -> int:
@@ -122,6 +135,8 @@ def main(argv: list[str]) -> int:
         try:
             specs = model_specs(args, with_draft=True)
             job_kw = prompt_ids(args, Path(specs["target"].path))
+            if args.mix is not None:  # refused now, not after the runs: a class the prompts do not hold
+                args.mix.weights([t or "" for t in job_kw["tags"]], "the selected prompts")
             claimed = stack.enter_context(claim_outputs({"out": args.out or default},
                                                         unique=[] if args.out else ["out"]))
             out = _out_dir(claimed["out"])
@@ -142,7 +157,7 @@ def _calibrate_into(out: Path, specs: dict, job_kw: dict, args, argv: list[str])
     try:
         every = [str(p) for p, r in zip(paths, runs, strict=True) if r.all_prompts]
         profile, report = calibrate([str(p) for p in paths], args.name, every,
-                                    probe=load_probe(probe) if probe else None)
+                                    probe=load_probe(probe) if probe else None, mix=args.mix)
     except ConfigError as e:
         fail(PROG, e)
     profile = replace(profile, name=args.name or _default_name(profile.host))

@@ -44,7 +44,7 @@ from ssd_sim.model.latency import (
     overlapped_ms,
 )
 from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
-from ssd_sim.model.mix import RequestMix, mix_provenance
+from ssd_sim.model.mix import RequestMix, left_out, mix_provenance
 from ssd_sim.model.probed import apply_probe, check_probe, probe_provenance, probed_uncertainty
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.uncertainty import (
@@ -755,6 +755,8 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     with _fitting("acceptance"):
         acceptance = fit_acceptance(acc_traces, report, mix)
     drafted = [t for t in acc_traces if t.mode != "ar" and t.header.forced_acceptance is None]
+    if mix is not None and (line := left_out(mix, drafted)):
+        report.warnings.append(line)
     uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix)
     models = setup.get("models") or {}
     max_b = max(int(t.header.batch_size) for t in traces)

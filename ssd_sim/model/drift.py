@@ -33,12 +33,14 @@ class Drift:
         return self.runs - self.groups
 
 
-# bench/drift.py over traces/ on 2026-12-03: 11 setups run 2-3 times (25 traces, 7-64 minutes apart, three 2-core CPU
-# hosts; the two newest setups are traces/cpu-fp32-pool's AR and SD repeats, 45-51 minutes apart): pooled SD 4.7%,
-# 90% interval 3.6-6.9% (chi-square, 14 degrees of freedom). Drift over hours is larger: runs 2.5 h before a probe
-# were 1.01-1.14x its table on one host, 0.93-0.98x beside it (traces/cpu-fp32-halves/README.md), not in this number.
-SHIPPED_DRIFT = Drift(0.047, 11, 25, "measured over the repeat runs in this project's traces/ (bench/drift.py: 11 "
-                                     "setups, 25 runs 7-64 min apart, three CPU hosts; 90% interval 3.6-6.9%)")
+# bench/drift.py over traces/ on 2026-12-03: 14 setups run 2-3 times (31 traces, 7-141 minutes apart, three 2-core CPU
+# hosts; the three newest setups are traces/cpu-fp32-pool40's AR, SD and SSD runs repeated 115-141 minutes later by
+# cpu-fp32-pool40i, whose verifies ran 6% (AR) and 16-19% (SD, SSD) slower): pooled SD 6.3%, 90% interval 5.0-8.9%
+# (chi-square, 17 degrees of freedom; 4.7% over the 11 setups before, all within 64 minutes). Drift over hours is
+# larger still on some hosts: runs 2.5 h before a probe were 1.01-1.14x its table on one host, 0.93-0.98x beside it
+# (traces/cpu-fp32-halves/README.md), not in this number.
+SHIPPED_DRIFT = Drift(0.063, 14, 31, "measured over the repeat runs in this project's traces/ (bench/drift.py: 14 "
+                                     "setups, 31 runs 7-141 min apart, three CPU hosts; 90% interval 5.0-8.9%)")
 
 
 def setup_key(trace: Trace) -> str:

@@ -148,3 +148,15 @@ def mix_provenance(mix: RequestMix, traces: Sequence) -> str:
     per = ", ".join(f"{tag} {share:.0%} of requests ({held.get(tag, 0)} calibrated)" for tag, share in mix.shares)
     return (f"weighted: rates and their request-to-request spread for the mix {per}, each class' calibrated requests "
             "weighing its share (post-stratified)")
+
+
+def left_out(mix: RequestMix, traces: Sequence) -> str | None:
+    """A warning line when some calibrated requests weigh 0 under the mix (untagged, or of a class it leaves out)."""
+    held = Counter(t.tag(seq) for t in traces for seq in {s.seq for r in t.rounds for s in r.seqs})
+    out = {tag: n for tag, n in held.items() if tag not in mix.tags}
+    if not out:
+        return None
+    which = ", ".join(f"{tag or '(untagged)'} x{n}" for tag, n in sorted(out.items()))
+    return (f"{sum(out.values())} of {sum(held.values())} calibrated requests weigh 0 under the mix {mix.describe()}: "
+            f"{which}; tag them (ssd-plan calibrate --tags) or give their class a share")
+

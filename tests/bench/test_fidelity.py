@@ -37,7 +37,8 @@ def test_every_split_named_by_the_issue_is_there():
     assert {"config", "prompts", "ar-sd-to-ssd", "t0-to-t1", "c1-to-c", "b2-to-b4", "code-to-chat", "halves-t0",
             "halves-t1", "halves-probe", "avx512-odd", "pool-halves", "pool-halves-configs", "pool-halves-ar-sd"} <= set(SPLITS)
     pool = [n for n, s in SPLITS.items() if "halves" in s]
-    assert sorted(pool) == ["pool-halves", "pool-halves-ar-sd", "pool-halves-configs", "pool40-halves"]
+    assert sorted(pool) == ["pool-halves", "pool-halves-ar-sd", "pool-halves-configs", "pool40-halves",
+                            "pool40-to-pool40i", "pool40i-halves"]
 
 
 
@@ -124,7 +125,12 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0)
           # pool-halves-ar-sd 8.5% / 16.0% and pool40-halves 3.0% / 8.4% (10 draws: the weighting lowers every split's
           # worst, 19.2 -> 12.9%, 18.2 -> 15.9%, 23.0 -> 18.7%, 14.5 -> 12.2%; on these first 3 it shows SSD at T = 1
           # 7% slow on pool40, a latency bias the class composition had hidden)
-          "pool40-halves": (3.0, 12.5)}
+          "pool40-halves": (3.0, 12.5),
+          # the same four runs interleaved in 12 chunks, 2.5 h later (traces/cpu-fp32-pool40i/README.md): 5.4% / 10.2%
+          # on these draws (10 draws: 2.3% / 13.1%); weighted, SSD shows the model pricing its rounds 4-8% high
+          "pool40i-halves": (5.5, 10.5),
+          # across the two sessions: the host's two-process runs ran 16-19% slower 2.5 h later (10 draws: 16.2% / 26.2%)
+          "pool40-to-pool40i": (13.5, 20.5)}
 
 
 def test_every_split_has_a_limit():
@@ -167,18 +173,20 @@ def test_interval_coverage_counts_text_hold_outs_only():
     results = [reported(name) for name in sorted(SPLITS)]
     goal = {res["name"]: res for res in results if res["goal"]}
     assert set(goal) == {"prompts", "halves-t0", "halves-t1", "halves-probe", "avx512-odd", "pool-halves",
-                         "pool-halves-configs", "pool-halves-ar-sd", "pool40-halves"}
+                         "pool-halves-configs", "pool-halves-ar-sd", "pool40-halves", "pool40i-halves",
+                         "pool40-to-pool40i"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
-    assert len(goal_runs) == 73 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
-    # measured (3 draws per pool split): 66 of 73 inside their 90% intervals (90%; the goal is 85-95%; 68 before the
-    # pool splits took the request-to-request spread within code and chat, model.mix): the halves whose latencies were
-    # fitted 2.5 h before their runs hold 0 of 4, the pool's same-configuration halves 23 of 24, the 40-token pool's
-    # 12 of 12
-    assert sum(r["inside"] for r in goal_runs) == 66
-    assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 23
+    assert len(goal_runs) == 97 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
+    # measured (3 draws per pool split): 89 of 97 inside their 90% intervals (92%; the goal is 85-95%), with the
+    # request-to-request spread taken within code and chat (model.mix) and the project's drift at 6.3%: the halves
+    # whose latencies were fitted 2.5 h before their runs hold 1 of 4, the pool's same-configuration halves 24 of 24,
+    # the 40-token pools' 12 of 12 each, the two sessions 2.5 h apart 9 of 12
+    assert sum(r["inside"] for r in goal_runs) == 89
+    assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
+    assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 9
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
-    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (22, 21)
+    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (28, 27)
 
 
 def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():

@@ -23,8 +23,7 @@ def test_merged_chunks_are_one_run_in_prompt_order(tmp_path):
     parts = [(write_trace(tmp_path / f"c{i}.jsonl", plan, rounds=40, seed=i, header={"chunk": i}), i)
              for i in range(3)]
     merged = tmp_path / "run.jsonl"
-    GRID.merge_chunks(parts, merged, {"prompt_source": "prompt-set:pool", "num_prompts": 3,
-                                      "request_tags": ["code", "code", "chat"]})
+    GRID.merge_chunks(parts, merged, {"prompt_source": "prompt-set:pool", "request_tags": ["code", "code", "chat"]})
     run = read_trace(merged)
     assert run.summary is None and "chunk" not in run.header.extra
     assert run.header.request_tags == ("code", "code", "chat") and run.tag(2) == "chat"

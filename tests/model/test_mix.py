@@ -137,3 +137,10 @@ def test_classes_by_sequence_range_name_each_sequence_once():
                       ("code=0-3,chat=2-5", "overlaps another range"), ("code", "is not CLASS=FIRST-LAST")):
         with pytest.raises(ConfigError, match=says):
             tags_by_range(bad)
+
+
+def test_requests_a_mix_leaves_out_are_named_in_a_warning(pool40):
+    _, report = calibrate_traces(pool40, POOL40, mix=RequestMix.parse("code=1"))
+    assert "72 of 144 calibrated requests weigh 0 under the mix code 100%: chat x72" in "\n".join(report.warnings)
+    _, both = calibrate_traces(pool40, POOL40, mix=RequestMix.parse("code=1,chat=1"))
+    assert not any("weigh 0" in w for w in both.warnings)

@@ -238,6 +238,18 @@ def test_calibrate_here_tags_exactly_the_prompts_each_run_took(files, tmp_path, 
     assert [read_trace(p).header.num_prompts for p in (few, every)] == [2, 3]
 
 
+@pytest.mark.parametrize("mix,says", [("math=1", "mix: class 'math' has no request in the selected prompts"),
+                                      ("code=x", "argument --mix: code='x': a share must be a finite number >= 0")])
+def test_calibrate_here_refuses_a_mix_its_prompts_cannot_weigh_before_any_run(files, tmp_path, capsys, mix, says):
+    out = tmp_path / "here"
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate-here", "--target", str(files / "target"), "--draft", str(files / "draft"), "--prompts",
+              tagged_prompts(tmp_path), "--max-new-tokens", "3", "--out", str(out), "--mix", mix])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and says in err, err
+    assert not out.exists() or not any(out.iterdir())  # nothing measured, nothing written
+
+
 def test_calibrate_here_writes_traces_a_profile_of_this_host_and_its_plan(files, tmp_path, capsys):
     out = tmp_path / "here"
     argv = ["calibrate-here", "--target", str(files / "target"), "--draft", str(files / "draft"), "--prompts",
