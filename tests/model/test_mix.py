@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 import numpy as np
@@ -80,8 +81,15 @@ def pool40():
     return [read_trace(p).with_tags(CLASSES) for p in POOL40]
 
 
+@functools.cache
+def calibrated(mix: str | None):
+    """(profile, report) of the tagged pool40 runs under this mix (None: unweighted), once per test session."""
+    return calibrate_traces([read_trace(p).with_tags(CLASSES) for p in POOL40], POOL40,
+                            mix=RequestMix.parse(mix) if mix else None)
+
+
 def test_calibrating_for_one_class_equals_calibrating_on_that_class_alone(pool40):
-    code, _ = calibrate_traces(pool40, POOL40, mix=RequestMix.parse("code=1"))
+    code, _ = calibrated("code=1")
     alone, _ = calibrate_traces([t.only_requests(range(24)) for t in pool40], POOL40)
     at0, alone0 = code.acceptance.at(0.0), alone.acceptance.at(0.0)
     assert at0.acceptance == pytest.approx(alone0.acceptance, rel=1e-9)
@@ -94,9 +102,8 @@ def test_calibrating_for_one_class_equals_calibrating_on_that_class_alone(pool40
 
 
 def test_the_mix_moves_the_rates_and_the_spread_is_taken_within_classes(pool40):
-    plain, _ = calibrate_traces(pool40, POOL40)
-    tokens = {m: calibrate_traces(pool40, POOL40, mix=RequestMix.parse(m))[0] for m in ("code=1", "chat=1",
-                                                                                         "code=1,chat=1")}
+    plain, _ = calibrated(None)
+    tokens = {m: calibrated(m)[0] for m in ("code=1", "chat=1", "code=1,chat=1")}
     e = {m: p.acceptance.at(0.0).expected_tokens(2) for m, p in tokens.items()}
     # measured on the pool (40 tokens per request, SD K = 2 at T = 0): code 2.665, chat 2.164, both pools 2.388
     assert e["code=1"] == pytest.approx(2.665, abs=0.005) and e["chat=1"] == pytest.approx(2.164, abs=0.005)
@@ -140,7 +147,7 @@ def test_classes_by_sequence_range_name_each_sequence_once():
 
 
 def test_requests_a_mix_leaves_out_are_named_in_a_warning(pool40):
-    _, report = calibrate_traces(pool40, POOL40, mix=RequestMix.parse("code=1"))
+    _, report = calibrated("code=1")
     assert "72 of 144 calibrated requests weigh 0 under the mix code 100%: chat x72" in "\n".join(report.warnings)
-    _, both = calibrate_traces(pool40, POOL40, mix=RequestMix.parse("code=1,chat=1"))
+    _, both = calibrated("code=1,chat=1")
     assert not any("weigh 0" in w for w in both.warnings)
