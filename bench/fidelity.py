@@ -172,7 +172,7 @@ def run_interval(profile: Profile, trace: Trace, simulated: float) -> tuple[floa
     """The 90% interval of the run's tok/s (plan.intervals.scaled_interval around the simulated value, for a run of
     this many sequences)."""
     plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header.batch_size)})
-    n_seq = len({s.seq for r in trace.rounds for s in r.seqs})
+    n_seq = len(trace.sequences())
     return scaled_interval(profile, plan, trace.mode, simulated, max(n_seq, 1))
 
 
@@ -337,7 +337,8 @@ def mixed_floor_err(trace: Trace, a: list[int], b: list[int]) -> float | None:
         return None  # a class of B that A never ran: nothing to charge it at
     ms = sum(summarize(trace.only_requests(qs, "B")).tokens / summarize(trace.only_requests(in_a[c], "A")).tok_s
              for c, qs in in_b.items())
-    return err_pct(summarize(trace.only_requests(b, "B")).tokens / ms, summarize(trace.only_requests(b, "B")).tok_s)
+    whole = summarize(trace.only_requests(b, "B"))
+    return err_pct(whole.tokens / ms, whole.tok_s)
 
 
 def floor_err(trace: Trace, a: list[int], b: list[int]) -> float:
@@ -407,7 +408,7 @@ def recommender(profile: Profile, traces: dict[str, Trace]):
             return max(rs, key=lambda r: r["predicted_tok_s"]), None
         trace = traces[best["ssd"]["trace"]]
         plan = Plan.from_dict({**trace.plan, "mode": "ssd", "batch_size": int(trace.header.batch_size)})
-        n_seq = len({s.seq for r in trace.rounds for s in r.seqs})
+        n_seq = len(trace.sequences())
         sd_k = int(best["sd"]["K"])
         d = decide(profile, plan, sd_k, sample(profile, plan, sd_k, run_sequences=max(n_seq, 1)))
         ran = [m for m in ("ar", "sd", "ssd") if best[m] is not None]  # the modes the workload has runs of

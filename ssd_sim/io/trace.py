@@ -46,6 +46,10 @@ class Trace:
     def plan(self) -> dict[str, Any]:
         return self.header.plan
 
+    def sequences(self) -> list[int]:
+        """The sequences (requests) the trace's rounds decode, in order."""
+        return sorted({s.seq for r in self.rounds for s in r.seqs})
+
     def tag(self, seq: int) -> str:
         """The class of sequence `seq`'s prompt (header.request_tags), "" where the run recorded none."""
         tags = self.header.request_tags or ()

@@ -427,7 +427,7 @@ def _group_weights(traces: Sequence[Trace], mix: RequestMix | None) -> dict[tupl
         return {}
     members: dict = defaultdict(list)
     for ti, t in enumerate(traces):
-        for seq in sorted({s.seq for r in t.rounds for s in r.seqs}):
+        for seq in t.sequences():
             members[_group_key(t)].append((ti, seq, t.tag(seq)))
     out = {}
     for (T, C), reqs in members.items():
