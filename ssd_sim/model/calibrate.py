@@ -4,7 +4,8 @@ Fits, with scipy:
 - the target's ForwardLatency to every verification (rows = active sequences, tokens = K + 1; 1 in AR);
 - the draft's ForwardLatency jointly to glue forwards (b x (K+1)), branch decodes (K steps of b x budget
   rows), SD drafting (K steps of b rows) and jit backups (K steps of the missed rows);
-- per-round overheads (commit, transfer, lookup, fast backup) as medians of the phase timings;
+- per-round overheads (commit, transfer, lookup, fast backup) as medians of the phase timings (SSD's transfer:
+  the wait for a reply beyond the draft's lookup, backup and overrun of the verify before it);
 - per (temperature, C): per-position acceptance (counts, Wilson 95% intervals) from neurally drafted
   rounds, and the primary / backup hit curves miss(F) = min(1, c F^-r) from the bonus-token ranks
   (every rank tells whether the round would have hit at every fan-out F, so one fan-out calibrates all).
@@ -361,9 +362,9 @@ def _median(xs: list[float]) -> float:
 
 
 def _overheads(traces: Sequence[Trace]) -> dict[str, float | None]:
-    """Medians of the per-round overheads (ms); SSD's transfer from a low quantile of its rounds' wait beyond the
-    draft's lookup and backup, SD's from its rounds' wait beyond the drafting (None without SD rounds)."""
-    commit, lookup, fast, wait, sd_wait = [], [], [], [], []
+    """Medians of the per-round overheads (ms): commit, lookup, fast backup, SSD's transfer (ssd_transfer_samples) and
+    SD's (its rounds' wait beyond the drafting; None without SD rounds)."""
+    commit, lookup, fast, transfer, sd_wait = [], [], [], [], []
     for t in traces:
         for r in t.rounds:
             ms = r.timings_ms
@@ -376,11 +377,32 @@ def _overheads(traces: Sequence[Trace]) -> dict[str, float | None]:
             lookup.append(ms[Phase.DRAFT_LOOKUP])
             if any(s.backup == "fast" and s.hit is False for s in r.seqs):
                 fast.append(ms[Phase.DRAFT_BACKUP])
-            # target_wait = transfer + lookup + backup (+ draft still busy): a low quantile isolates transfer
-            wait.append(ms[Phase.TARGET_WAIT] - ms[Phase.DRAFT_LOOKUP] - ms[Phase.DRAFT_BACKUP])
-    transfer = max(float(np.percentile(wait, 25)), 0.0) if wait else 0.0
-    return {"round_overhead_ms": _median(commit), "transfer_ms": transfer, "lookup_ms": _median(lookup),
-            "fast_backup_ms": _median(fast), "sd_transfer_ms": _median(sd_wait) if sd_wait else None}
+        if t.mode == "ssd":
+            transfer += ssd_transfer_samples(t)
+    return {"round_overhead_ms": _median(commit), "transfer_ms": max(_median(transfer), 0.0) if transfer else 0.0,
+            "lookup_ms": _median(lookup), "fast_backup_ms": _median(fast),
+            "sd_transfer_ms": _median(sd_wait) if sd_wait else None}
+
+
+def ssd_transfer_samples(trace: Trace) -> list[float]:
+    """Per SSD round that continues its batch: the target's wait for the reply beyond the draft's lookup, backup and
+    its overrun of the previous verify (ms): the request + reply transfer.
+
+    A round's record carries the glue and branch that ran beside its own verify, so the next round's wait is
+    max(0, glue + branch - verify) + transfer + lookup + backup. Read without that overrun (e.g. a low quantile of
+    the wait), a draft slower than the verify passes for a slow link: 49 ms instead of 1.0 ms on the pool40i traces
+    (the probe's round trip there: 0.6-1.1 ms). A round any of whose sequences is new follows a prefill, not a
+    verify, and is skipped.
+    """
+    out, prev = [], None
+    for r in trace.rounds:
+        ms = r.timings_ms
+        if prev is not None and r.K > 0 and not any(s.first for s in r.seqs):
+            p = prev.timings_ms
+            overrun = max(p[Phase.DRAFT_GLUE] + p[Phase.DRAFT_BRANCH] - p[Phase.VERIFY], 0.0)
+            out.append(ms[Phase.TARGET_WAIT] - ms[Phase.DRAFT_LOOKUP] - ms[Phase.DRAFT_BACKUP] - overrun)
+        prev = r if r.K > 0 else None
+    return out
 
 
 def _neural(t: Trace, s: SeqRecord) -> bool:

@@ -48,7 +48,7 @@ from ssd_sim.sim import direct, fast
 from ssd_sim.sim.batching import Batcher
 from ssd_sim.sim.metrics import SeqRecords, SimMetrics, percentiles, ratio, tok_rates, tpots
 from ssd_sim.sim.outcomes import ModelOutcomes, OutcomeTables, ReplayOutcomes
-from ssd_sim.sim.round_latency import ContextLatency, RoundLatency
+from ssd_sim.sim.round_latency import ContextLatency, round_latency
 from ssd_sim.sim.timeline import Span, chrome_trace, event_log
 from ssd_sim.sim.workload import Workload, draft_prefill_ms, fixed_batch, prefill_ms
 
@@ -175,7 +175,7 @@ class Simulation:
         self.profile, self.plan, self.mode, self.workload, self.seed = profile, plan, mode, workload, seed
         self.kind = plan.mode  # ar | sd | ssd
         p_all = source.p_all_accepted(plan.K) if self.kind == "sd" else 0.0
-        self.lat = RoundLatency(profile.latency, plan, workload.max_batch, p_all)
+        self.lat = round_latency(profile.latency, plan, workload.max_batch, p_all)
         rng = np.random.default_rng(seed)
         requests = workload.requests(rng)
         if profile_at is not None and len(requests):  # contexts from the shortest prompt to the longest sequence

@@ -100,12 +100,17 @@ def test_the_prompt_split_shares_no_logged_context_with_its_calibration():
 # (a workload difference no calibration on 0-7 can see); AR + SD traces cannot time the draft's glue / branch decode
 # or the interference of the two processes (assumed at the middle of its range); b = 4 verifies 16 tokens, twice
 # the most the calibration timed (the latency curve is extrapolated); chat is another workload (no goal).
-LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0),
-          "prompts": (10.0, 14.5), "ar-sd-to-ssd": (6.5, 21.0), "ar-sd-to-ssd-latency": (7.0, 20.5),
-          "b2-to-b4": (9.0, 9.5), "code-to-chat": (47.5, 50.0),
+# Since SSD's transfer is the wait beyond the draft's overrun of the verify (calibrate.ssd_transfer_samples; before, a
+# low quantile of the wait read a draft slower than its verify as 20-95 ms of link time), SSD's rounds cost what they
+# measure, and the splits whose errors that had cancelled show them: prompts 9.8 / 14.1 -> 13.9 / 19.8 (8-15 hit 0.80
+# against 0.99 predicted), t0-to-t1 3.3 / 5.6 -> 8.4 / 10.8 (T = 1 hit rates derived from T = 0 runs, 0.93 against
+# 0.84), pool40-to-pool40i 13.2 / 20.0 -> 17.8 / 26.7 (the host 16-19% slower 2.5 h later)
+LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (8.5, 11.0), "c1-to-c": (5.5, 10.0),
+          "prompts": (14.0, 20.0), "ar-sd-to-ssd": (6.5, 21.0), "ar-sd-to-ssd-latency": (5.5, 17.0),
+          "b2-to-b4": (7.0, 8.5), "code-to-chat": (51.0, 57.5),
           # text hold-outs on the AVX2 host: the host drifted 12% during the session and the odd prompts accept less
           # (traces/cpu-fp32-halves/README.md); pinned at the measured error so a regression still fails
-          "halves-t0": (37.0, 39.0), "halves-t1": (22.5, 22.5),
+          "halves-t0": (37.0, 39.5), "halves-t1": (22.5, 22.5),
           # latencies from a probe beside the predicted runs (its tables hold each shape's mean; SD's first draft step
           # after an all-accepted round priced as the 2-token forward it is); 3 prompts x 16 tokens per run
           "halves-probe": (2.0, 6.0),
@@ -113,24 +118,24 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (5.0, 10.0), "c1-to-c": (5.5, 10.0)
           # accept less at positions 5-6)
           "avx512-odd": (5.5, 10.5),
           # random halves of the 48-prompt pool on the Zen 4 host, first TEST_DRAWS draws (10 draws in the bench:
-          # traces/cpu-fp32-pool/README.md). Misses: the first runs of the session ran ~10% slower than its last
-          # (a repeat measured it) while one latency serves every run, and a half's acceptance differs from the
-          # other's by up to ~5% (24 prompts each): the floor (each run's own half A as the prediction of its half B)
-          # misses by up to 15% on these draws; pool-halves-ar-sd's probe was made ~50 minutes after the runs
-          "pool-halves": (4.5, 13.0), "pool-halves-configs": (7.5, 16.0), "pool-halves-ar-sd": (4.0, 7.0),
+          # traces/cpu-fp32-pool/README.md), each draw's calibration weighted to its half B's code / chat shares
+          # (model.mix). Misses: the first runs of the session ran ~10% slower than its last (a repeat measured it)
+          # while one latency serves every run, and a half's acceptance differs from the other's by up to ~5% (24
+          # prompts each): the class floor (each run's own half A, per class, as the prediction of its half B) misses
+          # by up to 12.3%; pool-halves-ar-sd's probe was made ~50 minutes after the runs. On these draws:
+          # pool-halves 3.6% / 11.2% (4.4% / 12.8% before the transfer fix), pool-halves-configs 7.4% / 14.4%
+          # (7.4% / 15.9%), pool-halves-ar-sd 3.8% / 6.7% (latencies from the probe, unchanged)
+          "pool-halves": (4.0, 11.5), "pool-halves-configs": (7.5, 14.5), "pool-halves-ar-sd": (4.0, 7.0),
           # the same pool at 40 tokens per request (2.5x), AR / SD K = 2 / SSD K = 2 at T = 0 and SSD at T = 1
-          # (traces/cpu-fp32-pool40/README.md): 2.6% / 12.2% on these draws (10 draws: 3.2% / 12.2%, floor 13.6%, the
-          # class floor 9.2%). The pool splits weigh each draw's calibration to its half B's code / chat shares
-          # (model.mix); unweighted, these draws gave pool-halves 3.5% / 14.5%, pool-halves-configs 6.5% / 13.5%,
-          # pool-halves-ar-sd 8.5% / 16.0% and pool40-halves 3.0% / 8.4% (10 draws: the weighting lowers every split's
-          # worst, 19.2 -> 12.9%, 18.2 -> 15.9%, 23.0 -> 18.7%, 14.5 -> 12.2%; on these first 3 it shows SSD at T = 1
-          # 7% slow on pool40, a latency bias the class composition had hidden)
-          "pool40-halves": (3.0, 12.5),
-          # the same four runs interleaved in 12 chunks, 2.5 h later (traces/cpu-fp32-pool40i/README.md): 5.4% / 10.2%
-          # on these draws (10 draws: 2.3% / 13.1%); weighted, SSD shows the model pricing its rounds 4-8% high
-          "pool40i-halves": (5.5, 10.5),
-          # across the two sessions: the host's two-process runs ran 16-19% slower 2.5 h later (10 draws: 16.2% / 26.2%)
-          "pool40-to-pool40i": (13.5, 20.5)}
+          # (traces/cpu-fp32-pool40/README.md): 2.6% / 7.7% on these draws (2.6% / 12.2% before the transfer fix;
+          # 10 draws: 2.9% / 10.6%, the class floor 9.2%)
+          "pool40-halves": (3.0, 8.0),
+          # the same four runs interleaved in 12 chunks, 2.5 h later (traces/cpu-fp32-pool40i/README.md): 2.6% / 5.9%
+          # on these draws (5.4% / 10.2% before the transfer fix, which priced SSD's rounds 4-8% high; 10 draws:
+          # 2.5% / 9.2%)
+          "pool40i-halves": (3.0, 6.0),
+          # across the two sessions: the host's two-process runs ran 16-19% slower 2.5 h later (10 draws: 18.8% / 32.6%)
+          "pool40-to-pool40i": (18.0, 27.0)}
 
 
 def test_every_split_has_a_limit():
@@ -180,10 +185,11 @@ def test_interval_coverage_counts_text_hold_outs_only():
     # measured (3 draws per pool split): 89 of 97 inside their 90% intervals (92%; the goal is 85-95%), with the
     # request-to-request spread taken within code and chat (model.mix) and the project's drift at 6.3%: the halves
     # whose latencies were fitted 2.5 h before their runs hold 1 of 4, the pool's same-configuration halves 24 of 24,
-    # the 40-token pools' 12 of 12 each, the two sessions 2.5 h apart 9 of 12
+    # the 40-token pools' 12 of 12 each, the two sessions 2.5 h apart 8 of 12 (9 before the transfer fix, whose
+    # over-priced SSD rounds had hidden part of the host's slow-down)
     assert sum(r["inside"] for r in goal_runs) == 89
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
-    assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 9
+    assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 8
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
     assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (28, 27)

@@ -207,6 +207,10 @@ _ISSUE_25_STAGGERED = ("issue 25: the growth check also gives the round's averag
                        "of their decode (continuous batching; JSON staggered_tok_s / staggered_err_pct), beside the one "
                        "with the rows in step")
 _document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_STAGGERED)
+_ISSUE_26_TRANSFER = ("issue 26: SSD's transfer is each round's wait for the reply beyond the draft's lookup, backup and its "
+                      "overrun of the previous verify (calibrate.ssd_transfer_samples); a low quantile of the wait alone "
+                      "had counted a draft slower than the verify as link time (grid T = 1: 94.67 -> 1.22 ms)")
+_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_TRANSFER)
 
 
 def fixed_host():

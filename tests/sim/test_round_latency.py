@@ -9,7 +9,7 @@ from ssd_sim.cli.growth import profile_at
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.presets import get_preset
 from ssd_sim.plan.plan import Plan
-from ssd_sim.sim.round_latency import ContextLatency, RoundLatency
+from ssd_sim.sim.round_latency import BUILT_KEPT, ContextLatency, RoundLatency, round_latency
 
 PLAN = Plan(num_speculative_tokens=5, fan_out=(2, 1, 1, 1, 1, 1), fan_out_miss=(6, 0, 0, 0, 0, 1), batch_size=32,
             backup="jit", temperature=0.0)
@@ -112,3 +112,17 @@ def test_anchors_close_in_on_a_kink_anywhere_and_stay_at_powers_of_two_where_the
     assert min(abs(c - 3000) for c in anchors) <= 1  # halved in log context down to the kink
     linear, _ = _anchors(lambda c: base, 100, 10_000)
     assert len(linear) == 2 * 9 - 1  # the powers of two and one checked middle between each two
+
+
+def test_round_latency_builds_each_latency_and_plan_once_and_never_serves_another_latency():
+    lat = get_preset("llama70b-1b-h200").latency
+    first = round_latency(lat, PLAN, 8)
+    assert round_latency(lat, PLAN, 8) is first  # the same tables, not rebuilt
+    assert round_latency(lat, PLAN, 16) is not first and round_latency(lat, PLAN.replace(temperature=1.0), 8) is not first
+    other = get_preset("qwen32b-0.6b-h100").latency
+    got = round_latency(other, PLAN, 8)
+    assert got is not first and got.verify == RoundLatency(other, PLAN, 8).verify
+    for b in range(BUILT_KEPT + 1):  # the oldest entries leave; a latency asked for again is rebuilt, equal
+        round_latency(lat, PLAN, b + 20)
+    again = round_latency(lat, PLAN, 8)
+    assert again is not first and again.costs == first.costs
