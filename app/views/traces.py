@@ -151,24 +151,53 @@ def _calibrated() -> dict[str, Profile | str]:
     return st.session_state.setdefault("tr_calibrated", {})
 
 
-def calibrate_from(chosen: Chosen) -> Profile:
-    """ssd_sim's calibration (ssd-plan calibrate) on this one trace, as parsed (an upload stays in memory); its
-    one-line notes on traces counted once (ssd_sim.io.sanity) are kept for the page beside the profile."""
+def calibrate_from(chosen: Chosen, mix_text: str = "") -> Profile:
+    """ssd_sim's calibration (ssd-plan calibrate [--mix]) on this one trace, as parsed (an upload stays in memory);
+    mix_text: "code=0.7,chat=0.3" weighs the trace's request classes to those shares (model.mix), "" = as recorded.
+    Its one-line notes (traces counted once, requests the mix leaves out) are kept for the page beside the profile."""
     from ssd_sim.model.calibrate import calibrate_traces
+    from ssd_sim.model.mix import RequestMix, left_out
 
+    mix = RequestMix.parse(mix_text) if mix_text.strip() else None
     source = str(chosen.path) if chosen.path is not None else str(chosen.trace.path)
-    profile, report = calibrate_traces([chosen.trace], [source], name=f"calibrated-from-{Path(source).stem}")
-    st.session_state.setdefault("tr_calibration_notes", {})[chosen.key] = report.duplicates
+    profile, report = calibrate_traces([chosen.trace], [source], name=f"calibrated-from-{Path(source).stem}", mix=mix)
+    notes = list(report.duplicates)
+    if mix is not None and (line := left_out(mix, [chosen.trace])):
+        notes.append(line)
+    st.session_state.setdefault("tr_calibration_notes", {})[chosen.key] = notes
     return profile
 
 
 def _on_calibrate(chosen: Chosen) -> None:
-    """Button callback: calibrate from the trace and compare with the result (or keep the error)."""
+    """Button callback: calibrate from the trace (for the mix typed beside it) and compare with the result (or keep
+    the error)."""
     try:
-        _calibrated()[chosen.key] = calibrate_from(chosen)
+        _calibrated()[chosen.key] = calibrate_from(chosen, st.session_state.get("tr_mix", ""))
         st.session_state["tr_profile"] = CALIBRATED
     except ConfigError as e:
         _calibrated()[chosen.key] = f"cannot calibrate from this trace: {e}"
+
+
+def request_classes(trace: Trace) -> dict[str, int]:
+    """Requests per class the trace recorded (header request_tags), in order of first appearance; {} without any."""
+    counts: dict[str, int] = {}
+    for seq in trace.sequences():
+        tag = trace.tag(seq)
+        if tag:
+            counts[tag] = counts.get(tag, 0) + 1
+    return counts
+
+
+def mix_input(chosen: Chosen) -> None:
+    """The workload mix the next calibration weighs the trace's request classes to (only for traces with classes)."""
+    held = request_classes(chosen.trace)
+    if not held:
+        return
+    listed = ", ".join(f"{tag} {n}" for tag, n in held.items())
+    st.text_input("workload mix for the calibration", key="tr_mix", placeholder=",".join(f"{t}=0.5" for t in held),
+                  help=f"this trace's requests by class: {listed}. Give the shares of the traffic you plan for "
+                       "(CLASS=SHARE,...; counts work too): each class' requests then weigh its share in the "
+                       "acceptance, hit rates and spread (ssd-plan calibrate --mix). Empty: the trace's own mix")
 
 
 def profile_options(chosen: Chosen, sc) -> dict[str, tuple[Profile, str, str]]:
@@ -204,9 +233,12 @@ def choose_profile(chosen: Chosen, sc) -> Profile | None:
                  disabled=chosen.trace.mode == "ar",
                  help="fit a profile to this trace alone (ssd-plan calibrate); needs an SD or SSD trace, whose "
                       "draft timings fix the draft's latency")
+    mix_input(chosen)
     err = _calibrated().get(chosen.key)
     if isinstance(err, str):
         st.error(err)
+    elif isinstance(err, Profile) and "acceptance.mix" in err.provenance:
+        st.caption(f"workload mix: {err.provenance['acceptance.mix']}")
     for note in st.session_state.get("tr_calibration_notes", {}).get(chosen.key, []):
         st.warning(note, icon=":material/warning:")
     if not options:

@@ -613,3 +613,49 @@ def test_workload_lengths_take_a_gpu_presets_kv_reads_at_the_mean_decode_context
     at.selectbox(key="profile_choice").set_value("mine.json (calibrated)").run()  # a file: no lengths section at all
     ok(at)
     assert not any(c.value.startswith("over a context growing") for c in at.main.caption)
+
+
+POOL40I, POOL_SSD = "cpu-fp32-pool40i", "pool40i-ssd-k2-f112-t0.jsonl"
+
+
+@pytest.fixture
+def pool_trace(tmp_path, monkeypatch) -> Path:
+    """A traces directory holding one real SSD run whose requests carry classes (24 code, 24 chat)."""
+    (tmp_path / POOL40I).mkdir()
+    (tmp_path / POOL40I / POOL_SSD).write_bytes((REAL / POOL40I / POOL_SSD).read_bytes())
+    monkeypatch.setenv("SSD_TRACES_DIR", str(tmp_path))
+    return tmp_path / POOL40I / POOL_SSD
+
+
+def test_a_trace_with_request_classes_is_calibrated_for_the_mix_typed_beside_it(pool_trace):
+    from ssd_sim.model.calibrate import calibrate_traces
+    from ssd_sim.model.mix import RequestMix
+
+    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{POOL40I}/{POOL_SSD}")
+    box = at.text_input(key="tr_mix")
+    assert "code 24, chat 24" in box.help and box.placeholder == "code=0.5,chat=0.5"
+    box.set_value("code=1").run()
+    at.button(key="btn_tr_calibrate").click().run()
+    ok(at)
+    assert at.radio(key="tr_profile").value == "calibrated"
+    assert any(c.value.startswith("workload mix: weighted") and "code 100%" in c.value for c in at.caption)
+    trace = read_trace(pool_trace)
+    want, _ = calibrate_traces([trace], [str(pool_trace)], name="x", mix=RequestMix.parse("code=1"))
+    rows = compare.predicted_vs_measured(want, trace)["rows"]
+    assert list(at.dataframe[0].value["predicted"]) == pytest.approx([r[1] for r in rows])
+    assert [w.value for w in at.main.warning if "weigh 0" in w.value or "leaves out" in w.value]  # chat left out
+    # code only accepts more than the run's own mix: the predicted acceptance moves up from the unweighted one
+    plain, _ = calibrate_traces([trace], [str(pool_trace)], name="x")
+    assert want.acceptance.at(0.0).acceptance[0] > plain.acceptance.at(0.0).acceptance[0]
+    # a class the trace never ran, or a malformed mix: one line, no profile
+    for bad in ("poem=1", "code=lots"):
+        at.text_input(key="tr_mix").set_value(bad).run()
+        at.button(key="btn_tr_calibrate").click().run()
+        assert not at.exception
+        (err,) = at.error
+        assert err.value.startswith("cannot calibrate from this trace: mix") and "\n" not in err.value
+
+
+def test_a_trace_without_request_classes_has_no_mix_input(cpu_traces):
+    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{GRID}/{GRID_SSD}")
+    assert not [t for t in at.text_input if t.key == "tr_mix"]
