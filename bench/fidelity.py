@@ -61,10 +61,9 @@ from ssd_sim.sim.des import outcome_source, plan_for_mode, simulate
 from ssd_sim.sim.workload import Workload
 
 ROOT = Path(__file__).resolve().parent.parent
-MANIFESTS = (ROOT / "traces" / "cpu-fp32-splits" / "manifest.json", ROOT / "traces" / "cpu-fp32-grid" / "manifest.json",
-             ROOT / "traces" / "cpu-fp32-halves" / "manifest.json", ROOT / "traces" / "cpu-fp32-pool" / "manifest.json",
-             ROOT / "traces" / "cpu-fp32-pool40" / "manifest.json", ROOT / "traces" / "cpu-fp32-pool40i" / "manifest.json",
-             ROOT / "traces" / "cpu-fp32-epyc-avx512" / "manifest.json")
+MANIFESTS = tuple(ROOT / "traces" / d / "manifest.json" for d in (
+    "cpu-fp32-splits", "cpu-fp32-grid", "cpu-fp32-halves", "cpu-fp32-pool", "cpu-fp32-pool40", "cpu-fp32-pool40i",
+    "cpu-fp32-pool64i", "cpu-fp32-epyc-avx512"))
 DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
