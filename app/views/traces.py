@@ -176,6 +176,7 @@ def _on_calibrate(chosen: Chosen) -> None:
         st.session_state["tr_profile"] = CALIBRATED
     except ConfigError as e:
         _calibrated()[chosen.key] = f"cannot calibrate from this trace: {e}"
+        st.session_state.setdefault("tr_calibration_notes", {}).pop(chosen.key, None)  # notes of the withdrawn profile
 
 
 def request_classes(trace: Trace) -> dict[str, int]:

@@ -654,6 +654,7 @@ def test_a_trace_with_request_classes_is_calibrated_for_the_mix_typed_beside_it(
         assert not at.exception
         (err,) = at.error
         assert err.value.startswith("cannot calibrate from this trace: mix") and "\n" not in err.value
+        assert at.radio(key="tr_profile").value != "calibrated" and not at.main.warning  # no stale profile or note
 
 
 def test_a_trace_without_request_classes_has_no_mix_input(cpu_traces):
