@@ -390,7 +390,7 @@ def ssd_transfer_samples(trace: Trace) -> list[float]:
 
     A round's record carries the glue and branch that ran beside its own verify, so the next round's wait is
     max(0, glue + branch - verify) + transfer + lookup + backup. Read without that overrun (e.g. a low quantile of
-    the wait), a draft slower than the verify passes for a slow link: 49 ms instead of 1.0 ms on the pool40i traces
+    the wait), a draft slower than the verify passes for a slow link: 49 ms instead of 1.5 ms on the pool40i traces
     (the probe's round trip there: 0.6-1.1 ms). A round any of whose sequences is new follows a prefill, not a
     verify, and is skipped.
     """
