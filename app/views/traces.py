@@ -15,6 +15,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.records import Header
 from ssd_sim.io.trace import PHASES, Trace, parse_trace
 from ssd_sim.model import tracematch
+from ssd_sim.model.mix import classes_held
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.compare import position_curves, predicted_vs_measured, trace_plan, trace_series
 
@@ -156,14 +157,12 @@ def calibrate_from(chosen: Chosen, mix_text: str = "") -> Profile:
     mix_text: "code=0.7,chat=0.3" weighs the trace's request classes to those shares (model.mix), "" = as recorded.
     Its one-line notes (traces counted once, requests the mix leaves out) are kept for the page beside the profile."""
     from ssd_sim.model.calibrate import calibrate_traces
-    from ssd_sim.model.mix import RequestMix, left_out
+    from ssd_sim.model.mix import RequestMix
 
     mix = RequestMix.parse(mix_text) if mix_text.strip() else None
     source = str(chosen.path) if chosen.path is not None else str(chosen.trace.path)
     profile, report = calibrate_traces([chosen.trace], [source], name=f"calibrated-from-{Path(source).stem}", mix=mix)
-    notes = list(report.duplicates)
-    if mix is not None and (line := left_out(mix, [chosen.trace])):
-        notes.append(line)
+    notes = [*report.duplicates, *([report.left_out] if report.left_out else [])]
     st.session_state.setdefault("tr_calibration_notes", {})[chosen.key] = notes
     return profile
 
@@ -179,19 +178,9 @@ def _on_calibrate(chosen: Chosen) -> None:
         st.session_state.setdefault("tr_calibration_notes", {}).pop(chosen.key, None)  # notes of the withdrawn profile
 
 
-def request_classes(trace: Trace) -> dict[str, int]:
-    """Requests per class the trace recorded (header request_tags), in order of first appearance; {} without any."""
-    counts: dict[str, int] = {}
-    for seq in trace.sequences():
-        tag = trace.tag(seq)
-        if tag:
-            counts[tag] = counts.get(tag, 0) + 1
-    return counts
-
-
 def mix_input(chosen: Chosen) -> None:
     """The workload mix the next calibration weighs the trace's request classes to (only for traces with classes)."""
-    held = request_classes(chosen.trace)
+    held = {tag: n for tag, n in classes_held([chosen.trace]).items() if tag}  # "" = untagged
     if not held:
         return
     listed = ", ".join(f"{tag} {n}" for tag, n in held.items())

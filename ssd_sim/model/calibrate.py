@@ -72,6 +72,7 @@ class CalibrationReport:
     logged: dict | None = None  # the logged distributions behind a derived acceptance model (logged.derived_model)
     warnings: list[str] = field(default_factory=list)  # assumed or extrapolated quantities, one line each
     duplicates: list[str] = field(default_factory=list)  # traces given again (same content), counted once: one line each
+    left_out: str | None = None  # with a mix: the requests it weighs 0 (mix.left_out), also one of the warnings
 
     def to_dict(self) -> dict:
         return {"traces": self.traces, "latency": self.latency, "overheads": self.overheads,
@@ -778,6 +779,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
         acceptance = fit_acceptance(acc_traces, report, mix)
     drafted = [t for t in acc_traces if t.mode != "ar" and t.header.forced_acceptance is None]
     if mix is not None and (line := left_out(mix, drafted)):
+        report.left_out = line
         report.warnings.append(line)
     uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix)
     models = setup.get("models") or {}

@@ -142,14 +142,14 @@ def request_weights(mix: RequestMix | None, groups: np.ndarray, group_tags: Sequ
     return per_group[groups]
 
 
-def _classes_held(traces: Sequence) -> Counter:
-    """Calibrated requests per class ("" = untagged) over the traces."""
+def classes_held(traces: Sequence) -> Counter:
+    """Calibrated requests per class ("" = untagged) over the traces, in order of first appearance."""
     return Counter(t.tag(seq) for t in traces for seq in t.sequences())
 
 
 def mix_provenance(mix: RequestMix, traces: Sequence) -> str:
     """The profile's "acceptance.mix" line: the shares and how many calibrated requests each class had."""
-    held = _classes_held(traces)
+    held = classes_held(traces)
     per = ", ".join(f"{tag} {share:.0%} of requests ({held.get(tag, 0)} calibrated)" for tag, share in mix.shares)
     return (f"weighted: rates and their request-to-request spread for the mix {per}, each class' calibrated requests "
             "weighing its share (post-stratified)")
@@ -157,7 +157,7 @@ def mix_provenance(mix: RequestMix, traces: Sequence) -> str:
 
 def left_out(mix: RequestMix, traces: Sequence) -> str | None:
     """A warning line when some calibrated requests weigh 0 under the mix (untagged, or of a class it leaves out)."""
-    held = _classes_held(traces)
+    held = classes_held(traces)
     out = {tag: n for tag, n in held.items() if tag not in mix.tags}
     if not out:
         return None
