@@ -37,6 +37,13 @@ shares (model.mix: `ssd-plan calibrate --mix`): the prediction knows how many co
 text, as a user knows what traffic they serve. --no-mix calibrates on half A as it is. Besides the floor, a halves
 split reports the class floor: half A's measured ms per token of each class charged for B's tokens of that class, the
 best a prediction that knows B's classes can do without seeing B.
+
+Across hosts ("workload_from" splits): the split's "calibrate" runs (and probe) give the latencies of the host the
+predicted runs ran on; the "workload_from" runs, of another host or session, give acceptance and hit rates, composed
+as `ssd-plan --profile P --acceptance-from W` composes them (model.workload_profile.with_acceptance). The predicted
+runs may be cut to some prompts ("predict_prompts": canonical labels such as "code:3"); every calibration and workload
+run is cut to the prompts no predicted run used, and the workload is weighted to the predicted requests' classes
+(their prompt sets: code, chat), which a user knows of their traffic.
 """
 
 from __future__ import annotations
@@ -49,12 +56,13 @@ from pathlib import Path
 
 import numpy as np
 
-from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids
+from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids, prompt_labels
 from ssd_sim.io.probe import load_probe
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate_traces
 from ssd_sim.model.mix import RequestMix
 from ssd_sim.model.profile import Profile
+from ssd_sim.model.workload_profile import profile_acceptance, with_acceptance
 from ssd_sim.plan.intervals import decide, sample, scaled_interval
 from ssd_sim.plan.plan import Plan
 from ssd_sim.sim.des import outcome_source, plan_for_mode, simulate
@@ -81,6 +89,9 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
                          "acceptance_from": [m.parent / f for f in s["acceptance_from"]] if "acceptance_from" in s else None,
                          "probe": m.parent / s["probe"] if "probe" in s else None,
                          "predict": [m.parent / f for f in s["predict"]]}
+            if "workload_from" in s:  # acceptance and hits from other runs, e.g. another host's (run_workload_split)
+                out[name]["workload_from"] = [m.parent / f for f in s["workload_from"]]
+                out[name]["predict_prompts"] = s.get("predict_prompts")
             if "halves" in s:  # random halves of the runs' requests: calibrate on A, predict B (module docstring)
                 out[name]["halves"] = {"draws": int(s["halves"].get("draws", DRAWS)),
                                        "seed": int(s["halves"].get("seed", 0))}
@@ -213,6 +224,8 @@ def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool
     each draw's calibration is weighted to its half B's class shares (model.mix)."""
     if "halves" in split:
         return run_halves(name, split, allow_leaks, use_probe, draws, use_mix)
+    if "workload_from" in split:
+        return run_workload_split(name, split, allow_leaks, use_probe, use_mix)
     cal = {p.name: read_trace(p) for p in split["calibrate"]}
     pred = {p.name: read_trace(p) for p in split["predict"]}
     acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
@@ -220,15 +233,24 @@ def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool
 
 
 def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trace], acceptance_from: list[str] | None,
-             allow_leaks: bool, use_probe: bool, mix: RequestMix | None = None) -> dict:
+             allow_leaks: bool, use_probe: bool, mix: RequestMix | None = None,
+             workload: dict[str, Trace] | None = None) -> dict:
     """One calibration ({name: trace}) and the prediction of every run in `pred` ({name: trace}): the split's report.
-    mix: the calibration weighted to these request classes (the predicted runs' own: what their user knows)."""
-    text, leak = shared_text(name, list(cal.values()), pred)
+    mix: the calibration weighted to these request classes (the predicted runs' own: what their user knows).
+    workload: other runs ({name: trace}) whose acceptance and hits replace the calibration's, as `ssd-plan --profile
+    P --acceptance-from W` does (model.workload_profile.with_acceptance); the mix then weights them, not `cal`."""
+    text, leak = shared_text(name, list(cal.values()) + list((workload or {}).values()), pred)
     if leak and not allow_leaks:
         raise LeakingSplit(leak)
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
     profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
-                                       acceptance_from=acceptance_from, probe=probe, mix=mix)
+                                       acceptance_from=acceptance_from, probe=probe,
+                                       mix=None if workload else mix)
+    if workload:
+        source, wreport = calibrate_traces(list(workload.values()), list(workload), name=f"fidelity-{name}-workload",
+                                           mix=mix)
+        profile = with_acceptance(profile, profile_acceptance(source))
+        report.warnings.extend(f"workload: {w}" for w in wreport.warnings)
     runs = []
     for run, trace in pred.items():
         meas, guess = summarize(trace), predict(profile, trace)
@@ -246,7 +268,9 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
         })
     return summary_of(name, split, runs, leak, {
         "calibrate": list(cal), "probe": probe.path if probe else None, "acceptance_from": acceptance_from or [],
-        "shared": shared(list(cal.values()), list(pred.values())), "warnings": report.warnings,
+        "workload_from": list(workload or {}), "mix_of_predicted": mix.describe() if mix else None,
+        "shared": shared(list(cal.values()) + list((workload or {}).values()), list(pred.values())),
+        "warnings": report.warnings,
         "choices": choices(runs, recommender(profile, pred))})
 
 
@@ -315,6 +339,57 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
         "shared": reports[0]["shared"], "warnings": warnings, "choices": [c for res in reports for c in res["choices"]],
         "draws": len(reports), "pool": len(seqs), "per_run": per_run(runs),
         "floor_median_abs_err_pct": statistics.median(floor), "floor_worst_abs_err_pct": max(floor)})
+
+
+def run_workload_split(name: str, split: dict, allow_leaks: bool, use_probe: bool, use_mix: bool = True) -> dict:
+    """evaluate() with the acceptance and hits of the split's "workload_from" runs (e.g. another host's) on the
+    latencies of its "calibrate" runs and probe (workload_sides)."""
+    cal, workload, pred, mix = workload_sides(name, split, use_mix)
+    return evaluate(name, split, cal, pred, None, allow_leaks, use_probe, mix, workload)
+
+
+def workload_sides(name: str, split: dict, use_mix: bool = True):
+    """A "workload_from" split's (calibrate, workload, predict, mix): the predicted runs cut to "predict_prompts" where
+    given; every calibration and workload run cut to the prompts no predicted run used (the same text has one label:
+    overlap.canonical_prompt); with use_mix, the mix of the predicted requests' classes (their prompt sets: a user
+    knows their traffic is code, not its text), which weights the workload runs."""
+    keep = set(split["predict_prompts"]) if split.get("predict_prompts") else None
+    pred = {p.name: class_tagged(read_trace(p)) for p in split["predict"]}
+    if keep is not None:
+        pred = {f"{n}[{name}]": cut_prompts(t, lambda label: label in keep, name) for n, t in pred.items()}
+    used = set().union(*(prompt_ids(t) for t in pred.values()))
+
+    def load(paths):
+        return {f"{p.parent.name}/{p.name}": cut_prompts(class_tagged(read_trace(p)), lambda label: label not in used,
+                                                         "unseen") for p in paths}
+
+    tags = [t.tag(q) for t in pred.values() for q in t.sequences()]
+    mix = RequestMix.of_requests(tags) if use_mix and all(tags) else None
+    return load(split["calibrate"]), load(split["workload_from"]), pred, mix
+
+
+def cut_prompts(trace: Trace, wanted, label: str) -> Trace:
+    """The run cut to its requests whose canonical prompt label passes `wanted` (itself when all do or when its
+    prompts have no labels: the overlap check then decides)."""
+    labels = prompt_labels(trace)
+    if labels is None:
+        return trace
+    seqs = sorted(trace.sequences())
+    keep = [q for q in seqs if q < len(labels) and wanted(labels[q])]
+    if len(keep) == len(seqs):
+        return trace
+    if not keep:
+        raise ValueError(f"{trace.path}: none of its prompts is left after the cut ({label})")
+    return trace.only_requests(keep, label)
+
+
+def class_tagged(trace: Trace) -> Trace:
+    """The trace with each request's class set to its built-in prompt set ("code:3" -> "code") where its header
+    records none (runs recorded before ssd-run wrote request_tags)."""
+    labels = prompt_labels(trace)
+    if trace.header.request_tags or labels is None:
+        return trace
+    return trace.with_tags(label.split(":", 1)[0] for label in labels)
 
 
 def tagged(trace: Trace, tags: list[str] | None) -> Trace:
@@ -427,6 +502,10 @@ def print_table(res: dict) -> None:
           + (f"; latencies from the probe {res['probe']}" if res["probe"] else ""))
     if res["acceptance_from"]:
         print(f"acceptance and hit rates from {', '.join(res['acceptance_from'])} only")
+    if res.get("workload_from"):
+        print(f"acceptance and hit rates from other runs: {', '.join(res['workload_from'])}"
+              + (f", weighted to the predicted requests' classes ({res['mix_of_predicted']})"
+                 if res["mix_of_predicted"] else ""))
     print("shared with the predicted runs: " + "; ".join(f"{k} {v}" for k, v in res["shared"].items() if v))
     for w in res["warnings"]:
         print(f"warning: {w}")

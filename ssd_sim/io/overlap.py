@@ -24,17 +24,40 @@ LEAK_SHARE = 0.05  # a predicted run sharing more than this share of its text wi
 _LP_DIGITS = 3
 
 
-def prompt_ids(trace: Trace) -> set[str]:
-    """The prompts a trace ran, as 'set:index' labels (from its header's prompt_source, e.g. prompt-set:code[8:16]);
-    of a cut run (Trace.only_requests) only its sequences' prompts (sequence i ran the i-th)."""
+# Built-in sets made of others (ssd_runtime.prompts.PROMPT_SETS, which ssd_sim does not import; a test keeps the two
+# in step): `pool:i` is the i-th prompt of these parts in order, so the same text has one label in every set.
+COMPOSITE_SETS: dict[str, tuple[tuple[str, int], ...]] = {"pool": (("code", 24), ("chat", 24))}
+
+
+def canonical_prompt(name: str, index: int) -> str:
+    """'set:index' of a built-in prompt, in the set that holds its text (pool:30 -> chat:6)."""
+    for part, size in COMPOSITE_SETS.get(name, ()):
+        if index < size:
+            return f"{part}:{index}"
+        index -= size
+    return f"{name}:{index}"
+
+
+def prompt_labels(trace: Trace) -> list[str] | None:
+    """One 'set:index' label per prompt of the whole run (sequence i ran the i-th), canonical (canonical_prompt);
+    None when the header's prompt_source names no built-in set slice (a user's prompt file)."""
     src = str(trace.header.prompt_source)
     m = re.fullmatch(r"(?:prompt-set|calibrate-here):(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
     if not m:
-        return {src} if trace.requests is None else {f"{src}#{i}" for i in trace.requests}
+        return None
     name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)
     lo = int(lo or 0)
     hi = int(hi) if hi else lo + int(trace.header.num_prompts)
-    labels = [f"{name}:{i}" for i in range(lo, hi, int(step or 1))]
+    return [canonical_prompt(name, i) for i in range(lo, hi, int(step or 1))]
+
+
+def prompt_ids(trace: Trace) -> set[str]:
+    """The prompts a trace ran, as canonical 'set:index' labels (from its header's prompt_source, e.g.
+    prompt-set:code[8:16]; prompt_labels); of a cut run (Trace.only_requests) only its sequences' prompts."""
+    labels = prompt_labels(trace)
+    src = str(trace.header.prompt_source)
+    if labels is None:
+        return {src} if trace.requests is None else {f"{src}#{i}" for i in trace.requests}
     if trace.requests is None:
         return set(labels)
     return {labels[i] if i < len(labels) else f"{src}#{i}" for i in trace.requests}

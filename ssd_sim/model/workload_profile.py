@@ -125,6 +125,8 @@ class AcceptanceSource:
     uncertainty: Uncertainty | None
     sources: tuple[str, ...]
     provenance: str  # the profile's "acceptance" provenance line
+    pair: tuple[str, str] | None = None  # (target, draft) of a profile source; None for a workload file
+    own_provenance: str = ""  # a profile source's own "acceptance" line (kept when the pair is the same)
 
 
 def acceptance_source(name_or_path: str) -> AcceptanceSource:
@@ -137,17 +139,26 @@ def acceptance_source(name_or_path: str) -> AcceptanceSource:
                                 w.provenance(str(name_or_path)))
     if name_or_path in list_presets() or Path(name_or_path).exists():
         p = load_profile(name_or_path, None) if name_or_path in list_presets() else load_profile(None, name_or_path)
-        return AcceptanceSource(p.name, p.acceptance, p.uncertainty, p.sources,
-                                f"assumed: the acceptance and hit curves of {p.name} ({p.target_model} + "
-                                f"{p.draft_model}), another pair or setup; pass --acceptance-from a workload file "
-                                "(ssd-plan workload) or a calibrated profile of yours")
+        return profile_acceptance(p)
     raise ConfigError("acceptance_from", f"{name_or_path!r} is neither a preset ({', '.join(list_presets())}), a "
                                          "profile file nor a workload file (ssd-plan workload); acceptance cannot "
                                          "come from specs, name where it comes from")
 
 
+def profile_acceptance(p) -> AcceptanceSource:
+    """A profile's acceptance and hit curves as the source of another profile's (with_acceptance): assumed for
+    another pair; for the same target and draft, its own measured or derived provenance, since acceptance is a property
+    of the models and the text, not of the hardware that timed them."""
+    return AcceptanceSource(p.name, p.acceptance, p.uncertainty, p.sources,
+                            f"assumed: the acceptance and hit curves of {p.name} ({p.target_model} + "
+                            f"{p.draft_model}), another pair or setup; pass --acceptance-from a workload file "
+                            "(ssd-plan workload) or a calibrated profile of yours",
+                            (p.target_model, p.draft_model), p.provenance.get("acceptance", ""))
+
+
 def with_acceptance(profile, source: AcceptanceSource):
-    """`profile` (its latencies) with `source`'s acceptance; the acceptance parts of its uncertainty replaced."""
+    """`profile` (its latencies) with `source`'s acceptance; the acceptance parts of its uncertainty replaced. A
+    profile source of the same pair (same target and draft) keeps its own acceptance provenance, marked as from it."""
     from dataclasses import replace
 
     u = profile.uncertainty
@@ -157,5 +168,8 @@ def with_acceptance(profile, source: AcceptanceSource):
                     sources={**u.sources, **{k: v for k, v in s.sources.items()
                                              if k in ("acceptance_logit_sd", "hit")}})
     prov = {k: v for k, v in profile.provenance.items() if not k.startswith("acceptance")}
-    return replace(profile, acceptance=source.acceptance, uncertainty=u, provenance={**prov, "acceptance": source.provenance},
+    line = source.provenance
+    if source.pair == (profile.target_model, profile.draft_model) and all(source.pair) and source.own_provenance:
+        line = f"from {source.name} (the same target and draft, other runs): {source.own_provenance}"
+    return replace(profile, acceptance=source.acceptance, uncertainty=u, provenance={**prov, "acceptance": line},
                    name=f"{profile.name} + {source.name}", sources=profile.sources + source.sources)

@@ -3,7 +3,7 @@
 import pytest
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.overlap import LEAK_SHARE, overlap, prompt_ids
+from ssd_sim.io.overlap import COMPOSITE_SETS, LEAK_SHARE, canonical_prompt, overlap, prompt_ids
 from ssd_sim.io.trace import summarize
 from tests.helpers.trace_samples import trace_from
 
@@ -73,7 +73,7 @@ def test_a_run_cut_to_some_requests_keeps_their_rounds_and_prompts():
     cut = run.only_requests([1, 3], "B0")
     assert [r.seqs[0].seq for r in cut.rounds] == [1, 1, 3, 3] and cut.requests == (1, 3)
     assert cut.summary is None and cut.path.endswith("[B0]")
-    assert prompt_ids(cut) == {"pool:1", "pool:3"} and prompt_ids(run) == {f"pool:{i}" for i in range(4)}
+    assert prompt_ids(cut) == {"code:1", "code:3"} and prompt_ids(run) == {f"code:{i}" for i in range(4)}
     assert summarize(cut).tokens == 8 and summarize(cut).wall_ms == pytest.approx(2 * 11.0 + 2 * 13.0)
     # the two halves of a pool share no prompt, so a greedy AR calibration on one cannot leak into the other
     assert overlap([run.only_requests([0, 2])], cut).prompts == 0.0
@@ -87,3 +87,21 @@ def test_a_cut_that_splits_a_batched_round_or_names_no_request_is_refused():
     assert len(_pool(batch=2).only_requests([0, 1]).rounds) == 2  # whole batches can be cut
     with pytest.raises(ConfigError, match="has no sequence 9"):
         _pool().only_requests([1, 9])
+
+
+def test_a_pool_prompt_is_the_code_or_chat_prompt_it_holds():
+    assert [canonical_prompt("pool", i) for i in (0, 23, 24, 47)] == ["code:0", "code:23", "chat:0", "chat:23"]
+    assert canonical_prompt("chat", 5) == "chat:5"
+    # a greedy pool run without logged contexts holds the text of the code runs on the same prompts
+    pool_ar = _pool(seqs=48, prompts="prompt-set:pool[0:48]").only_requests([1, 30])
+    assert overlap([pool_ar], _run([7, 8], prompts="prompt-set:code[1:2]")).share == 1.0
+    assert overlap([pool_ar], _run([7, 8], prompts="prompt-set:chat[6:7]")).share == 1.0
+    assert overlap([pool_ar], _run([7, 8], prompts="prompt-set:code[3:4]")).share == 0.0
+
+
+def test_the_composite_sets_match_the_runtime_prompt_sets():
+    from ssd_runtime.prompts import PROMPT_SETS
+
+    for name, parts in COMPOSITE_SETS.items():
+        assert PROMPT_SETS[name] == sum((PROMPT_SETS[part][:n] for part, n in parts), ())
+        assert [n for _, n in parts] == [len(PROMPT_SETS[part]) for part, _ in parts]

@@ -46,3 +46,20 @@ def test_a_spec_pair_names_the_workload_as_its_measured_acceptance(tmp_path):
     prof = profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="h100-sxm", acceptance_from=str(workload(tmp_path)))
     assert "from vllm metrics" in prof.provenance["acceptance"] and prof.uncertainty.hit_assumed
     assert prof.acceptance.at(0.0, 1.0).acceptance == pytest.approx((0.8, 0.75, 0.7))
+
+
+def test_a_calibrated_profile_of_the_same_pair_lends_its_measured_acceptance():
+    from dataclasses import replace
+    from pathlib import Path
+
+    from ssd_sim.model.presets import load_profile_file
+
+    shipped = Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-grid" / "profile.json"
+    source = acceptance_source(str(shipped))
+    here = replace(load_profile_file(shipped), name="probed-here")  # the same pair, timed elsewhere
+    lent = with_acceptance(here, source)
+    assert lent.provenance["acceptance"].startswith(
+        "from qwen-coder-cpu-calibrated (the same target and draft, other runs): measured: 2 (temperature, C) groups")
+    assert lent.acceptance == source.acceptance
+    # another pair's acceptance stays an assumption
+    assert with_acceptance(get_preset("llama70b-1b-h100"), source).provenance["acceptance"].startswith("assumed: ")
