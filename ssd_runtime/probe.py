@@ -28,7 +28,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.probe import PROBE_SCHEMA
+from ssd_sim.io.probe import MAX_SLOWDOWN, PROBE_SCHEMA
 
 from .models import ModelSpec
 from .protocol import Ctl
@@ -348,5 +348,11 @@ def _while_looping(pair: _Pair, looper: str, shape: Shape, timed: str, shapes: l
 
 
 def _slowdown(beside: dict[Shape, list[float]], alone: dict[Shape, list[float]]) -> float:
+    """The median (time beside the other model / time alone) - 1 over the shapes, at least 0; RuntimeError beyond
+    MAX_SLOWDOWN (the host was busy with something else: no file that load_probe would refuse)."""
     ratios = [statistics.median(v) / statistics.median(alone[s]) for s, v in beside.items()]
-    return max(statistics.median(ratios) - 1.0, 0.0)
+    slowdown = max(statistics.median(ratios) - 1.0, 0.0)
+    if slowdown > MAX_SLOWDOWN:
+        raise RuntimeError(f"a forward ran {slowdown + 1:.1f}x slower beside the other model than alone: something "
+                           "else is using these cores; probe again with nothing else running")
+    return slowdown

@@ -49,3 +49,13 @@ def test_probe_cli_refuses_a_bad_grid_in_one_line(capsys, tmp_path):
     err = capsys.readouterr().err.strip()
     assert e.value.code == 2 and len(err.splitlines()) == 1 and "--probe-batch" in err and "ascending" in err
     assert not (tmp_path / "p.json").exists()
+
+
+def test_a_slowdown_beyond_what_a_probe_file_holds_is_refused_not_written():
+    from ssd_runtime.probe import _slowdown
+
+    alone = {("append", 1, 2): [10.0, 10.0]}
+    assert _slowdown({("append", 1, 2): [43.0]}, alone) == pytest.approx(3.3)
+    assert _slowdown({("append", 1, 2): [9.0]}, alone) == 0.0
+    with pytest.raises(RuntimeError, match="something else is using these cores"):
+        _slowdown({("append", 1, 2): [120.0]}, alone)
