@@ -39,8 +39,8 @@ def test_every_split_named_by_the_issue_is_there():
     pool = [n for n, s in SPLITS.items() if "halves" in s]
     assert sorted(pool) == ["pool-halves", "pool-halves-ar-sd", "pool-halves-configs", "pool40-halves",
                             "pool40-to-pool40i", "pool40i-halves", "pool64i-halves"]
-    assert sorted(n for n, s in SPLITS.items() if "workload_from" in s) == ["avx2-to-pool", "avx2-to-pool40i",
-                                                                            "pool-to-avx2"]
+    assert sorted(n for n, s in SPLITS.items() if "workload_from" in s) == [
+        "avx2-to-pool", "avx2-to-pool40i", "avx2-to-xeon", "pool-to-avx2", "pool-to-xeon"]
 
 
 
@@ -69,7 +69,7 @@ def test_each_split_holds_out_what_its_name_says():
 
 
 TEXT_HOLDOUTS = {"prompts", "code-to-chat", "halves-t0", "halves-t1", "halves-probe", "avx512-odd", "pool-to-avx2",
-                 "avx2-to-pool", "avx2-to-pool40i"}  # share no text
+                 "avx2-to-pool", "avx2-to-pool40i", "xeon-here", "pool-to-xeon", "avx2-to-xeon"}  # share no text
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in SPLITS.items() if "halves" not in s))  # halves: per draw, below
@@ -154,7 +154,12 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (8.5, 11.0), "c1-to-c": (5.5, 10.0)
           # prompts 9.7% / 19.8% on the sequential 16-token session (its AR runs +8.2% / +4.5%: the odd code prompts
           # ran in the session's first, slower half while chat, in the second, carries the latency fit) and 4.6% /
           # 9.3% on the interleaved 40-token session; on both the odd code prompts accept ~4% less than the even ones
-          "pool-to-avx2": (4.5, 6.0), "avx2-to-pool": (10.0, 20.0), "avx2-to-pool40i": (5.0, 9.5)}
+          "pool-to-avx2": (4.5, 6.0), "avx2-to-pool": (10.0, 20.0), "avx2-to-pool40i": (5.0, 9.5),
+          # a new host (traces/cpu-fp32-xeon/README.md): calibrate-here, then runs on the odd code prompts, the splits
+          # defined before those runs were made. Acceptance right, latency low: the host ran ~10% slower 20 minutes
+          # later, and a forward after an idle wait (SD's verify, the draft's first step) costs 9-27% more than the
+          # probe's back-to-back loops (bench/idle_wake.py); across hosts the even code prompts also accept more
+          "xeon-here": (11.5, 17.0), "pool-to-xeon": (17.0, 22.5), "avx2-to-xeon": (15.0, 21.5)}
 
 
 def test_every_split_has_a_limit():
@@ -198,20 +203,22 @@ def test_interval_coverage_counts_text_hold_outs_only():
     goal = {res["name"]: res for res in results if res["goal"]}
     assert set(goal) == {"prompts", "halves-t0", "halves-t1", "halves-probe", "avx512-odd", "pool-halves",
                          "pool-halves-configs", "pool-halves-ar-sd", "pool40-halves", "pool40i-halves",
-                         "pool40-to-pool40i", "pool64i-halves", "pool-to-avx2", "avx2-to-pool", "avx2-to-pool40i"}
+                         "pool40-to-pool40i", "pool64i-halves", "pool-to-avx2", "avx2-to-pool", "avx2-to-pool40i",
+                         "xeon-here", "pool-to-xeon", "avx2-to-xeon"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
-    assert len(goal_runs) == 121 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
+    assert len(goal_runs) == 136 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
     # measured (3 draws per pool split): 98 of 106 inside their 90% intervals (92%; the goal is 85-95%), with the
     # request-to-request spread taken within code and chat (model.mix) and the project's drift at 6.3%: the halves
     # whose latencies were fitted 2.5 h before their runs hold 1 of 4, the pool's same-configuration halves 24 of 24,
     # the 40-token pools' 12 of 12 each, the 64-token pool's 9 of 9, the two sessions 2.5 h apart 8 of 12 (9 before the transfer fix, whose
-    # over-priced SSD rounds had hidden part of the host's slow-down), across hosts 14 of 15 (112 of 121, 93%)
-    assert sum(r["inside"] for r in goal_runs) == 112
+    # over-priced SSD rounds had hidden part of the host's slow-down), across hosts 14 of 15, on the new Xeon host 13
+    # of 15 (125 of 136, 92%)
+    assert sum(r["inside"] for r in goal_runs) == 125
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
     assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 8
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
-    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (35, 34)
+    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (38, 37)
 
 
 def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():
