@@ -18,6 +18,7 @@ import statistics
 from rich.console import Console
 from rich.table import Table
 from scipy.stats import chi2
+from scipy.stats import f as f_dist
 
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.drift import median_verify_ms, pooled_log_sd, repeat_groups
@@ -51,6 +52,26 @@ def main() -> None:
     sd = pooled_log_sd(ms)
     lo, hi = sd * math.sqrt(dof / chi2.ppf(0.95, dof)), sd * math.sqrt(dof / chi2.ppf(0.05, dof))
     print(f"pooled drift SD {sd:.1%} over {len(ms)} setups, {dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%}")
+    print_by_process_count(groups, ms)
+
+
+def print_by_process_count(groups, ms) -> None:
+    """AR (one process) against SD / SSD (two) apart, and the F-test of their variances: whether one drift per kind
+    of run would be measured rather than noise."""
+    parts = {"AR": [m for g, m in zip(groups, ms, strict=True) if g[0].mode == "ar"],
+             "SD / SSD": [m for g, m in zip(groups, ms, strict=True) if g[0].mode != "ar"]}
+    sds = {}
+    for name, part in parts.items():
+        dof = sum(map(len, part)) - len(part)
+        if dof < 1:
+            print(f"{name}: no repeats")
+            return
+        sds[name] = (pooled_log_sd(part), dof)
+        print(f"{name}: drift SD {sds[name][0]:.1%} over {len(part)} setups, {dof} degrees of freedom")
+    (a, da), (b, db) = sds["SD / SSD"], sds["AR"]
+    p = 2 * min(f_dist.sf((a / b) ** 2, da, db), f_dist.cdf((a / b) ** 2, da, db))
+    print(f"F-test, SD / SSD against AR: ratio of variances {(a / b) ** 2:.2f}, two-sided p = {p:.2f}"
+          + (" (not distinguishable: one pooled drift)" if p > 0.05 else ""))
 
 
 if __name__ == "__main__":

@@ -121,3 +121,14 @@ def test_a_probe_of_a_busy_host_loads_up_to_the_slowdown_the_probe_writes(tmp_pa
     # measured under load on 2 cores (tiny models, the suite running beside it): the verify 4.3x slower
     probe = write_probe(tmp_path / "busy.json", interference={"one_row": 3.27, "rows": 0.1, "draft": 0.05})
     assert probe.one_row == pytest.approx(3.27) and MAX_SLOWDOWN == 10.0
+
+
+def test_sd_verifies_above_the_table_where_ar_sits_on_it_are_a_warning(traces):
+    paths, d = traces
+    _, rep = calibrate(paths, probe=write_probe(d / "flat.json"))
+    assert rep.latency["probe"]["sd_vs_ar"] == pytest.approx(1.0, abs=0.03)
+    assert not any("idle wait" in w for w in rep.warnings)
+    # the table's 4-token forward (SD K = 3's verify) 10% below what the runs paid, the 1-token one where they ran
+    _, rep = calibrate(paths, probe=write_probe(d / "idle.json", bump={(1, 4): 1 / 1.1}))
+    assert rep.latency["probe"]["sd_vs_ar"] == pytest.approx(1.1, abs=0.03)
+    assert any("SD's verifies ran 10% further above the probe table than AR's" in w for w in rep.warnings)
