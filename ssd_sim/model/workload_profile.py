@@ -127,6 +127,7 @@ class AcceptanceSource:
     provenance: str  # the profile's "acceptance" provenance line
     pair: tuple[str, str] | None = None  # (target, draft) of a profile source; None for a workload file
     own_provenance: str = ""  # a profile source's own "acceptance" line (kept when the pair is the same)
+    own_details: tuple[tuple[str, str], ...] = ()  # and its "acceptance.*" lines (hit curves, Saguaro, mix, ...)
 
 
 def acceptance_source(name_or_path: str) -> AcceptanceSource:
@@ -153,7 +154,8 @@ def profile_acceptance(p) -> AcceptanceSource:
                             f"assumed: the acceptance and hit curves of {p.name} ({p.target_model} + "
                             f"{p.draft_model}), another pair or setup; pass --acceptance-from a workload file "
                             "(ssd-plan workload) or a calibrated profile of yours",
-                            (p.target_model, p.draft_model), p.provenance.get("acceptance", ""))
+                            (p.target_model, p.draft_model), p.provenance.get("acceptance", ""),
+                            tuple((k, v) for k, v in p.provenance.items() if k.startswith("acceptance.")))
 
 
 def with_acceptance(profile, source: AcceptanceSource):
@@ -168,8 +170,9 @@ def with_acceptance(profile, source: AcceptanceSource):
                     sources={**u.sources, **{k: v for k, v in s.sources.items()
                                              if k in ("acceptance_logit_sd", "hit")}})
     prov = {k: v for k, v in profile.provenance.items() if not k.startswith("acceptance")}
-    line = source.provenance
+    lines = {"acceptance": source.provenance}
     if source.pair == (profile.target_model, profile.draft_model) and all(source.pair) and source.own_provenance:
-        line = f"from {source.name} (the same target and draft, other runs): {source.own_provenance}"
-    return replace(profile, acceptance=source.acceptance, uncertainty=u, provenance={**prov, "acceptance": line},
+        lines = {"acceptance": f"from {source.name} (the same target and draft, other runs): {source.own_provenance}",
+                 **dict(source.own_details)}
+    return replace(profile, acceptance=source.acceptance, uncertainty=u, provenance={**prov, **lines},
                    name=f"{profile.name} + {source.name}", sources=profile.sources + source.sources)

@@ -61,5 +61,9 @@ def test_a_calibrated_profile_of_the_same_pair_lends_its_measured_acceptance():
     assert lent.provenance["acceptance"].startswith(
         "from qwen-coder-cpu-calibrated (the same target and draft, other runs): measured: 2 (temperature, C) groups")
     assert lent.acceptance == source.acceptance
-    # another pair's acceptance stays an assumption
-    assert with_acceptance(get_preset("llama70b-1b-h100"), source).provenance["acceptance"].startswith("assumed: ")
+    # with the lines of its hit curves and Saguaro response, as the source profile states them
+    own = load_profile_file(shipped).provenance
+    assert lent.provenance["acceptance.hit"] == own["acceptance.hit"] and "acceptance.saguaro" in lent.provenance
+    # another pair's acceptance stays an assumption, and its details do not come along
+    other = with_acceptance(get_preset("llama70b-1b-h100"), source).provenance
+    assert other["acceptance"].startswith("assumed: ") and not any(k.startswith("acceptance.") for k in other)
