@@ -239,7 +239,8 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     mix: the calibration weighted to these request classes (the predicted runs' own: what their user knows).
     workload: other runs ({name: trace}) whose acceptance and hits replace the calibration's, as `ssd-plan --profile
     P --acceptance-from W` does (model.workload_profile.with_acceptance); the mix then weights them, not `cal`."""
-    text, leak = shared_text(name, list(cal.values()) + list((workload or {}).values()), pred)
+    others = list(cal.values()) + list((workload or {}).values())  # all the text the prediction was given
+    text, leak = shared_text(name, others, pred)
     if leak and not allow_leaks:
         raise LeakingSplit(leak)
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
@@ -269,7 +270,7 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     return summary_of(name, split, runs, leak, {
         "calibrate": list(cal), "probe": probe.path if probe else None, "acceptance_from": acceptance_from or [],
         "workload_from": list(workload or {}), "mix_of_predicted": mix.describe() if mix else None,
-        "shared": shared(list(cal.values()) + list((workload or {}).values()), list(pred.values())),
+        "shared": shared(others, list(pred.values())),
         "warnings": report.warnings,
         "choices": choices(runs, recommender(profile, pred))})
 
@@ -374,7 +375,7 @@ def cut_prompts(trace: Trace, wanted, label: str) -> Trace:
     labels = prompt_labels(trace)
     if labels is None:
         return trace
-    seqs = sorted(trace.sequences())
+    seqs = trace.sequences()
     keep = [q for q in seqs if q < len(labels) and wanted(labels[q])]
     if len(keep) == len(seqs):
         return trace
