@@ -12,6 +12,11 @@ target on core 0, the draft on core 1, one thread each; or each on its CUDA devi
              slowdown beside a busy draft), and the draft's steps while the target loops a verify
     transfer one request + reply round trip through the runtime's channel (gloo / NCCL) with the reply's
              tokens and (T > 0) its q of b x K x vocab float32, per (b, K)
+    idle     each model's one-row forwards right after a sleep of each of `idle_gaps_ms`, interleaved with the same
+             forwards back to back (the other model idle): in SD each model sleeps while the other works, in SSD
+             the target sleeps while a late reply comes and the draft while a long verify runs, and on some hosts
+             a forward after a sleep costs more (a KVM guest's halted vCPU, a lower clock; +5-12% for the target
+             and +27% for the draft's step on one Intel Xeon host, bench/idle_wake.py)
 
 Every shape is timed `repeats` times, interleaved (round-robin over the shapes, after one untimed warm-up pass)
 so that drift spreads over all of them; each row of the result keeps every sample. Rows sit at `context`
@@ -48,12 +53,16 @@ class ProbeGrid:
     repeats: int = 5  # timed samples per shape
     temperature: float = 0.0  # the sampling the verify and the draft do (greedy at 0)
     transfer_k: tuple[int, ...] = (1, 4, 8)  # K of the transfer round trips (x every batch size)
+    idle_gaps_ms: tuple[float, ...] = (5.0, 50.0, 500.0)  # sleeps before the after-idle forwards (ms; () skips them)
 
     def __post_init__(self):
         for name in ("batch", "branch_rows", "transfer_k"):
             vals = getattr(self, name)
             if not vals or any(int(v) != v or v < 1 for v in vals):
                 raise ConfigError(f"probe.{name}", f"must be integers >= 1, got {list(vals)!r}")
+        gaps = self.idle_gaps_ms
+        if list(gaps) != sorted(set(gaps)) or any(not 0 < g <= 10_000 for g in gaps):
+            raise ConfigError("probe.idle_gaps_ms", f"must be ascending sleeps in (0, 10000] ms, got {list(gaps)!r}")
         if not 1 <= self.max_k <= 64:
             raise ConfigError("probe.max_k", f"must be in 1..64, got {self.max_k}")
         if self.repeats < 1 or self.context < 1:
@@ -64,6 +73,13 @@ class ProbeGrid:
 
     def draft_shapes(self) -> list[Shape]:
         return self.target_shapes() + [("tree", r, 1) for r in self.branch_rows]
+
+    def idle_shapes(self, role: str) -> list[Shape]:
+        """The one-row forwards timed after a sleep: the target's verifies (short, middle, longest), the draft's
+        one- and two-token steps (SD's draft, its first step after a round that accepted all K) and its longest glue."""
+        if role == "target":
+            return sorted({("append", 1, t) for t in (2, (self.max_k + 2) // 2 + 1, self.max_k + 1)})
+        return sorted({("append", 1, t) for t in (1, 2, self.max_k + 1)})
 
     def capacity(self) -> int:
         """KV slots per row: the context, the longest append or tree step, scratch and slack."""
@@ -79,6 +95,7 @@ class ProbeResult:
     draft: dict[Shape, list[float]] = field(default_factory=dict)
     interference: dict = field(default_factory=dict)
     transfer: dict[tuple[int, int], list[float]] = field(default_factory=dict)
+    after_idle: dict = field(default_factory=dict)  # role -> _Bench.after_sleep's {"back": ..., "after": ...}
     models: dict = field(default_factory=dict)
     host: dict | None = None
     wall_s: float = 0.0
@@ -87,12 +104,20 @@ class ProbeResult:
         """The probe file (ssd-probe/1, read by ssd_sim.io.probe): per key its median and every sample."""
         return {"schema": PROBE_SCHEMA, "grid": asdict(self.grid), "models": self.models, "host": self.host,
                 "wall_s": round(self.wall_s, 1), "target": _rows(self.target), "draft": _rows(self.draft),
-                "interference": self.interference, "transfer": _rows(self.transfer)}
+                "interference": self.interference, "transfer": _rows(self.transfer),
+                **({"after_idle": _idle_rows(self.after_idle)} if self.after_idle else {})}
 
 
 def _rows(samples: dict[tuple, list[float]]) -> list[list]:
     """[*key, median ms, [ms, ...]] per key of `samples`."""
     return [[*key, statistics.median(v), [round(x, 4) for x in v]] for key, v in samples.items()]
+
+
+def _idle_rows(after_idle: dict) -> dict:
+    """{role: {"back_to_back": rows, "after_sleep": [[gap ms, rows], ...]}} with rows as _rows writes them."""
+    return {role: {"back_to_back": _rows(d["back"]),
+                   "after_sleep": [[gap, _rows(v)] for gap, v in d["after"].items()]}
+            for role, d in after_idle.items()}
 
 
 # ---- the worker side -------------------------------------------------------------------------------------
@@ -164,6 +189,22 @@ class _Bench:
                 out[s].append(self.forward(s))
         return out
 
+    def after_sleep(self, shapes: list[Shape], gaps_ms: list[float], repeats: int) -> dict:
+        """{"back": {shape: [ms]}, "after": {gap ms: {shape: [ms]}}}: per repeat and shape, one forward after each
+        sleep, then one right after that forward (back to back), so that drift spreads over both; after one untimed
+        pass."""
+        for s in shapes:
+            self.forward(s)
+        back: dict[Shape, list[float]] = {s: [] for s in shapes}
+        after: dict[float, dict[Shape, list[float]]] = {g: {s: [] for s in shapes} for g in gaps_ms}
+        for _ in range(repeats):
+            for s in shapes:
+                for g in gaps_ms:
+                    time.sleep(g / 1e3)
+                    after[g][s].append(self.forward(s))
+                back[s].append(self.forward(s))
+        return {"back": back, "after": after}
+
     def loop(self, shape: Shape, conn) -> list[float]:
         """Forwards of `shape` until the controller sends anything; their ms."""
         self.forward(shape)
@@ -209,6 +250,8 @@ def _serve(conn, bench: _Bench, chan, role: str) -> None:
             return
         if cmd == P.TIME:
             conn.send((P.TIMES, bench.time(*arg)))
+        elif cmd == P.IDLE:
+            conn.send((P.IDLED, bench.after_sleep(*arg)))
         elif cmd == P.LOOP:
             conn.send((P.LOOPED, bench.loop(arg, conn)))
         elif cmd == P.TRANSFER:
@@ -312,6 +355,11 @@ def run_probe(target: ModelSpec, draft: ModelSpec, grid: ProbeGrid, pin: bool = 
             pair.send(role, P.TRANSFER, (cases, grid.repeats))
         res.transfer = pair.expect("target", P.TRANSFER)
         pair.expect("draft", P.TRANSFER)
+        if grid.idle_gaps_ms:
+            say(f"probe: forwards after sleeps of {', '.join(f'{g:g}' for g in grid.idle_gaps_ms)} ms")
+            for role in ("target", "draft"):  # one at a time: the other model idles, as in SD
+                pair.send(role, P.IDLE, (grid.idle_shapes(role), list(grid.idle_gaps_ms), grid.repeats))
+                res.after_idle[role] = pair.expect(role, P.IDLED)
     finally:
         pair.close()
     cores = len(os.sched_getaffinity(0)) if hasattr(os, "sched_getaffinity") else (os.cpu_count() or 1)

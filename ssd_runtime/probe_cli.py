@@ -9,6 +9,7 @@ by itself. Bad input: one line naming the flag, exit 2, nothing written.
 
 from __future__ import annotations
 
+import argparse
 import contextlib
 import json
 import statistics
@@ -17,6 +18,7 @@ from ssd_sim.cli.args import OneLineParser, add_knob_arg, fail, positive_int
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.outputs import check_outputs, claim_outputs
+from ssd_sim.io.probe import idle_fraction
 from ssd_sim.io.values import int_list
 
 from .probe import ProbeGrid, run_probe
@@ -36,16 +38,33 @@ def add_probe_args(p: OneLineParser, with_temperature: bool = True) -> None:
                    help="draft tree-step rows, b x budget (default " + ",".join(map(str, d.branch_rows)) + ")")
     g.add_argument("--probe-repeats", type=positive_int, default=d.repeats, metavar="N",
                    help=f"timed samples per shape, interleaved (default {d.repeats})")
+    g.add_argument("--probe-idle-gaps", type=idle_gaps_arg, default=d.idle_gaps_ms, metavar="MS[,MS..]|none",
+                   help="sleeps before the after-idle forwards, ascending ms (default "
+                        + ",".join(f"{x:g}" for x in d.idle_gaps_ms) + "; none skips them)")
     if with_temperature:
         g.add_argument("--context", type=positive_int, default=d.context, metavar="TOKENS",
                        help=f"cached tokens per row: your prompts' length + half the output (default {d.context})")
         add_knob_arg(g, "temperature", default=0.0)  # the sampling the verify and the draft do (0: greedy)
 
 
+def idle_gaps_arg(text: str) -> tuple[float, ...]:
+    """'5,50,500' -> (5.0, 50.0, 500.0) ms; 'none' -> () (no after-idle forwards)."""
+    if text.strip().lower() == "none":
+        return ()
+    try:
+        gaps = tuple(float(x) for x in text.split(","))
+    except ValueError:
+        raise argparse.ArgumentTypeError(f"must be ascending ms like 5,50,500 or none, got {text!r}") from None
+    if list(gaps) != sorted(set(gaps)) or any(not 0 < g <= 10_000 for g in gaps):
+        raise argparse.ArgumentTypeError(f"must be ascending ms in (0, 10000] like 5,50,500 or none, got {text!r}")
+    return gaps
+
+
 def grid_from_args(args, context: int, temperature: float) -> ProbeGrid:
     return ProbeGrid(batch=args.probe_batch, max_k=args.probe_max_k, branch_rows=args.probe_branch_rows,
                      context=context, repeats=args.probe_repeats, temperature=temperature,
-                     transfer_k=tuple(sorted({1, max(1, args.probe_max_k // 2), args.probe_max_k})))
+                     transfer_k=tuple(sorted({1, max(1, args.probe_max_k // 2), args.probe_max_k})),
+                     idle_gaps_ms=args.probe_idle_gaps)
 
 
 def main(argv: list[str]) -> int:
@@ -86,3 +105,8 @@ def print_summary(res) -> None:
           f"{i['rows_draft_shape'][1]}-row steps; draft +{i['draft']:.0%} beside a verify")
     one = [statistics.median(v) for (b, _), v in res.transfer.items() if b == 1]
     print(f"transfer: {statistics.median(one):.2f} ms per request + reply at b = 1")
+    for role, d in res.after_idle.items():
+        back = {s: statistics.fmean(v) for s, v in d["back"].items()}
+        cost = [f"{idle_fraction(back, {s: statistics.fmean(v) for s, v in by_shape.items()}):+.0%} after {gap:g} ms"
+                for gap, by_shape in d["after"].items()]
+        print(f"{role} after a sleep: {', '.join(cost)}")

@@ -47,6 +47,8 @@ class ProbeCtl(StrEnum):
     LOOPING = "looping"
     LOOPED = "looped"
     TRANSFER = "transfer"  # round trips with the other probe process -> TRANSFER (target-side ms)
+    IDLE = "idle"  # time these shapes after sleeps and back to back -> IDLED
+    IDLED = "idled"
     EXIT = "exit"
 
 

@@ -2,7 +2,9 @@
 
 The file holds, per role, one row [kind, rows, tokens, median ms, [samples]] per timed shape (kind "append": a
 forward of rows x tokens; "tree": one draft tree step of 1 sequence x rows branches, i.e. rows x 1 token), the
-slowdowns measured with both models busy, and transfer round trips [b, K, median ms, [samples]].
+slowdowns measured with both models busy, transfer round trips [b, K, median ms, [samples]] and (probes since
+2026-12) "after_idle": per role the one-row forwards back to back and after sleeps of a few gaps, which the reader
+turns into after-idle fractions (mean after the sleep / mean back to back - 1, the median over the shapes) per gap.
 
 Each table holds the **mean** of a shape's samples, not the file's median: a run's tok/s is its tokens over the sum of
 its forwards, so what it pays per forward is the mean, outliers included (the same reason a calibrated fit is levelled
@@ -14,7 +16,7 @@ from __future__ import annotations
 
 import math
 import statistics
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from pathlib import Path
 
 from ssd_sim.io.errors import ConfigError
@@ -45,6 +47,9 @@ class Probe:
     temperature: float
     host: Host | None
     models: dict
+    # role -> ((gap ms, fraction), ...): a forward right after a sleep of gap ms costs (1 + fraction) x one back to
+    # back; empty when the probe did not time it (files before 2026-12)
+    after_idle: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
     @property
     def transfer_ms(self) -> float:
@@ -75,14 +80,54 @@ def load_probe(path: str | Path) -> Probe:
                  transfer=_transfer(d.get("transfer", []), path), context=int(grid.get("context", 0)),
                  temperature=float(grid.get("temperature", 0.0)),
                  host=Host.from_dict(d["host"], "probe.host") if isinstance(d.get("host"), dict) else None,
-                 models=d.get("models") if isinstance(d.get("models"), dict) else {})
+                 models=d.get("models") if isinstance(d.get("models"), dict) else {},
+                 after_idle=_after_idle(d.get("after_idle"), path))
 
 
-def _table(rows, field: str, path) -> tuple[dict[tuple[int, int], float], float]:
+MIN_AFTER_IDLE = -0.5  # a forward after a sleep twice as fast as back to back: the measurement is broken
+
+
+def _after_idle(d, path) -> dict[str, tuple[tuple[float, float], ...]]:
+    """role -> ((gap ms, fraction), ...) ascending in gap (module docstring); {} without the section."""
+    if d is None:
+        return {}
+    if not isinstance(d, dict) or set(d) != {"target", "draft"}:
+        raise ConfigError("probe.after_idle", f"{path}: must hold 'target' and 'draft'; rerun `ssd-run probe`")
+    out = {}
+    for role, entry in d.items():
+        where = f"probe.after_idle.{role}"
+        gaps = entry.get("after_sleep") if isinstance(entry, dict) else None
+        if not isinstance(gaps, list) or not gaps or not all(isinstance(g, list) and len(g) == 2 for g in gaps):
+            raise ConfigError(where, f"{path}: must hold back_to_back and after_sleep [[gap ms, rows], ...]")
+        back, _ = _table(entry.get("back_to_back"), f"{where}.back_to_back", path, at_least=1)
+        pairs = []
+        for gap, rows in gaps:
+            if not _ms(gap):
+                raise ConfigError(f"{where}.after_sleep", f"{path}: gap must be a positive number of ms, got {gap!r}")
+            after, _ = _table(rows, f"{where}.after_sleep", path, at_least=1)
+            if set(after) != set(back):
+                raise ConfigError(f"{where}.after_sleep", f"{path}: must time the shapes back_to_back times")
+            frac = idle_fraction(back, after)
+            if not MIN_AFTER_IDLE <= frac <= MAX_SLOWDOWN:
+                raise ConfigError(f"{where}.after_sleep", f"{path}: a forward after a {gap:g} ms sleep took "
+                                                          f"{frac + 1:.2f}x one back to back; probe again")
+            pairs.append((float(gap), float(frac)))
+        if [g for g, _ in pairs] != sorted({g for g, _ in pairs}):
+            raise ConfigError(f"{where}.after_sleep", f"{path}: gaps must be ascending and distinct")
+        out[role] = tuple(pairs)
+    return out
+
+
+def idle_fraction(back: dict, after: dict) -> float:
+    """The median over shapes of (ms after a sleep / ms back to back) - 1; both {shape: mean ms}."""
+    return float(statistics.median(after[s] / back[s] for s in back)) - 1.0
+
+
+def _table(rows, field: str, path, at_least: int = 3) -> tuple[dict[tuple[int, int], float], float]:
     """{(rows, tokens): mean of the pooled samples} (module docstring), and the median over shapes of the samples'
     SD / mean."""
-    if not isinstance(rows, list) or len(rows) < 3:
-        raise ConfigError(field, f"{path}: must list at least 3 timed shapes; rerun `ssd-run probe`")
+    if not isinstance(rows, list) or len(rows) < at_least:
+        raise ConfigError(field, f"{path}: must list at least {at_least} timed shapes; rerun `ssd-run probe`")
     pooled: dict[tuple[int, int], list[float]] = {}
     for i, row in enumerate(rows):
         ok = (isinstance(row, list) and len(row) == 5 and row[0] in KINDS and all(_count(x) for x in row[1:3])

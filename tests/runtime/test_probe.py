@@ -11,7 +11,7 @@ from ssd_sim.io.probe import load_probe
 from tests.helpers.runtime import DRAFT, TARGET, spec
 
 GRID = ProbeGrid(batch=(1, 2), max_k=3, branch_rows=(1, 2, 4), context=24, repeats=2, temperature=1.0,
-                 transfer_k=(1, 3))
+                 transfer_k=(1, 3), idle_gaps_ms=(1.0, 10.0))
 
 
 @pytest.fixture(scope="module")
@@ -32,6 +32,12 @@ def test_every_shape_of_the_grid_is_timed_repeats_times(probed):
     assert sorted(res.transfer) == [(1, 1), (1, 3), (2, 1), (2, 3)]
     assert {"one_row", "rows", "draft"} <= set(res.interference)
     assert res.interference["rows_draft_shape"] == ["tree", 4, 1]
+    assert list(res.after_idle["target"]["after"]) == [1.0, 10.0]
+    assert sorted(res.after_idle["target"]["back"]) == [("append", 1, 2), ("append", 1, 3), ("append", 1, 4)]
+    assert sorted(res.after_idle["draft"]["after"][10.0]) == [("append", 1, 1), ("append", 1, 2), ("append", 1, 4)]
+    timed = [v for d in res.after_idle.values() for by_shape in (d["back"], *d["after"].values())
+             for v in by_shape.values()]
+    assert len(timed) == 2 * 3 * 3 and all(len(v) == 2 and min(v) > 0 for v in timed)
 
 
 def test_the_probe_file_loads_as_tables_of_this_host(probed):
@@ -41,6 +47,43 @@ def test_the_probe_file_loads_as_tables_of_this_host(probed):
     assert (4, 1) in probe.draft and probe.context == 24 and probe.temperature == 1.0
     assert probe.host is not None and probe.host.cpu and probe.transfer_ms > 0
     assert probe.models["target"]["label"].startswith("tiny(")
+    assert [g for g, _ in probe.after_idle["target"]] == [1.0, 10.0] == [g for g, _ in probe.after_idle["draft"]]
+    assert all(-0.5 <= f <= 10 for role in ("target", "draft") for _, f in probe.after_idle[role])
+
+
+def test_the_sleeps_come_before_their_forwards_and_back_to_back_right_after_one():
+    from ssd_runtime.probe import _Bench
+
+    events = []
+
+    class Stub(_Bench):
+        def __init__(self):
+            pass
+
+        def forward(self, shape):
+            events.append(("forward", shape))
+            return 1.0
+
+    import ssd_runtime.probe as probe
+
+    real_sleep = probe.time.sleep
+    probe.time.sleep = lambda s: events.append(("sleep", round(s * 1e3, 3)))
+    try:
+        out = Stub().after_sleep([("append", 1, 2)], [5.0, 50.0], repeats=1)
+    finally:
+        probe.time.sleep = real_sleep
+    shape = ("append", 1, 2)
+    assert events == [("forward", shape), ("sleep", 5.0), ("forward", shape), ("sleep", 50.0), ("forward", shape),
+                      ("forward", shape)]
+    assert out == {"back": {shape: [1.0]}, "after": {5.0: {shape: [1.0]}, 50.0: {shape: [1.0]}}}
+
+
+def test_probe_cli_refuses_idle_gaps_out_of_order_in_one_line(capsys, tmp_path):
+    with pytest.raises(SystemExit) as e:
+        main(["probe", "--probe-idle-gaps", "50,5", "-o", str(tmp_path / "p.json")])
+    err = capsys.readouterr().err.strip()
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--probe-idle-gaps" in err and "ascending" in err
+    assert not (tmp_path / "p.json").exists()
 
 
 def test_probe_cli_refuses_a_bad_grid_in_one_line(capsys, tmp_path):
