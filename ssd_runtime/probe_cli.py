@@ -18,7 +18,7 @@ from ssd_sim.cli.args import OneLineParser, add_knob_arg, fail, positive_int
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.outputs import check_outputs, claim_outputs
-from ssd_sim.io.probe import idle_fraction
+from ssd_sim.io.probe import idle_extra
 from ssd_sim.io.values import int_list
 
 from .probe import ProbeGrid, run_probe
@@ -107,6 +107,7 @@ def print_summary(res) -> None:
     print(f"transfer: {statistics.median(one):.2f} ms per request + reply at b = 1")
     for role, d in res.after_idle.items():
         back = {s: statistics.fmean(v) for s, v in d["back"].items()}
-        cost = [f"{idle_fraction(back, {s: statistics.fmean(v) for s, v in by_shape.items()}):+.0%} after {gap:g} ms"
-                for gap, by_shape in d["after"].items()]
+        extra = {gap: idle_extra(back, {s: statistics.fmean(v) for s, v in by_shape.items()})
+                 for gap, by_shape in d["after"].items()}
+        cost = [f"{ms:+.1f} ms ({frac:+.0%}) after {gap:g} ms" for gap, (ms, frac) in extra.items()]
         print(f"{role} after a sleep: {', '.join(cost)}")

@@ -4,7 +4,9 @@ The file holds, per role, one row [kind, rows, tokens, median ms, [samples]] per
 forward of rows x tokens; "tree": one draft tree step of 1 sequence x rows branches, i.e. rows x 1 token), the
 slowdowns measured with both models busy, transfer round trips [b, K, median ms, [samples]] and (probes since
 2026-12) "after_idle": per role the one-row forwards back to back and after sleeps of a few gaps, which the reader
-turns into after-idle fractions (mean after the sleep / mean back to back - 1, the median over the shapes) per gap.
+turns into the extra ms of a forward after each sleep (mean after the sleep - mean back to back, the median over the
+shapes): on one Intel Xeon host that extra was about the same for a 200 ms and a 700 ms forward, where a fraction
+was not (model.latency).
 
 Each table holds the **mean** of a shape's samples, not the file's median: a run's tok/s is its tokens over the sum of
 its forwards, so what it pays per forward is the mean, outliers included (the same reason a calibrated fit is levelled
@@ -47,7 +49,7 @@ class Probe:
     temperature: float
     host: Host | None
     models: dict
-    # role -> ((gap ms, fraction), ...): a forward right after a sleep of gap ms costs (1 + fraction) x one back to
+    # role -> ((gap ms, extra ms), ...): a forward right after a sleep of gap ms costs extra ms more than one back to
     # back; empty when the probe did not time it (files before 2026-12)
     after_idle: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
 
@@ -88,7 +90,7 @@ MIN_AFTER_IDLE = -0.5  # a forward after a sleep twice as fast as back to back: 
 
 
 def _after_idle(d, path) -> dict[str, tuple[tuple[float, float], ...]]:
-    """role -> ((gap ms, fraction), ...) ascending in gap (module docstring); {} without the section."""
+    """role -> ((gap ms, extra ms), ...) ascending in gap (module docstring); {} without the section."""
     if d is None:
         return {}
     if not isinstance(d, dict) or set(d) != {"target", "draft"}:
@@ -107,20 +109,22 @@ def _after_idle(d, path) -> dict[str, tuple[tuple[float, float], ...]]:
             after, _ = _table(rows, f"{where}.after_sleep", path, at_least=1)
             if set(after) != set(back):
                 raise ConfigError(f"{where}.after_sleep", f"{path}: must time the shapes back_to_back times")
-            frac = idle_fraction(back, after)
+            extra, frac = idle_extra(back, after)
             if not MIN_AFTER_IDLE <= frac <= MAX_SLOWDOWN:
                 raise ConfigError(f"{where}.after_sleep", f"{path}: a forward after a {gap:g} ms sleep took "
                                                           f"{frac + 1:.2f}x one back to back; probe again")
-            pairs.append((float(gap), float(frac)))
+            pairs.append((float(gap), extra))
         if [g for g, _ in pairs] != sorted({g for g, _ in pairs}):
             raise ConfigError(f"{where}.after_sleep", f"{path}: gaps must be ascending and distinct")
         out[role] = tuple(pairs)
     return out
 
 
-def idle_fraction(back: dict, after: dict) -> float:
-    """The median over shapes of (ms after a sleep / ms back to back) - 1; both {shape: mean ms}."""
-    return float(statistics.median(after[s] / back[s] for s in back)) - 1.0
+def idle_extra(back: dict, after: dict) -> tuple[float, float]:
+    """(ms, fraction): the median over shapes of (ms after a sleep - ms back to back), and of (after / back) - 1;
+    both {shape: mean ms}."""
+    return (float(statistics.median(after[s] - back[s] for s in back)),
+            float(statistics.median(after[s] / back[s] for s in back)) - 1.0)
 
 
 def _table(rows, field: str, path, at_least: int = 3) -> tuple[dict[tuple[int, int], float], float]:

@@ -33,14 +33,14 @@ class Drift:
         return self.runs - self.groups
 
 
-# bench/drift.py over traces/ on 2026-12-03: 14 setups run 2-3 times (31 traces, 7-141 minutes apart, three 2-core CPU
-# hosts; the three newest setups are traces/cpu-fp32-pool40's AR, SD and SSD runs repeated 115-141 minutes later by
-# cpu-fp32-pool40i, whose verifies ran 6% (AR) and 16-19% (SD, SSD) slower): pooled SD 6.3%, 90% interval 5.0-8.9%
-# (chi-square, 17 degrees of freedom; 4.7% over the 11 setups before, all within 64 minutes). Drift over hours is
-# larger still on some hosts: runs 2.5 h before a probe were 1.01-1.14x its table on one host, 0.93-0.98x beside it
-# (traces/cpu-fp32-halves/README.md), not in this number.
-SHIPPED_DRIFT = Drift(0.063, 14, 31, "measured over the repeat runs in this project's traces/ (bench/drift.py: 14 "
-                                     "setups, 31 runs 7-141 min apart, three CPU hosts; 90% interval 5.0-8.9%)")
+# bench/drift.py over traces/ on 2026-12-03, 20:30 UTC: 26 setups run 2-3 times (55 traces, 7-154 minutes apart, four
+# 2-core CPU hosts). Pooled SD 13.2%, 90% interval 10.9-16.9% (chi-square, 29 degrees of freedom). It was 6.3% over the
+# 14 setups before traces/cpu-fp32-xeon-idle repeated twelve of traces/cpu-fp32-xeon's runs 2.5 h later on a host of
+# the same kind (the same CPU id): verifies ran 0.79x (AR) and 0.70-0.87x (SD, SSD) of the earlier ones. The 14
+# setups before that included cpu-fp32-pool40's AR, SD and SSD runs repeated 115-141 minutes later by cpu-fp32-pool40i
+# (6% and 16-19% slower). Drift over hours dominates: the 11 setups within 64 minutes gave 4.7%.
+SHIPPED_DRIFT = Drift(0.132, 26, 55, "measured over the repeat runs in this project's traces/ (bench/drift.py: 26 "
+                                     "setups, 55 runs 7-154 min apart, four CPU hosts; 90% interval 10.9-16.9%)")
 
 
 def setup_key(trace: Trace) -> str:

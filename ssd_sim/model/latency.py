@@ -23,6 +23,16 @@ decodes several rows or a multi-token glue; +1% / +5% on another host of the sam
 verify_slowdown_rows) and `overlapped_ms` turns them into the verify's duration given the draft's phases;
 the draft's glue and branch decode, which only ever run beside a verify, take draft_slowdown longer than
 its idle forwards (SD drafting, jit backups).
+
+After an idle wait: on some hosts a forward that follows a sleep costs more than one that follows another forward (a
+KVM guest's halted vCPU, a clock that dropped while idle). In SD each model sleeps while the other works; in SSD the
+target sleeps while a late reply comes and the draft while a long verify runs. The probe times each model's one-row
+forwards after sleeps of a few gaps (ssd_runtime.probe); target_after_idle / draft_after_idle keep the extra ms per
+gap, and the first forward after a gap g pays wake_ms(g): linear from 0 ms at g = 0 through the probed gaps, flat
+beyond the longest. On one Intel Xeon host both models paid ~35-55 ms after any sleep of 20-900 ms whatever the
+forward's length (the target's 700 ms forward +5-8%, the draft's 200 ms one +17-21%: an extra time, not a fraction).
+The gaps are those of a round without wake costs (first order) and of a round without a miss: an SSD round whose
+reply waits for a jit backup pays the wake of its hit-round gap (the cost is flat beyond ~50 ms of sleep).
 """
 
 from __future__ import annotations
@@ -133,8 +143,12 @@ class LatencyModel:
     verify_slowdown_one_row: float = 0.0  # SSD: target forward slower by this fraction while the draft decodes 1 row
     verify_slowdown_rows: float = 0.0  # ... while it decodes several rows per step or its multi-token glue
     draft_slowdown: float = 0.0  # SSD: the draft's glue and branch decode slower by this fraction (target busy)
+    target_after_idle: tuple[tuple[float, float], ...] = ()  # ((sleep ms, extra ms of the next forward), ...)
+    draft_after_idle: tuple[tuple[float, float], ...] = ()  # the same for the draft (module docstring)
 
     def __post_init__(self):
+        for name in ("target_after_idle", "draft_after_idle"):
+            object.__setattr__(self, name, _after_idle_pairs(getattr(self, name), name))
         if int(self.target_devices) != self.target_devices or self.target_devices < 1:
             raise ConfigError("target_devices", f"must be an integer >= 1, got {self.target_devices!r}")
         for name in ("round_overhead_ms", "transfer_ms", "lookup_ms", "fast_backup_ms", "verify_slowdown_one_row",
@@ -152,6 +166,13 @@ class LatencyModel:
                 raise ConfigError(f"latency.{role}", "every term is 0 ms, so a forward would take no time: "
                                   "give measured or roofline latencies (ssd-plan calibrate writes them)")
 
+    def wake_ms(self, role: str, gap_ms: ArrayLike):
+        """The extra ms of `role`'s first forward after an idle gap of gap_ms (module docstring; 0 unmeasured)."""
+        pairs = self.target_after_idle if role == "target" else self.draft_after_idle
+        if not pairs:
+            return np.zeros_like(np.asarray(gap_ms, dtype=float))
+        return np.interp(gap_ms, [0.0, *(g for g, _ in pairs)], [0.0, *(e for _, e in pairs)])
+
     def ar_step_ms(self, b: ArrayLike):
         """One autoregressive step of the target for b sequences (ms)."""
         return self.target(b, 1) + self.round_overhead_ms
@@ -160,8 +181,15 @@ class LatencyModel:
         """One verification forward over b sequences x (K + 1) tokens, plus the per-step overhead (ms)."""
         return self.target(b, np.asarray(K) + 1) + self.round_overhead_ms
 
+    def sd_verify_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike):
+        """SD's verification (ms): verify_ms plus the target's wake after idling through the round's drafting."""
+        if not self.target_after_idle:
+            return self.verify_ms(b, K)
+        return self.verify_ms(b, K) + self.wake_ms("target", self._sd_draft_alone_ms(b, K, p_all_accepted))
+
     def sd_draft_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike):
-        """Synchronous SD drafting per round: K sequential draft steps over b rows (+ transfer if remote) (ms).
+        """Synchronous SD drafting per round: K sequential draft steps over b rows (+ transfer if remote) (ms),
+        the first after the draft idled through the verify (its wake).
 
         The first step feeds each row what its KV cache lacks: the last round's bonus, and after a round that
         accepted all K also the K-th draft token (sampled, never fed). So the batch's first step is a 2-token
@@ -169,6 +197,13 @@ class LatencyModel:
         expectation (p_all_accepted = P(k = K) per row and round). With sd_extra_forward (reference engine) a
         (K + 1)-th one-token step feeds the K-th token every round instead.
         """
+        alone = self._sd_draft_alone_ms(b, K, p_all_accepted)
+        if not self.draft_after_idle:
+            return alone
+        return alone + self.wake_ms("draft", self.verify_ms(b, K) + (self.sd_round_trip_ms if self.sd_transfer else 0.0))
+
+    def _sd_draft_alone_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike):
+        """sd_draft_ms without the draft's wake (ms)."""
         K = np.asarray(K)
         if self.sd_extra_forward:
             steps = (K + 1) * self.draft(b, 1)
@@ -191,17 +226,41 @@ class LatencyModel:
         return np.asarray(K) * self.draft(rows, 1)
 
     def primary_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
-        """SSD primary speculation after replying: glue + branch decode of b x budget rows (ms).
+        """SSD primary speculation after replying: glue + branch decode of b x budget rows (ms), plus the draft's
+        wake when it idled for the request (ssd_wakes_ms).
 
         With several draft devices each runs the glue for the whole batch and its share of branches.
         """
+        alone = self._primary_alone_ms(b, K, budget, draft_devices)
+        return alone + self.ssd_wakes_ms(b, K, budget, draft_devices)[1] if self.draft_after_idle else alone
+
+    def _primary_alone_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+        """primary_ms without the wake (ms)."""
         rows = np.ceil(np.asarray(b) * np.asarray(budget) / draft_devices)
         alone = self.glue_ms(b, K) + np.where(np.asarray(budget) > 0, self.branch_ms(rows, K), 0.0)
         return alone * (1.0 + self.draft_slowdown)  # it runs while the target verifies
 
+    def ssd_wakes_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+        """(target's, draft's) wake per SSD round (ms): in a round without a miss the target waits for the reply
+        max(t_p - t_v, 0) + transfer + lookup, and the draft waits for the request max(t_v - t_p, 0) + half the
+        transfer before its glue (t_v, t_p: the round's verify and primary speculation without wakes)."""
+        if not (self.target_after_idle or self.draft_after_idle):
+            zero = np.zeros(np.broadcast(np.asarray(b), np.asarray(budget)).shape)
+            return zero, zero
+        t_v, t_p = self._ssd_verify_alone_ms(b, K, budget, draft_devices), self._primary_alone_ms(b, K, budget,
+                                                                                                   draft_devices)
+        target = self.wake_ms("target", np.maximum(t_p - t_v, 0.0) + self.transfer_ms + self.lookup_ms)
+        return target, self.wake_ms("draft", np.maximum(t_v - t_p, 0.0) + self.transfer_ms / 2)
+
     def ssd_verify_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
         """SSD verification while the draft runs its glue, then its branch decode (ms): verify_ms slowed by
-        interference for as long as the draft works (see overlapped_ms). Equals verify_ms without interference."""
+        interference for as long as the draft works (see overlapped_ms), plus the target's wake when it idled for
+        the reply (ssd_wakes_ms). Equals verify_ms without interference and wakes."""
+        alone = self._ssd_verify_alone_ms(b, K, budget, draft_devices)
+        return alone + self.ssd_wakes_ms(b, K, budget, draft_devices)[0] if self.target_after_idle else alone
+
+    def _ssd_verify_alone_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+        """ssd_verify_ms without the wake (ms)."""
         t_v = self.verify_ms(b, K)
         if not (self.verify_slowdown_one_row or self.verify_slowdown_rows):
             return t_v
@@ -220,7 +279,24 @@ class LatencyModel:
         d = {**asdict(self), "target": self.target.to_dict(), "draft": self.draft.to_dict()}
         if self.sd_transfer_ms is None:  # profiles written before it was measured apart read the same
             del d["sd_transfer_ms"]
+        for name in ("target_after_idle", "draft_after_idle"):  # likewise unmeasured wakes
+            if not d[name]:
+                del d[name]
         return d
+
+
+def _after_idle_pairs(pairs, name: str) -> tuple[tuple[float, float], ...]:
+    """((sleep ms, extra ms), ...) checked: sleeps > 0 ascending, extra ms finite (a profile's JSON lists become
+    tuples)."""
+    try:
+        out = tuple((float(g), float(e)) for g, e in pairs)
+    except (TypeError, ValueError):
+        raise ConfigError(name, f"must be [[sleep ms, extra ms], ...], got {pairs!r}") from None
+    gaps = [g for g, _ in out]
+    if any(not (math.isfinite(g) and math.isfinite(e) and g > 0) for g, e in out) or gaps != sorted(set(gaps)):
+        raise ConfigError(name, f"must be [[sleep ms, extra ms], ...] with sleeps > 0 ascending and finite ms, got "
+                                f"{pairs!r}")
+    return out
 
 
 def overlapped_ms(work_ms: ArrayLike, phases: Sequence[tuple[ArrayLike, ArrayLike]]):

@@ -311,7 +311,7 @@ def _alpha_from_sd(latency: LatencyModel, K: int, tok_s: float) -> tuple[float, 
     alpha solves E[tokens](alpha) / round_ms(alpha) = tok_s.
     """
     def round_ms(a: float) -> float:
-        return float(latency.verify_ms(1, K) + latency.sd_draft_ms(1, K, a**K))
+        return float(latency.sd_verify_ms(1, K, a**K) + latency.sd_draft_ms(1, K, a**K))
 
     def gap(a: float) -> float:
         return expected_tokens(a, K) * 1e3 / round_ms(a) - tok_s

@@ -56,17 +56,16 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
         "traces_fit": {"verify_slowdown_one_row": fitted.verify_slowdown_one_row,
                        "verify_slowdown_rows": fitted.verify_slowdown_rows,
                        "draft_slowdown": fitted.draft_slowdown, "transfer_ms": fitted.transfer_ms}}
-    for role, model in (("target", target), ("draft", draft)):
-        report.latency[role] = {**report.latency[role], "source": f"measured: probe table, {len(model.table)} shapes "
-                                f"({model.probed_range()}) at {probe.context} cached tokens; curve fitted to the table "
-                                "outside it", "table_range": model.probed_range()}
+    for role, fwd in (("target", target), ("draft", draft)):
+        report.latency[role] = {**report.latency[role], "source": f"measured: probe table, {len(fwd.table)} shapes "
+                                f"({fwd.probed_range()}) at {probe.context} cached tokens; curve fitted to the table "
+                                "outside it", "table_range": fwd.probed_range()}
     report.latency["interference"] = {
         "one_row": probe.one_row, "rows": probe.rows, "draft": probe.draft_slowdown,
         "median_abs_rel_err": max(probe.spread.values(), default=0.03),
         "source": f"measured by the probe: verify +{probe.one_row:.0%} beside one-row draft steps, +{probe.rows:.0%} "
                   "beside multi-row steps",
         "draft_source": f"measured by the probe: draft steps and glue +{probe.draft_slowdown:.0%} beside a verify"}
-    _warn_after_idle(traces, drift, report)
     far = {p: r for p, r in drift.items() if abs(r - 1) > 0.15}
     if far:
         worst = max(far, key=lambda p: abs(far[p] - 1))
@@ -76,29 +75,55 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
     # the probe's round trip is the channel alone; an SSD trace's rounds also carry the request and reply handling
     ssd_rounds = any(t.mode == "ssd" for t in traces)
     report.latency["probe"]["transfer_from"] = "traces" if ssd_rounds else "probe"
-    return replace(fitted, target=target, draft=draft, transfer_ms=fitted.transfer_ms if ssd_rounds else probe.transfer_ms,
-                   verify_slowdown_one_row=probe.one_row, verify_slowdown_rows=probe.rows,
-                   draft_slowdown=probe.draft_slowdown)
+    model = replace(fitted, target=target, draft=draft, transfer_ms=fitted.transfer_ms if ssd_rounds else probe.transfer_ms,
+                    verify_slowdown_one_row=probe.one_row, verify_slowdown_rows=probe.rows,
+                    draft_slowdown=probe.draft_slowdown, target_after_idle=probe.after_idle.get("target", ()),
+                    draft_after_idle=probe.after_idle.get("draft", ()))
+    _after_idle(probe, model, traces, drift, report)
+    return model
 
 
-AFTER_IDLE_WARN = 0.05  # SD's verifies this much further above the table than AR's: warn (not priced yet)
+AFTER_IDLE_WARN = 0.05  # SD's verifies this much further above the table than AR's (beyond the priced wake): warn
 
 
-def _warn_after_idle(traces: Sequence[Trace], ratios: dict[str, float], report) -> None:
-    """report.latency["probe"]["sd_vs_ar"]: the SD traces' median verify-to-table ratio over the AR traces'; a warning
-    above AFTER_IDLE_WARN. The probe times forwards back to back, as AR runs; an SD verify follows the target's idle
-    wait for the draft, and on some hosts a forward after an idle wait costs more (bench/idle_wake.py: +9-12% for the
-    target on an Intel Xeon host, the draft's first step +27%), which the predictions do not price yet."""
-    by_mode = {m: [ratios[t.path] for t in traces if t.mode == m and t.path in ratios] for m in ("ar", "sd")}
+def _after_idle(probe: Probe, model: LatencyModel, traces: Sequence[Trace], ratios: dict[str, float],
+                report) -> None:
+    """report.latency["probe"]["after_idle"]: the probe's wakes (LatencyModel.target_after_idle) and their source line; and
+    the traces' cross-check, report.latency["probe"]["sd_vs_ar"]: the SD traces' median verify-to-table ratio over the
+    AR traces' (the probe times forwards back to back, as AR runs; an SD verify follows the target's sleep while the
+    draft drafts), beside "sd_wake_priced", the same ratio as the probe's wakes predict it. A warning when the traces'
+    excess is more than AFTER_IDLE_WARN beyond the priced one (all of it, for a probe without after-idle forwards)."""
+    wakes = probe.after_idle
+    line = ("; ".join(f"{role} " + ", ".join(f"{e:+.0f} ms after {g:g} ms" for g, e in wakes[role])
+                      for role in ("target", "draft")) if wakes else "")
+    report.latency["probe"]["after_idle"] = {
+        "target": list(wakes.get("target", ())), "draft": list(wakes.get("draft", ())),
+        "source": (f"measured by the probe: a forward right after a sleep costs, over one back to back, {line}; "
+                   "SD and SSD pay it after their waits" if wakes else
+                   "not measured (a probe without after-idle forwards): 0 ms assumed; `ssd-run probe` times it")}
+    by_mode = {m: [t for t in traces if t.mode == m and t.path in ratios] for m in ("ar", "sd")}
     if not by_mode["ar"] or not by_mode["sd"]:
         return
-    excess = statistics.median(by_mode["sd"]) / statistics.median(by_mode["ar"])
-    report.latency["probe"]["sd_vs_ar"] = excess
-    if excess - 1 > AFTER_IDLE_WARN:
-        report.warnings.append(f"SD's verifies ran {excess - 1:.0%} further above the probe table than AR's: on this "
-                               "host a forward after an idle wait (SD's verify, the draft's first step) costs more than "
-                               "the probe's back-to-back loops (bench/idle_wake.py measures it); SD and late SSD rounds "
-                               f"pay it and the predictions do not: their tok/s may be up to ~{excess - 1:.0%} high")
+    excess = statistics.median(ratios[t.path] for t in by_mode["sd"]) / statistics.median(
+        ratios[t.path] for t in by_mode["ar"])
+    priced = statistics.median(_priced_sd_ratio(t, model) for t in by_mode["sd"])
+    report.latency["probe"].update(sd_vs_ar=excess, sd_wake_priced=priced)
+    if excess - priced > AFTER_IDLE_WARN:
+        report.warnings.append(
+            f"SD's verifies ran {excess - 1:.0%} further above the probe table than AR's"
+            + (f", the probe's after-idle forwards explain {priced - 1:.0%}" if wakes else "")
+            + ": on this host a forward after an idle wait (SD's verify, the draft's first step) costs more than the "
+            + ("probe's back-to-back loops (rerun `ssd-run probe` to time it)" if not wakes else "probe measured")
+            + f"; SD and late SSD rounds pay it and the predictions do not: their tok/s may be up to "
+              f"~{excess - priced:.0%} high")
+
+
+def _priced_sd_ratio(t: Trace, model: LatencyModel) -> float:
+    """1 + the target's wake after the trace's median wait (its drafting) over the table's median verify (ratio)."""
+    rounds = [r for r in t.rounds if r.timings_ms[Phase.VERIFY] > 0]
+    gap = statistics.median(r.timings_ms.get(Phase.TARGET_WAIT, 0.0) for r in rounds)
+    verify = statistics.median(float(model.target(r.batch, r.K + 1)) for r in rounds)
+    return 1.0 + float(model.wake_ms("target", gap)) / verify
 
 
 def _verify_ratio(t: Trace, target: MeasuredForward) -> float | None:
@@ -117,7 +142,8 @@ def probe_provenance(probe: Probe, report) -> dict[str, str]:
             "latency.draft": lat["draft"]["source"],
             "latency.interference": lat["interference"]["source"],
             "latency.draft_slowdown": lat["interference"]["draft_source"],
-            "latency.transfer": _transfer_line(probe, lat["probe"])}
+            "latency.transfer": _transfer_line(probe, lat["probe"]),
+            "latency.after_idle": lat["probe"]["after_idle"]["source"]}
 
 
 def _transfer_line(probe: Probe, entry: dict) -> str:

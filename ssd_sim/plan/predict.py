@@ -65,7 +65,7 @@ def predict_sd(profile: Profile, batch_size: int, K: int, temperature: float = 0
     (the first step feeds 2 tokens after a round that accepted all K: LatencyModel.sd_draft_ms)."""
     lat = profile.latency
     acc = profile.acceptance.at(temperature, 1.0)
-    verify = float(lat.verify_ms(batch_size, K))
+    verify = float(lat.sd_verify_ms(batch_size, K, acc.pmf(K)[K]))
     draft = float(lat.sd_draft_ms(batch_size, K, acc.pmf(K)[K]))
     e = acc.expected_tokens(K)
     per_seq = e / (verify + draft) * 1e3

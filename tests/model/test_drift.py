@@ -45,7 +45,7 @@ def test_a_calibrations_own_repeats_are_pooled_with_the_projects_by_degrees_of_f
     traces = [read_trace(write_trace(tmp_path / f"a{i}.jsonl", sd, rounds=40, seed=i, noise=0.2)) for i in range(3)]
     own, pooled = measured_drift(traces), session_drift(traces)
     want = math.sqrt((2 * own.sd ** 2 + SHIPPED_DRIFT.dof * SHIPPED_DRIFT.sd ** 2) / (2 + SHIPPED_DRIFT.dof))
-    assert pooled.sd == pytest.approx(want) and "pooled with the project's 6.3%" in pooled.source
+    assert pooled.sd == pytest.approx(want) and "pooled with the project's 13.2%" in pooled.source
 
 
 def test_the_shipped_drift_is_what_the_shipped_repeats_measure():

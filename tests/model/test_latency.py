@@ -151,3 +151,50 @@ def test_sizes_are_rows_times_tokens_so_a_batch_of_single_tokens_counts_as_its_p
     flat = FlatWorkloads([[(2, 1, 1)], [(1, 2, 1)], [(1, 1, 3)]])
     assert flat.sizes() == (1.0, 2.0)
     assert identifiable(FOUR, flat) == (["fixed_ms", "token_ms"], {"token_exponent": 1.0, "multi_token_ms": 0.0})
+
+
+WAKES = {"target_after_idle": ((5.0, 10.0), (50.0, 40.0), (500.0, 40.0)),
+         "draft_after_idle": ((5.0, 5.0), (50.0, 30.0), (500.0, 30.0))}
+
+
+def test_a_forward_after_an_idle_gap_pays_the_wake_interpolated_from_0_ms_at_no_gap_and_flat_beyond():
+    lat = LatencyModel(ForwardLatency(fixed_ms=300.0), ForwardLatency(fixed_ms=100.0), **WAKES)
+    assert lat.wake_ms("target", 0.0) == 0.0 and lat.wake_ms("target", 2.5) == pytest.approx(5.0)
+    assert lat.wake_ms("target", 27.5) == pytest.approx(25.0) and lat.wake_ms("target", 5000.0) == 40.0
+    np.testing.assert_allclose(lat.wake_ms("draft", np.array([5.0, 100.0])), [5.0, 30.0])
+    assert LatencyModel(lat.target, lat.draft).wake_ms("draft", 100.0) == 0.0  # unmeasured: no wake
+
+
+def test_sd_pays_the_targets_wake_after_the_drafting_and_the_drafts_after_the_verify():
+    t, d = ForwardLatency(fixed_ms=300.0), ForwardLatency(fixed_ms=100.0)
+    lat = LatencyModel(t, d, **WAKES)
+    # the target sleeps through 3 x 100 ms of drafting (+40 ms), the draft through the 300 ms verify (+30 ms)
+    assert lat.sd_verify_ms(1, 3, 0.0) == pytest.approx(340.0) and lat.sd_draft_ms(1, 3, 0.0) == pytest.approx(330.0)
+    plain = LatencyModel(t, d)
+    assert plain.sd_verify_ms(1, 3, 0.0) == plain.verify_ms(1, 3) == 300.0 and plain.sd_draft_ms(1, 3, 0.0) == 300.0
+
+
+def test_ssd_pays_the_wake_of_whichever_side_waits():
+    t, d = ForwardLatency(fixed_ms=300.0), ForwardLatency(fixed_ms=100.0)
+    lat = LatencyModel(t, d, transfer_ms=4.0, lookup_ms=1.0, **WAKES)
+    # budget 1: glue 100 + 2 x 100 branch = 300 ms = the verify: the target waits transfer + lookup = 5 ms, the draft 2
+    target, draft = lat.ssd_wakes_ms(1, 2, 1)
+    assert float(target) == pytest.approx(10.0) and float(draft) == pytest.approx(2.0)
+    assert float(lat.ssd_verify_ms(1, 2, 1)) == pytest.approx(310.0) and float(lat.primary_ms(1, 2, 1)) == 302.0
+    # budget 0: the glue alone (100 ms): the draft sleeps 200 + 2 ms before the next request; the target 5 ms
+    assert float(lat.ssd_wakes_ms(1, 2, 0)[1]) == pytest.approx(30.0)
+    late = LatencyModel(t, ForwardLatency(fixed_ms=150.0), transfer_ms=4.0, lookup_ms=1.0, **WAKES)
+    tw, dw = late.ssd_wakes_ms(1, 2, 1)  # t_p = 450 ms: the target waits 150 + 5 ms (+40), the draft 2 ms
+    assert float(tw) == pytest.approx(40.0) and float(dw) == pytest.approx(2.0)
+
+
+def test_wakes_round_trip_through_a_profile_and_are_absent_when_unmeasured():
+    from ssd_sim.model.table import latency_from_dict
+
+    lat = LatencyModel(ForwardLatency(fixed_ms=300.0), ForwardLatency(fixed_ms=100.0), **WAKES)
+    back = latency_from_dict(lat.to_dict())
+    assert back.target_after_idle == WAKES["target_after_idle"] and back == lat
+    assert "target_after_idle" not in LatencyModel(lat.target, lat.draft).to_dict()
+    with pytest.raises(ConfigError) as e:
+        LatencyModel(lat.target, lat.draft, draft_after_idle=[[50.0, 1.0], [5.0, 1.0]])
+    assert e.value.field == "draft_after_idle" and "ascending" in str(e.value)

@@ -132,3 +132,59 @@ def test_sd_verifies_above_the_table_where_ar_sits_on_it_are_a_warning(traces):
     _, rep = calibrate(paths, probe=write_probe(d / "idle.json", bump={(1, 4): 1 / 1.1}))
     assert rep.latency["probe"]["sd_vs_ar"] == pytest.approx(1.1, abs=0.03)
     assert any("SD's verifies ran 10% further above the probe table than AR's" in w for w in rep.warnings)
+
+
+def idle_section(target_extra: float, draft_extra: float, gaps=(5.0, 500.0)) -> dict:
+    """A probe's after_idle: two shapes per role; after each sleep every shape takes `extra` ms more on average."""
+    def rows(shapes, extra):
+        return [["append", 1, t, 100.0 + extra, [99.0 + extra, 101.0 + extra]] for t in shapes]
+
+    return {role: {"back_to_back": rows(shapes, 0.0), "after_sleep": [[g, rows(shapes, extra)] for g in gaps]}
+            for role, shapes, extra in (("target", (2, 4), target_extra), ("draft", (1, 2), draft_extra))}
+
+
+def test_the_after_idle_forwards_load_as_extra_ms_per_sleep(tmp_path):
+    probe = write_probe(tmp_path / "idle.json", after_idle=idle_section(40.0, 20.0))
+    assert probe.after_idle == {"target": ((5.0, 40.0), (500.0, 40.0)), "draft": ((5.0, 20.0), (500.0, 20.0))}
+    assert write_probe(tmp_path / "old.json").after_idle == {}  # probes before it: none
+
+
+@pytest.mark.parametrize("change,field", [
+    ({"after_idle": {"target": {}}}, "probe.after_idle"),
+    ({"after_idle": {**idle_section(1, 1), "draft": {"back_to_back": [], "after_sleep": [[5.0, []]]}}},
+     "probe.after_idle.draft.back_to_back"),
+    ({"after_idle": idle_section(1, 1, gaps=(500.0, 5.0))}, "probe.after_idle.target.after_sleep"),
+    ({"after_idle": idle_section(1, 1, gaps=(0.0, 5.0))}, "probe.after_idle.target.after_sleep"),
+    ({"after_idle": idle_section(-80.0, 1)}, "probe.after_idle.target.after_sleep"),
+])
+def test_a_malformed_after_idle_section_is_one_line_naming_the_field(tmp_path, change, field):
+    path = tmp_path / "bad.json"
+    path.write_text(json.dumps({**probe_dict(), **change}))
+    with pytest.raises(ConfigError) as e:
+        load_probe(path)
+    assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_the_probes_wakes_price_sd_and_say_where_they_come_from(traces):
+    paths, d = traces
+    prof, rep = calibrate(paths, probe=write_probe(d / "wakes.json", after_idle=idle_section(40.0, 20.0)))
+    lat = prof.latency
+    assert lat.target_after_idle == ((5.0, 40.0), (500.0, 40.0)) and lat.draft_after_idle[1] == (500.0, 20.0)
+    assert "+40 ms after 500 ms" in prof.provenance["latency.after_idle"]
+    plain, _ = calibrate(paths, probe=write_probe(d / "nowakes.json"))
+    assert "not measured" in plain.provenance["latency.after_idle"]
+    # SD K = 3 at b = 1: the verify +40 ms, the first draft step +20 ms (both slept longer than 500 ms)
+    sd, sd0 = predict_sd(prof, 1, 3), predict_sd(plain, 1, 3)
+    assert sd.verify_ms - sd0.verify_ms == pytest.approx(40.0) and sd.draft_ms - sd0.draft_ms == pytest.approx(20.0)
+    assert predict_ar(prof, 1).round_ms == predict_ar(plain, 1).round_ms  # AR never sleeps
+
+
+def test_sd_verifies_the_probes_wakes_explain_are_no_warning(traces):
+    paths, d = traces
+    table_ms = float(TARGET(1, 4)) / 1.1  # SD K = 3's verify in the table 10% below what the runs paid
+    probe = write_probe(d / "explained.json", bump={(1, 4): 1 / 1.1},
+                        after_idle=idle_section(0.1 * table_ms, 0.0, gaps=(1.0, 5000.0)))
+    _, rep = calibrate(paths, probe=probe)
+    assert rep.latency["probe"]["sd_vs_ar"] == pytest.approx(1.1, abs=0.03)
+    assert rep.latency["probe"]["sd_wake_priced"] == pytest.approx(1.1, abs=1e-6)
+    assert not any("idle wait" in w for w in rep.warnings)

@@ -126,3 +126,17 @@ def test_round_latency_builds_each_latency_and_plan_once_and_never_serves_anothe
         round_latency(lat, PLAN, b + 20)
     again = round_latency(lat, PLAN, 8)
     assert again is not first and again.costs == first.costs
+
+
+def test_sd_and_ssd_rounds_carry_the_wakes_of_their_idle_waits():
+    from ssd_sim.model.latency import ForwardLatency, LatencyModel
+
+    wakes = {"target_after_idle": ((5.0, 40.0),), "draft_after_idle": ((5.0, 20.0),)}
+    lat = LatencyModel(ForwardLatency(fixed_ms=300.0), ForwardLatency(fixed_ms=100.0), **wakes)
+    sd = RoundLatency(lat, Plan(mode="sd", num_speculative_tokens=3, batch_size=1), 1).at(1)
+    assert (sd.verify, sd.sd_draft) == (340.0, 320.0)  # the target slept through 300 ms of drafting, the draft 300
+    ssd = RoundLatency(lat, Plan(mode="ssd", num_speculative_tokens=2, fan_out=(0, 0, 1), batch_size=1), 1).at(1)
+    # glue 100 + branch 2 x 100 = the verify's 300 ms: each side waits only the (0 ms) transfer -> no wake
+    assert (ssd.verify, ssd.primary, ssd.primary_glue) == (300.0, 300.0, 100.0)
+    ar = RoundLatency(lat, Plan(mode="ar", batch_size=1), 1).at(1)
+    assert ar.step == 300.0
