@@ -86,9 +86,6 @@ def load_probe(path: str | Path) -> Probe:
                  after_idle=_after_idle(d.get("after_idle"), path))
 
 
-MIN_AFTER_IDLE = -0.5  # a forward after a sleep twice as fast as back to back: the measurement is broken
-
-
 def _after_idle(d, path) -> dict[str, tuple[tuple[float, float], ...]]:
     """role -> ((gap ms, extra ms), ...) ascending in gap (module docstring); {} without the section."""
     if d is None:
@@ -109,11 +106,9 @@ def _after_idle(d, path) -> dict[str, tuple[tuple[float, float], ...]]:
             after, _ = _table(rows, f"{where}.after_sleep", path, at_least=1)
             if set(after) != set(back):
                 raise ConfigError(f"{where}.after_sleep", f"{path}: must time the shapes back_to_back times")
-            extra, frac = idle_extra(back, after)
-            if not MIN_AFTER_IDLE <= frac <= MAX_SLOWDOWN:
-                raise ConfigError(f"{where}.after_sleep", f"{path}: a forward after a {gap:g} ms sleep took "
-                                                          f"{frac + 1:.2f}x one back to back; probe again")
-            pairs.append((float(gap), extra))
+            # any ratio is kept: forwards of a few ms (tiny models) on a loaded host differ by factors from sample
+            # to sample, and a bound here would refuse files the probe wrote
+            pairs.append((float(gap), idle_extra(back, after)[0]))
         if [g for g, _ in pairs] != sorted({g for g, _ in pairs}):
             raise ConfigError(f"{where}.after_sleep", f"{path}: gaps must be ascending and distinct")
         out[role] = tuple(pairs)

@@ -69,7 +69,8 @@ def test_each_split_holds_out_what_its_name_says():
 
 
 TEXT_HOLDOUTS = {"prompts", "code-to-chat", "halves-t0", "halves-t1", "halves-probe", "avx512-odd", "pool-to-avx2",
-                 "avx2-to-pool", "avx2-to-pool40i", "xeon-here", "pool-to-xeon", "avx2-to-xeon"}  # share no text
+                 "avx2-to-pool", "avx2-to-pool40i", "xeon-here", "pool-to-xeon", "avx2-to-xeon", "xeon-idle-here",
+                 "xeon-earlier"}  # share no text
 
 
 @pytest.mark.parametrize("name", sorted(n for n, s in SPLITS.items() if "halves" not in s))  # halves: per draw, below
@@ -159,7 +160,11 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (8.5, 11.0), "c1-to-c": (5.5, 10.0)
           # defined before those runs were made. Acceptance right, latency low: the host ran ~10% slower 20 minutes
           # later, and a forward after an idle wait (SD's verify, the draft's first step) costs 9-27% more than the
           # probe's back-to-back loops (bench/idle_wake.py); across hosts the even code prompts also accept more
-          "xeon-here": (11.5, 17.0), "pool-to-xeon": (17.0, 22.5), "avx2-to-xeon": (15.0, 21.5)}
+          "xeon-here": (11.5, 17.0), "pool-to-xeon": (17.0, 22.5), "avx2-to-xeon": (15.0, 21.5),
+          # the same first hour 2.5 h later on a host of the same kind (traces/cpu-fp32-xeon-idle/README.md), its probe
+          # timing each model's forwards after sleeps, which the SD and SSD phases after a wait now pay: 2.7% / 5.5%;
+          # the profile of 2.5 h before predicts the new runs 20% low (the host ran 21-30% faster)
+          "xeon-idle-here": (3.0, 6.0), "xeon-earlier": (21.0, 22.0)}
 
 
 def test_every_split_has_a_limit():
@@ -204,21 +209,20 @@ def test_interval_coverage_counts_text_hold_outs_only():
     assert set(goal) == {"prompts", "halves-t0", "halves-t1", "halves-probe", "avx512-odd", "pool-halves",
                          "pool-halves-configs", "pool-halves-ar-sd", "pool40-halves", "pool40i-halves",
                          "pool40-to-pool40i", "pool64i-halves", "pool-to-avx2", "avx2-to-pool", "avx2-to-pool40i",
-                         "xeon-here", "pool-to-xeon", "avx2-to-xeon"}
+                         "xeon-here", "pool-to-xeon", "avx2-to-xeon", "xeon-idle-here", "xeon-earlier"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
-    assert len(goal_runs) == 136 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
-    # measured (3 draws per pool split): 98 of 106 inside their 90% intervals (92%; the goal is 85-95%), with the
-    # request-to-request spread taken within code and chat (model.mix) and the project's drift at 6.3%: the halves
-    # whose latencies were fitted 2.5 h before their runs hold 1 of 4, the pool's same-configuration halves 24 of 24,
-    # the 40-token pools' 12 of 12 each, the 64-token pool's 9 of 9, the two sessions 2.5 h apart 8 of 12 (9 before the transfer fix, whose
-    # over-priced SSD rounds had hidden part of the host's slow-down), across hosts 14 of 15, on the new Xeon host 13
-    # of 15 (125 of 136, 92%)
-    assert sum(r["inside"] for r in goal_runs) == 125
+    assert len(goal_runs) == 148 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
+    # measured (3 draws per pool split) with the project's drift at 13.2% (model.drift: the repeats 2.5 h apart on
+    # the Xeon hosts raised it from 6.3%): 142 of 148 inside their 90% intervals (96%; the goal is 85-95%): the halves
+    # whose latencies were fitted 2.5 h before their runs hold 2 of 3, the two pool sessions 2.5 h apart 8 of 12, the
+    # profile of 2.5 h before on the Xeon 5 of 6, everything else all. Intervals this wide are right across sessions
+    # and loose within one (the 11 setups within 64 minutes drift 4.7%)
+    assert sum(r["inside"] for r in goal_runs) == 142
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
     assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 8
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
-    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (38, 37)
+    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (40, 39)
 
 
 def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():

@@ -155,7 +155,9 @@ def test_the_after_idle_forwards_load_as_extra_ms_per_sleep(tmp_path):
      "probe.after_idle.draft.back_to_back"),
     ({"after_idle": idle_section(1, 1, gaps=(500.0, 5.0))}, "probe.after_idle.target.after_sleep"),
     ({"after_idle": idle_section(1, 1, gaps=(0.0, 5.0))}, "probe.after_idle.target.after_sleep"),
-    ({"after_idle": idle_section(-80.0, 1)}, "probe.after_idle.target.after_sleep"),
+    ({"after_idle": {**idle_section(1, 1), "target": {"back_to_back": idle_section(1, 1)["draft"]["back_to_back"],
+                                                      "after_sleep": idle_section(1, 1)["target"]["after_sleep"]}}},
+     "probe.after_idle.target.after_sleep"),  # other shapes after the sleeps than back to back
 ])
 def test_a_malformed_after_idle_section_is_one_line_naming_the_field(tmp_path, change, field):
     path = tmp_path / "bad.json"
