@@ -42,6 +42,13 @@ from .protocol import ProbeCtl as P
 Shape = tuple[str, int, int]  # (kind "append" | "tree", rows, tokens per row)
 
 
+def check_idle_gaps(gaps) -> None:
+    """ConfigError unless `gaps` are ascending sleeps in (0, 10000] ms (an empty list skips the after-idle forwards)."""
+    if list(gaps) != sorted(set(gaps)) or any(not 0 < g <= 10_000 for g in gaps):
+        raise ConfigError("probe.idle_gaps_ms", f"must be ascending sleeps in (0, 10000] ms like 5,50,500, got "
+                                                f"{list(gaps)!r}")
+
+
 @dataclass(frozen=True)
 class ProbeGrid:
     """What the probe times (see the module docstring). Units: rows (sequences or branches), tokens."""
@@ -60,9 +67,7 @@ class ProbeGrid:
             vals = getattr(self, name)
             if not vals or any(int(v) != v or v < 1 for v in vals):
                 raise ConfigError(f"probe.{name}", f"must be integers >= 1, got {list(vals)!r}")
-        gaps = self.idle_gaps_ms
-        if list(gaps) != sorted(set(gaps)) or any(not 0 < g <= 10_000 for g in gaps):
-            raise ConfigError("probe.idle_gaps_ms", f"must be ascending sleeps in (0, 10000] ms, got {list(gaps)!r}")
+        check_idle_gaps(self.idle_gaps_ms)
         if not 1 <= self.max_k <= 64:
             raise ConfigError("probe.max_k", f"must be in 1..64, got {self.max_k}")
         if self.repeats < 1 or self.context < 1:

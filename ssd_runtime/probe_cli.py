@@ -21,7 +21,7 @@ from ssd_sim.io.outputs import check_outputs, claim_outputs
 from ssd_sim.io.probe import idle_extra
 from ssd_sim.io.values import int_list
 
-from .probe import ProbeGrid, run_probe
+from .probe import ProbeGrid, check_idle_gaps, run_probe
 
 PROG = "ssd-run probe"
 
@@ -53,10 +53,10 @@ def idle_gaps_arg(text: str) -> tuple[float, ...]:
         return ()
     try:
         gaps = tuple(float(x) for x in text.split(","))
-    except ValueError:
-        raise argparse.ArgumentTypeError(f"must be ascending ms like 5,50,500 or none, got {text!r}") from None
-    if list(gaps) != sorted(set(gaps)) or any(not 0 < g <= 10_000 for g in gaps):
-        raise argparse.ArgumentTypeError(f"must be ascending ms in (0, 10000] like 5,50,500 or none, got {text!r}")
+        check_idle_gaps(gaps)
+    except (ValueError, ConfigError):  # at parse time: calibrate-here probes only after its runs
+        raise argparse.ArgumentTypeError(f"must be ascending ms in (0, 10000] like 5,50,500 or none, got {text!r}") \
+            from None
     return gaps
 
 

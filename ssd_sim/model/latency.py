@@ -247,10 +247,22 @@ class LatencyModel:
         if not (self.target_after_idle or self.draft_after_idle):
             zero = np.zeros(np.broadcast(np.asarray(b), np.asarray(budget)).shape)
             return zero, zero
-        t_v, t_p = self._ssd_verify_alone_ms(b, K, budget, draft_devices), self._primary_alone_ms(b, K, budget,
-                                                                                                   draft_devices)
+        return self._wakes(self._ssd_verify_alone_ms(b, K, budget, draft_devices),
+                           self._primary_alone_ms(b, K, budget, draft_devices))
+
+    def _wakes(self, t_v, t_p):
+        """ssd_wakes_ms from the round's verify and primary speculation without wakes (ms)."""
         target = self.wake_ms("target", np.maximum(t_p - t_v, 0.0) + self.transfer_ms + self.lookup_ms)
         return target, self.wake_ms("draft", np.maximum(t_v - t_p, 0.0) + self.transfer_ms / 2)
+
+    def ssd_phases_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+        """(ssd_verify_ms, primary_ms, the draft's wake) in one pass over the round (ms)."""
+        t_v, t_p = self._ssd_verify_alone_ms(b, K, budget, draft_devices), self._primary_alone_ms(b, K, budget,
+                                                                                                   draft_devices)
+        if not (self.target_after_idle or self.draft_after_idle):
+            return t_v, t_p, 0.0
+        target, draft = self._wakes(t_v, t_p)
+        return t_v + target, t_p + draft, draft
 
     def ssd_verify_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
         """SSD verification while the draft runs its glue, then its branch decode (ms): verify_ms slowed by

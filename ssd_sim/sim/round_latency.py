@@ -46,20 +46,17 @@ def phase_table(lat: LatencyModel, plan: Plan, max_batch: int, p_all: float = 0.
     """The RoundCost fields for every batch size b = 0..max_batch (rows b, columns the fields; ms) and the jit
     backup by rows redrafted (ms)."""
     b, K = np.arange(max_batch + 1), plan.K
-    draft_wake = 0.0  # the SSD draft's wake before its glue (LatencyModel.ssd_wakes_ms)
-    if plan.mode == "ssd":
-        verify = lat.ssd_verify_ms(b, K, plan.budget, plan.draft_devices)
-        draft_wake = lat.ssd_wakes_ms(b, K, plan.budget, plan.draft_devices)[1]
-    elif plan.mode == "sd":
-        verify = lat.sd_verify_ms(b, K, p_all)
+    if plan.mode == "ssd":  # the verify and primary speculation with their wakes, and the draft's before its glue
+        verify, primary, draft_wake = lat.ssd_phases_ms(b, K, plan.budget, plan.draft_devices)
     else:
-        verify = lat.verify_ms(b, K)
+        verify = lat.sd_verify_ms(b, K, p_all) if plan.mode == "sd" else lat.verify_ms(b, K)
+        primary, draft_wake = lat.primary_ms(b, K, plan.budget, plan.draft_devices), 0.0
     glue = np.asarray(lat.glue_ms(b, K), dtype=float)
     columns = [lat.ar_step_ms(b), verify,
                # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms). A request's
                # first round follows its prefill, never an all-accepted round, and is charged the expectation too:
                # with 16-token requests (~15% first rounds) that overstates SD's round by ~0.5% on the CPU traces.
-               lat.sd_draft_ms(b, K, p_all), glue, lat.primary_ms(b, K, plan.budget, plan.draft_devices),
+               lat.sd_draft_ms(b, K, p_all), glue, primary,
                # the glue's share of the primary speculation as it runs beside the verify (the rest: the branch phase)
                glue * (1.0 + lat.draft_slowdown) + draft_wake]
     table = np.column_stack([np.broadcast_to(np.asarray(c, dtype=float), b.shape) for c in columns])

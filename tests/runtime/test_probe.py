@@ -80,19 +80,12 @@ def test_the_sleeps_come_before_their_forwards_and_back_to_back_right_after_one(
     assert out == {"back": {shape: [1.0]}, "after": {5.0: {shape: [1.0]}, 50.0: {shape: [1.0]}}}
 
 
-def test_probe_cli_refuses_idle_gaps_out_of_order_in_one_line(capsys, tmp_path):
+@pytest.mark.parametrize("flag,value", [("--probe-batch", "2,1"), ("--probe-idle-gaps", "50,5")])
+def test_probe_cli_refuses_a_bad_grid_in_one_line(capsys, tmp_path, flag, value):
     with pytest.raises(SystemExit) as e:
-        main(["probe", "--probe-idle-gaps", "50,5", "-o", str(tmp_path / "p.json")])
+        main(["probe", flag, value, "-o", str(tmp_path / "p.json")])
     err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--probe-idle-gaps" in err and "ascending" in err
-    assert not (tmp_path / "p.json").exists()
-
-
-def test_probe_cli_refuses_a_bad_grid_in_one_line(capsys, tmp_path):
-    with pytest.raises(SystemExit) as e:
-        main(["probe", "--probe-batch", "2,1", "-o", str(tmp_path / "p.json")])
-    err = capsys.readouterr().err.strip()
-    assert e.value.code == 2 and len(err.splitlines()) == 1 and "--probe-batch" in err and "ascending" in err
+    assert e.value.code == 2 and len(err.splitlines()) == 1 and flag in err and "ascending" in err
     assert not (tmp_path / "p.json").exists()
 
 
