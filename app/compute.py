@@ -118,11 +118,12 @@ def optimised(key: str, _profile: Profile, batch_size: int, temperature: float, 
 
 
 @st.cache_data(max_entries=64, show_spinner=False)
-def uncertainty(key: str, _profile: Profile, _plan: Plan, sd_k: int) -> dict:
-    """plan.intervals.uncertainty_report: 90% intervals of every mode, P(SSD beats SD), the decision."""
-    from ssd_sim.plan.intervals import uncertainty_report
+def uncertainty(key: str, _profile: Profile, _plan: Plan, sd_k: int, horizon: str = "later") -> dict:
+    """plan.intervals.uncertainty_report: 90% intervals of every mode, P(SSD beats SD), the decision, for a run at
+    `horizon` (model.drift)."""
+    from ssd_sim.plan.intervals import at_horizon, uncertainty_report
 
-    return uncertainty_report(_profile, _plan, sd_k)
+    return uncertainty_report(at_horizon(_profile, horizon), _plan, sd_k)
 
 
 @st.cache_data(max_entries=16, show_spinner="simulating the load across replicas...")

@@ -165,8 +165,8 @@ def _calibrate_into(out: Path, specs: dict, job_kw: dict, args, argv: list[str])
     _write_manifest(out, runs, paths, argv, profile.host, probe is not None)
     print(f"profile written to {profile_path} (measured on {profile.host.label()})\n")
     _plan(profile_path, args.temperatures[0], plan_path)
-    print(f"\nnext: ssd-plan --profile {profile_path} [-b B -t T]   |   ssd-run --plan {plan_path} "
-          "--prompt-offset N   (check it on prompts the calibration did not see)")
+    print(f"\nnext: ssd-plan --profile {profile_path} [-b B -t T] [--horizon session: a run within the hour]   |   "
+          f"ssd-run --plan {plan_path} --prompt-offset N   (check it on prompts the calibration did not see)")
     return 0
 
 

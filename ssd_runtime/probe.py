@@ -104,11 +104,12 @@ class ProbeResult:
     models: dict = field(default_factory=dict)
     host: dict | None = None
     wall_s: float = 0.0
+    started_at: str = ""  # UTC, as trace headers write it: where the latencies sit in time (model.drift's horizons)
 
     def to_dict(self) -> dict:
         """The probe file (ssd-probe/1, read by ssd_sim.io.probe): per key its median and every sample."""
         return {"schema": PROBE_SCHEMA, "grid": asdict(self.grid), "models": self.models, "host": self.host,
-                "wall_s": round(self.wall_s, 1), "target": _rows(self.target), "draft": _rows(self.draft),
+                "started_at": self.started_at, "wall_s": round(self.wall_s, 1), "target": _rows(self.target), "draft": _rows(self.draft),
                 "interference": self.interference, "transfer": _rows(self.transfer),
                 **({"after_idle": _idle_rows(self.after_idle)} if self.after_idle else {})}
 
@@ -342,10 +343,10 @@ def run_probe(target: ModelSpec, draft: ModelSpec, grid: ProbeGrid, pin: bool = 
     """Time the grid's shapes on the target and the draft (each alone), both at once, and the transfer."""
     from .device import host_record
 
-    t0 = time.monotonic()
+    t0, started_at = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
     pair = _Pair(target, draft, grid, pin, timeout_s)
     try:
-        res = ProbeResult(grid, models={r: pair.info[r] for r in ("target", "draft")})
+        res = ProbeResult(grid, models={r: pair.info[r] for r in ("target", "draft")}, started_at=started_at)
         say(f"probe: target alone, {len(grid.target_shapes())} shapes x {grid.repeats}")
         pair.send("target", P.TIME, (grid.target_shapes(), grid.repeats))
         res.target = pair.expect("target", P.TIMES)

@@ -9,6 +9,8 @@ import streamlit as st
 
 from app import charts, compute, sim, state
 from ssd_sim.cli.growth import growth, growth_line
+from ssd_sim.model.drift import HORIZONS
+from ssd_sim.plan.intervals import horizon_note, uncertainty_of
 from ssd_sim.plan.plan import BACKUPS
 from ssd_sim.plan.planner import OBJECTIVES, BStar, PlanRequest, SearchLimits, make_plan
 from ssd_sim.plan.whatif import fanout_comparison
@@ -79,6 +81,9 @@ def override_widgets(side) -> None:
          "one draft decode step / one target decode step, both at 1 sequence (draft(1,1) / target(1,1))"),
     ]
     for name, label, lo, hi, step, help_ in specs:
+        value = st.session_state.get(P + name)
+        if isinstance(value, (int, float)) and math.isfinite(value):  # a calibrated profile may lie outside the
+            lo, hi = min(lo, float(value)), max(hi, float(value))       # usual range (r = 7.4 from logged ranks)
         side.slider(label, lo, hi, step=step, key=P + name, on_change=state.mark_overridden, args=(name,),
                     help=help_)
     side.button("reset to profile", on_click=_reset_overrides, key="btn_reset", disabled=not moved)
@@ -132,12 +137,27 @@ def simulate_button(sc, res, lengths: tuple | None = None) -> dict | None:
     return stored[1] if stored and stored[0] == key else None
 
 
+HORIZON_LABEL = {"session": "within the hour", "later": "hours later"}
+
+
+def horizon_choice(profile, where) -> str:
+    """Which run the intervals are for (model.drift's horizons): a choice only where the profile measured a session
+    spread (calibrated profiles); "later" otherwise."""
+    if uncertainty_of(profile).latency_session_sd is None:
+        return "later"
+    return where.radio("intervals for a run", HORIZONS, index=HORIZONS.index("later"), horizontal=True,
+                       key="horizon", format_func=HORIZON_LABEL.get,
+                       help="the run-to-run drift grows with the time since the profile's latencies were timed: "
+                            "4.8% within the hour, 17.3% hours later (measured by repeat runs, bench/drift.py)")
+
+
 def charts_grid(sc, res, sim_rates) -> None:
     """The charts, cheapest first: Streamlit streams them in order, so the heatmap (a Saguaro response per
     acceptance row the first time a C < 1 is seen at a temperature > 0: ~30 ms) comes last."""
     key = compute.key_of(sc.profile, sc.plan)
     left, right = st.columns(2)
-    u = compute.uncertainty(key, sc.profile, sc.plan, res.sd.num_speculative_tokens)
+    horizon = horizon_choice(sc.profile, left)
+    u = compute.uncertainty(key, sc.profile, sc.plan, res.sd.num_speculative_tokens, horizon)
     left.plotly_chart(charts.tok_s_bars({"ar": res.ar.per_seq_tok_s, "sd": res.sd.per_seq_tok_s,
                                          "ssd": res.ssd.per_seq_tok_s}, sim_rates,
                                         {m: (u[m]["low"], u[m]["high"]) for m in ("ar", "sd", "ssd")}), key="ch_tok",
@@ -146,6 +166,8 @@ def charts_grid(sc, res, sim_rates) -> None:
                  f"probability {u['p_ssd_beats_sd']:.2f}; recommended: {u['recommended_mode'].upper()} "
                  f"(the highest mean over the draws{'; a close call' if u['close_call'] else ''}). Largest uncertainty: "
                  f"{u['dominant_uncertainty']} ({u['settle']}).")
+    if u["session_spread_measured"]:
+        left.caption(horizon_note(u))
     fo = fanout_comparison(sc.profile, sc.plan)
     right.plotly_chart(charts.fanout_bars(fo["k"], fo["fan_out"], fo["uniform"], fo["p_hit"], fo["p_hit_uniform"]),
                        key="ch_fanout", config=charts.CONFIG)

@@ -23,6 +23,7 @@ from ssd_sim.io.values import (  # noqa: F401  (re-exported: the CLIs' other fla
     threshold_arg,
     unit_float,
 )
+from ssd_sim.model.drift import HORIZONS
 from ssd_sim.plan.plan import knob_fields
 
 
@@ -125,6 +126,15 @@ def add_knob_arg(group, name: str, **extra) -> None:
     names = [k.short, k.flag] if k.short else [k.flag]
     kw = {"choices": k.choices} if k.choices else {"type": k.parse, "metavar": k.metavar}
     group.add_argument(*names, dest=name, **{"help": k.help, **kw, **extra})
+
+
+def add_horizon_arg(group) -> None:
+    """--horizon: which run the intervals' latency spread is for (model.drift), as ssd-plan and ssd-sim take it."""
+    group.add_argument("--horizon", choices=HORIZONS, default="later",
+                       help="when the run happens, for the intervals' latency spread: later = more than an hour "
+                            "after the profile's latencies were timed, or unknown (default; the drift measured over "
+                            "hours); session = within the hour (e.g. right after ssd-run calibrate-here): a narrower "
+                            "spread where the profile measured one")
 
 
 def knob_flags(args: argparse.Namespace) -> dict[str, Any]:

@@ -20,6 +20,7 @@ from dataclasses import replace
 
 from ssd_sim.cli.args import (
     OneLineParser,
+    add_horizon_arg,
     add_knob_args,
     batch_size_list,
     bounded_int,
@@ -46,6 +47,7 @@ from ssd_sim.io.outputs import check_outputs
 from ssd_sim.model.presets import list_presets
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES
+from ssd_sim.plan.intervals import at_horizon, horizon_note
 from ssd_sim.plan.knobs import WORKLOAD, Knobs, ignored_at_greedy, resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import (
@@ -126,6 +128,7 @@ def build_parser() -> argparse.ArgumentParser:
     s.add_argument("--risk", type=_quantile, metavar="Q",
                    help="rank plans by the Q-quantile of their tok/s over the profile's uncertainty instead of the "
                         "prediction (e.g. 0.1: best in the 10%% worst case); default: the prediction")
+    add_horizon_arg(s)
     o = p.add_argument_group("output")
     o.add_argument("-o", "--output", metavar="FILE", help="write the plan file (JSON) here")
     o.add_argument("--json", action="store_true", help="print one JSON object instead of tables")
@@ -161,6 +164,7 @@ def main(argv: list[str] | None = None) -> int:
             raise ConfigError("batch_sizes", f"--batch-sizes sweeps analytic plans; {'--emit' if args.emit else '--simulate'} "
                                              "applies to one plan: drop one of them")
         profile, base_extra, knobs, workload = _resolve(args)
+        profile = at_horizon(profile, args.horizon)
         rank = _growth_rank(base_extra, args)
         request = PlanRequest(batch_size=workload["batch_size"], temperature=workload["temperature"],
                               draft_devices=workload["draft_devices"], knobs=knobs, objective=args.objective,
@@ -441,6 +445,9 @@ def print_report(profile: Profile, result: PlanResult, report: dict, explain: bo
     con.print(f"{u['ar']['level']:.0%} intervals of tok/s per sequence: " + ", ".join(
         f"{m.upper()} {u[m]['low']:.2f}-{u[m]['high']:.2f}" for m in ("ar", "sd", "ssd"))
         + f"; SSD p_hit {u['p_hit']['low']:.2f}-{u['p_hit']['high']:.2f}")
+    if u["session_spread_measured"] or u["horizon"] != "later":
+        flag = "drop --horizon session for a later run" if u["horizon"] == "session" else "within it: --horizon session"
+        con.print(f"  {horizon_note(u)}; {flag}")
     rec = report["recommended_mode"].upper()
     pr = report["predicted"]
     ratios = f"SSD {pr['speedup_ssd_vs_sd']:.2f}x SD, {pr['speedup_ssd_vs_ar']:.2f}x AR per sequence"

@@ -22,6 +22,7 @@ import numpy as np
 
 from ssd_sim.cli.args import (
     OneLineParser,
+    add_horizon_arg,
     add_knob_args,
     bounded_int,
     cli_entry,
@@ -46,7 +47,7 @@ from ssd_sim.io.sanity import arrivals_warning, rate_warning
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.tracematch import mismatch_line
-from ssd_sim.plan.intervals import scaled_interval
+from ssd_sim.plan.intervals import at_horizon, scaled_interval
 from ssd_sim.plan.knobs import ignored_at_greedy, resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, PlanRequest, make_plan
@@ -108,6 +109,7 @@ def build_parser() -> OneLineParser:
                    help="output-length distribution around --tokens (default fixed)")
     w.add_argument("--replay", metavar="TRACE", help="replay accepted counts and bonus ranks of an ssd-run trace")
     o = p.add_argument_group("output")
+    add_horizon_arg(o)
     o.add_argument("--seed", type=bounded_int(0, MAX_SEED, "random seed"), default=0,
                    help=f"random seed (0..{MAX_SEED}); a seed makes a run bit-for-bit reproducible")
     o.add_argument("--json", action="store_true", help="print the result as JSON instead of a table")
@@ -125,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
                       {"plan": args.plan, "arrivals": args.arrivals, "replay": args.replay, **source_files(args)})
         pf = load_plan(args.plan) if args.plan else None
         source = source_of(args, (pf.extra.get("profile") or {}) if pf else None)
-        profile = profile_of(source)
+        profile = at_horizon(profile_of(source), args.horizon)
         base = pf.plan if pf else None
         auto_batch = args.workload != "fixed" and args.batch_size is None and args.max_batch is None and base is None
         args.batch_size = (args.batch_size or (args.max_batch if args.workload != "fixed" else None)

@@ -16,6 +16,7 @@ median.
 
 from __future__ import annotations
 
+import datetime
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -52,6 +53,8 @@ class Probe:
     # role -> ((gap ms, extra ms), ...): a forward right after a sleep of gap ms costs extra ms more than one back to
     # back; empty when the probe did not time it (files before 2026-12)
     after_idle: dict[str, tuple[tuple[float, float], ...]] = field(default_factory=dict)
+    started_at: str = ""  # UTC ISO start; "" in files before 2026-12-03
+    wall_s: float = 0.0  # how long the probe ran (s)
 
     @property
     def transfer_ms(self) -> float:
@@ -83,7 +86,28 @@ def load_probe(path: str | Path) -> Probe:
                  temperature=float(grid.get("temperature", 0.0)),
                  host=Host.from_dict(d["host"], "probe.host") if isinstance(d.get("host"), dict) else None,
                  models=d.get("models") if isinstance(d.get("models"), dict) else {},
-                 after_idle=_after_idle(d.get("after_idle"), path))
+                 after_idle=_after_idle(d.get("after_idle"), path), started_at=_started_at(d.get("started_at"), path),
+                 wall_s=_wall_s(d.get("wall_s"), path))
+
+
+def _started_at(v, path) -> str:
+    """The probe's UTC start (ISO, as trace headers write it); "" when the file does not say."""
+    if v in (None, ""):
+        return ""
+    try:
+        datetime.datetime.fromisoformat(str(v).replace("Z", "+00:00"))
+    except ValueError:
+        raise ConfigError("probe.started_at", f"{path}: must be an ISO UTC time like 2026-12-03T19:00:00Z, "
+                                              f"got {v!r}") from None
+    return str(v)
+
+
+def _wall_s(v, path) -> float:
+    if v is None:
+        return 0.0
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v) or v < 0:
+        raise ConfigError("probe.wall_s", f"{path}: must be seconds >= 0, got {v!r}")
+    return float(v)
 
 
 def _after_idle(d, path) -> dict[str, tuple[tuple[float, float], ...]]:

@@ -34,7 +34,7 @@ from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.sanity import distinct_traces
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.drift import session_drift
+from ssd_sim.model.drift import calibration_drift, timed_span
 from ssd_sim.model.latency import (
     PINNED_AT,
     FitReport,
@@ -58,6 +58,9 @@ from ssd_sim.model.uncertainty import (
 
 SETUP_KEYS = ("models", "dtype", "quantize", "devices")
 MAX_RANK_F = 32  # fan-outs 1..32 are used to fit the hit curves
+# the runs' spread around the latency fit when fewer than 3 AR / SD traces measure it (assumed; the shipped calibrations
+# measured 2.3-10.9%); the drift of the plan's horizon is added to it either way (model.drift)
+RESIDUAL_SD = 0.08
 FREE = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")  # fitted ForwardLatency parameters
 
 
@@ -622,14 +625,21 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
         within = ", and within classes: the mix fixes how many requests of each a run holds" if mix else ""
         src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces{within}) "
                                       f"over {n_cal} sequences")
-    lat_sd = _latency_run_sd([t for t in traces if t.mode != "ssd"], target)
-    if lat_sd is None:
-        lat_sd, src["latency_run_sd"] = 0.08, "assumed 8%: fewer than 3 AR / SD traces to compare runs"
-    else:
-        drift = session_drift(traces)
-        measured, lat_sd = lat_sd, math.hypot(lat_sd, drift.sd)
-        src["latency_run_sd"] = (f"measured {measured:.1%} (SD of the runs' median verify residual around the fit) "
-                                 f"and {drift.sd:.1%} run-to-run drift ({drift.source}): {lat_sd:.1%}")
+    residual = _latency_run_sd([t for t in traces if t.mode != "ssd"], target)
+    how = (f"measured {residual:.1%} (SD of the runs' median verify residual around the fit)" if residual is not None
+           else f"assumed {RESIDUAL_SD:.0%} for the runs' spread around the fit (fewer than 3 AR / SD traces to compare; "
+                "this project's calibrations measured 2.3-10.9%)")
+    residual = RESIDUAL_SD if residual is None else residual
+    spread = {}
+    for horizon, when in (("later", "a run more than an hour after the timed forwards"),
+                          ("session", "a run within the hour")):
+        drift = calibration_drift(traces, horizon)
+        spread[horizon] = math.hypot(residual, drift.sd)
+        src["latency_run_sd" if horizon == "later" else "latency_session_sd"] = (
+            f"{when}: {how} and {drift.sd:.1%} run-to-run drift ({drift.source}): {spread[horizon]:.1%}")
+    span = timed_span(traces)
+    src["timed_at"] = (f"measured: the {len(traces)} runs started {span[0]} .. {span[1]}" if span else
+                       "unknown: runs without a start time (a run at any time counts as later)")
     inter = report.latency["interference"]
     if inter["source"].startswith("measured") or "inside the target's fit" in inter["source"]:
         copied = "copies the other" in inter["source"]
@@ -648,7 +658,8 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
     timed = _max_rows_tokens(traces)
     src["timed_rows_tokens"] = (f"measured: forwards of up to {timed[0]} (target) and {timed[1]} (draft) rows x tokens; "
                                 f"beyond them latency is extrapolated, +{EXTRAPOLATION_SD:.0%} SD per doubling (assumed)")
-    return Uncertainty(float(sd), max(n_cal, 1), max(n_run, 1), float(lat_sd), rng, isd, hit_assumed, timed, src)
+    return Uncertainty(float(sd), max(n_cal, 1), max(n_run, 1), float(spread["later"]), rng, isd, hit_assumed, timed,
+                       src, latency_session_sd=float(spread["session"]), timed_at=span)
 
 
 def _device_kind(traces: Sequence[Trace]) -> str:

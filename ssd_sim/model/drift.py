@@ -1,14 +1,23 @@
 """Run-to-run drift of a host: how much the same run's forwards slow down or speed up from one run to the next.
 
 A calibration fits one latency per shape, but the host a plan runs on later is not the host of that minute:
-identical runs minutes apart differ. Measured as the pooled within-group SD of ln(median verify ms) over groups of
-repeat runs (traces of one setup: mode, plan, prompts, tokens, seed, models, dtypes, batch, host). The SD of a log is
-a relative SD. Where the calibration's own traces hold repeats, calibrate measures it from them; otherwise it uses
-SHIPPED_DRIFT, measured the same way over the repeat runs shipped in traces/ (bench/drift.py prints them).
+identical runs minutes apart differ, and runs hours apart differ more. Measured as the pooled within-group SD of
+ln(median verify ms) over groups of repeat runs (traces of one setup: mode, plan, prompts, tokens, seed, models,
+dtypes, batch, host). The SD of a log is a relative SD.
+
+Drift depends on the time between the calibration's timed forwards and the run, so it is measured per horizon:
+  session  the run starts within SESSION_MINUTES of the calibration's timed forwards (calibrate-here, then run):
+           repeat groups whose runs all lie within SESSION_MINUTES of each other;
+  later    anything else, or a time not known (the default: a plan is usually used hours or days later): the
+           groups spread wider. Measured only up to ~2.6 h apart; beyond that it is the same number, assumed.
+Where the calibration's own traces hold repeats of a horizon, calibrate pools them with the shipped drift of that
+horizon; otherwise it uses SHIPPED_DRIFTS, measured the same way over the repeat runs shipped in traces/
+(bench/drift.py prints them).
 """
 
 from __future__ import annotations
 
+import datetime
 import json
 import math
 import statistics
@@ -17,6 +26,9 @@ from dataclasses import dataclass
 
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
+
+SESSION_MINUTES = 60.0  # "within the hour": a round boundary, not fitted (the shipped repeats lie 7-64 or 115-154 min apart)
+HORIZONS = ("session", "later")
 
 
 @dataclass(frozen=True)
@@ -33,14 +45,18 @@ class Drift:
         return self.runs - self.groups
 
 
-# bench/drift.py over traces/ on 2026-12-03, 20:30 UTC: 26 setups run 2-3 times (55 traces, 7-154 minutes apart, four
-# 2-core CPU hosts). Pooled SD 13.2%, 90% interval 10.9-16.9% (chi-square, 29 degrees of freedom). It was 6.3% over the
-# 14 setups before traces/cpu-fp32-xeon-idle repeated twelve of traces/cpu-fp32-xeon's runs 2.5 h later on a host of
-# the same kind (the same CPU id): verifies ran 0.79x (AR) and 0.70-0.87x (SD, SSD) of the earlier ones. The 14
-# setups before that included cpu-fp32-pool40's AR, SD and SSD runs repeated 115-141 minutes later by cpu-fp32-pool40i
-# (6% and 16-19% slower). Drift over hours dominates: the 11 setups within 64 minutes gave 4.7%.
-SHIPPED_DRIFT = Drift(0.132, 26, 55, "measured over the repeat runs in this project's traces/ (bench/drift.py: 26 "
-                                     "setups, 55 runs 7-154 min apart, four CPU hosts; 90% interval 10.9-16.9%)")
+# bench/drift.py over traces/ on 2026-12-03 (20:30 UTC, split by horizon 23:00 UTC): 26 setups run 2-3 times (55
+# traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min apart): 4.8%, 90% interval 3.7-7.1%.
+# Later (16 setups, 64-154 min apart): 17.3%, 90% interval 13.5-24.5%; most of it is two sessions repeated 2.5 h
+# later: traces/cpu-fp32-pool40i repeating cpu-fp32-pool40 (6% and 16-19% slower) and traces/cpu-fp32-xeon-idle
+# repeating cpu-fp32-xeon (0.70-0.87x the verify ms). Pooled over both horizons (what one number gave before): 13.2%.
+SHIPPED_DRIFTS = {
+    "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
+                                    "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
+    "later": Drift(0.173, 16, 32, "measured over the repeat runs in this project's traces/ more than an hour apart "
+                                  "(bench/drift.py: 16 setups, 32 runs 64-154 min apart; 90% interval 13.5-24.5%; "
+                                  "beyond 2.6 h assumed the same)"),
+}
 
 
 def setup_key(trace: Trace) -> str:
@@ -58,13 +74,53 @@ def median_verify_ms(trace: Trace) -> float | None:
     return statistics.median(times) if times else None
 
 
-def repeat_groups(traces: Sequence[Trace]) -> list[list[Trace]]:
-    """Traces grouped by setup_key, only groups of two or more (in the order first seen)."""
+def started(trace: Trace) -> datetime.datetime | None:
+    """When the trace's run started (UTC), None when its header does not say."""
+    try:
+        stamp = datetime.datetime.fromisoformat(str(trace.header.started_at).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)
+
+
+def span_minutes(traces: Sequence[Trace]) -> float | None:
+    """Minutes between the first and the last start of these traces; None when any start is not recorded."""
+    stamps = [started(t) for t in traces]
+    if not stamps or None in stamps:
+        return None
+    return (max(stamps) - min(stamps)).total_seconds() / 60
+
+
+def timed_span(traces: Sequence[Trace]) -> tuple[str, str] | tuple[()]:
+    """(first, last) start of these traces as ISO UTC strings; () when any start is not recorded."""
+    stamps = [started(t) for t in traces]
+    if not stamps or None in stamps:
+        return ()
+    return tuple(x.strftime("%Y-%m-%dT%H:%M:%SZ") for x in (min(stamps), max(stamps)))
+
+
+def minutes_from(span: Sequence[str], when: datetime.datetime | None) -> float | None:
+    """The most minutes between `when` and either end of a timed span (what a latency fitted over the span can
+    have drifted by at `when`); None when either is unknown."""
+    if not span or when is None:
+        return None
+    ends = [datetime.datetime.fromisoformat(x.replace("Z", "+00:00")) for x in span]
+    return max(abs((when - e).total_seconds()) for e in ends) / 60
+
+
+def horizon_of(minutes: float | None) -> str:
+    """"session" for a time within SESSION_MINUTES, "later" beyond it or when the time is not known (None)."""
+    return "session" if minutes is not None and minutes <= SESSION_MINUTES else "later"
+
+
+def repeat_groups(traces: Sequence[Trace], horizon: str | None = None) -> list[list[Trace]]:
+    """Traces grouped by setup_key, only groups of two or more (in the order first seen); with a horizon, only the
+    groups whose runs' span (span_minutes) falls in it."""
     groups: dict[str, list[Trace]] = {}
     for t in traces:
         if median_verify_ms(t) is not None:
             groups.setdefault(setup_key(t), []).append(t)
-    return [g for g in groups.values() if len(g) >= 2]
+    return [g for g in groups.values() if len(g) >= 2 and horizon in (None, horizon_of(span_minutes(g)))]
 
 
 def pooled_log_sd(groups: Sequence[Sequence[float]]) -> float:
@@ -76,9 +132,9 @@ def pooled_log_sd(groups: Sequence[Sequence[float]]) -> float:
     return math.sqrt(ss / dof)
 
 
-def measured_drift(traces: Sequence[Trace]) -> Drift | None:
-    """The drift of these traces' own repeat runs; None when no setup was run twice."""
-    groups = repeat_groups(traces)
+def measured_drift(traces: Sequence[Trace], horizon: str | None = None) -> Drift | None:
+    """The drift of these traces' own repeat runs (of one horizon, or all); None when no such setup was run twice."""
+    groups = repeat_groups(traces, horizon)
     if not groups:
         return None
     ms = [[median_verify_ms(t) for t in g] for g in groups]
@@ -87,13 +143,14 @@ def measured_drift(traces: Sequence[Trace]) -> Drift | None:
                  f"measured over the calibration's repeat runs ({len(ms)} setups, {runs} runs)")
 
 
-def session_drift(traces: Sequence[Trace]) -> Drift:
-    """The drift a calibration's intervals use: its own repeats pooled with SHIPPED_DRIFT by degrees of freedom
-    (its own dominate once it has many), else SHIPPED_DRIFT alone."""
-    own = measured_drift(traces)
+def calibration_drift(traces: Sequence[Trace], horizon: str) -> Drift:
+    """The drift a calibration's intervals use at a horizon: its own repeats of that horizon pooled with
+    SHIPPED_DRIFTS[horizon] by degrees of freedom (its own dominate once it has many), else the shipped one alone."""
+    if horizon not in HORIZONS:
+        raise ValueError(f"horizon must be one of {HORIZONS}, got {horizon!r}")
+    base, own = SHIPPED_DRIFTS[horizon], measured_drift(traces, horizon)
     if own is None:
-        return SHIPPED_DRIFT
-    base = SHIPPED_DRIFT
+        return base
     var = (own.dof * own.sd ** 2 + base.dof * base.sd ** 2) / (own.dof + base.dof)
     return Drift(math.sqrt(var), own.groups + base.groups, own.runs + base.runs,
                  f"{own.source}: {own.sd:.1%}, pooled with the project's {base.sd:.1%} ({base.dof} degrees of "

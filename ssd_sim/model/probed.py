@@ -13,6 +13,7 @@ and the traces' own fits of the slowdowns and the transfer beside the probe's.
 
 from __future__ import annotations
 
+import datetime
 import statistics
 from collections.abc import Sequence
 from dataclasses import replace
@@ -163,4 +164,11 @@ def probed_uncertainty(u: Uncertainty, probe: Probe) -> Uncertainty:
                                               f"{probed[1]} (draft) rows x tokens, the traces {u.timed_rows_tokens}; "
                                               f"beyond them latency is extrapolated (assumed +{EXTRAPOLATION_SD:.0%} SD "
                                               "per doubling)"}
+    if probe.started_at:  # the latency's level is the probe's: its time is the calibration's
+        start = datetime.datetime.fromisoformat(probe.started_at.replace("Z", "+00:00"))
+        end = start + datetime.timedelta(seconds=probe.wall_s)
+        span = tuple(x.strftime("%Y-%m-%dT%H:%M:%SZ") for x in (start, end))
+        src["timed_at"] = f"measured: the probe ran {span[0]} .. {span[1]}"
+        return replace(u, timed_rows_tokens=timed, sources=src, timed_at=span)
+    src["timed_at"] = src.get("timed_at", "") + " (the probe records no start time: the runs' times stand for it)"
     return replace(u, timed_rows_tokens=timed, sources=src)

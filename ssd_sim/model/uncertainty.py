@@ -8,7 +8,9 @@ Sources, each measured by calibration where the traces allow and otherwise a sta
                 carries), n_run the predicted run's sequences, n_cal the calibration's distinct sequences.
   latency       a run's forwards are slower or faster than the fit by a factor exp(N(0, sd_run^2)) (host drift
                 between runs, shapes the smooth curve misses); target and draft share half of it. A draft latency
-                borrowed rather than measured (GPU presets) adds exp(N(0, draft_latency_sd^2)).
+                borrowed rather than measured (GPU presets) adds exp(N(0, draft_latency_sd^2)). The drift depends on
+                the time since the calibration timed its forwards (model.drift): sd_run is for a run hours later (the
+                default horizon, "later"); at_horizon("session") swaps in the spread of a run within the hour.
   extrapolation forwards larger than any the calibration timed: a further factor exp(N(0, sd_ext^2)), sd_ext =
                 EXTRAPOLATION_SD per doubling past the largest timed rows x tokens (target and draft apart).
   interference  the target's slowdown beside the busy draft (and the draft's beside the target): N(fit, sd^2) when
@@ -20,6 +22,7 @@ Sources, each measured by calibration where the traces allow and otherwise a sta
 
 from __future__ import annotations
 
+import datetime
 import math
 from dataclasses import asdict, dataclass, field, replace
 
@@ -27,6 +30,7 @@ import numpy as np
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve, HitTable, lerp_point
+from ssd_sim.model.drift import HORIZONS
 
 EXTRAPOLATION_SD = 0.1  # relative latency SD per doubling of rows x tokens beyond the timed range (assumed)
 CPU_INTERFERENCE = (0.0, 0.5)  # assumed range on CPUs: the project's calibrations measured +1% .. +46%
@@ -48,12 +52,24 @@ class Uncertainty:
     timed_rows_tokens: tuple[int, ...] = ()  # (target, draft): the most rows x tokens one timed forward had; () = any
     sources: dict[str, str] = field(default_factory=dict)  # field -> measured / assumed + how
     draft_latency_sd: float = 0.0  # extra relative SD of the draft's latency when it is borrowed, not measured (presets)
+    # latency_run_sd of a run within model.drift.SESSION_MINUTES of the calibration's timed forwards; None = not
+    # measured (latency_run_sd then serves every horizon)
+    latency_session_sd: float | None = None
+    timed_at: tuple[str, ...] = ()  # (first, last) UTC start of the runs / probe the latency was timed on; () = unknown
+    horizon: str = "later"  # the horizon latency_run_sd describes (at_horizon)
 
     def __post_init__(self):
-        for name in ("acceptance_logit_sd", "latency_run_sd", "draft_latency_sd", "interference_sd"):
+        names = ("acceptance_logit_sd", "latency_run_sd", "draft_latency_sd", "interference_sd")
+        for name in names + (("latency_session_sd",) if self.latency_session_sd is not None else ()):
             v = getattr(self, name)
             if not (isinstance(v, (int, float)) and math.isfinite(v) and 0 <= v <= 5):
                 raise ConfigError(f"uncertainty.{name}", f"must be a number in [0, 5], got {v!r}")
+        if self.horizon not in HORIZONS:
+            raise ConfigError("uncertainty.horizon", f"must be one of {', '.join(HORIZONS)}, got {self.horizon!r}")
+        stamps = tuple(self.timed_at)
+        if stamps and not (len(stamps) == 2 and all(isinstance(x, str) and _utc(x) for x in stamps)):
+            raise ConfigError("uncertainty.timed_at", f"must be [] or [first, last] ISO UTC times, got {list(stamps)}")
+        object.__setattr__(self, "timed_at", stamps)
         for name in ("sequences", "run_sequences"):
             v = getattr(self, name)
             if not (isinstance(v, int) and not isinstance(v, bool) and v >= 1):
@@ -79,9 +95,28 @@ class Uncertainty:
         n = run_sequences or self.run_sequences
         return self.acceptance_logit_sd * math.sqrt(1.0 / n + 1.0 / self.sequences)
 
+    def at_horizon(self, horizon: str) -> Uncertainty:
+        """These spreads for a run at `horizon` ("session": within the hour of the timed forwards; "later"): the
+        session spread replaces latency_run_sd when it was measured; without it the later one is kept (and said)."""
+        if horizon not in HORIZONS:
+            raise ConfigError("horizon", f"must be one of {', '.join(HORIZONS)}, got {horizon!r}")
+        if horizon == self.horizon:
+            return self
+        if self.horizon != "later":
+            raise ConfigError("horizon", "these spreads are already narrowed to a session; take them from the profile")
+        if self.latency_session_sd is None:
+            return replace(self, horizon=horizon, sources={**self.sources, "latency_run_sd": self.sources.get(
+                "latency_run_sd", "") + "; kept for a run within the hour (no session spread measured)"})
+        return replace(self, latency_run_sd=self.latency_session_sd, horizon=horizon,
+                       sources={**self.sources, "latency_run_sd": self.sources.get("latency_session_sd", "")})
+
     def to_dict(self) -> dict:
         d = asdict(self)
         d["interference"] = list(self.interference)
+        d["timed_at"] = list(self.timed_at)
+        for key, empty in (("latency_session_sd", None), ("timed_at", []), ("horizon", "later")):
+            if d[key] == empty:  # profiles without them read and write as before
+                del d[key]
         return d
 
     @classmethod
@@ -91,7 +126,16 @@ class Uncertainty:
         if bad:
             raise ConfigError(f"uncertainty.{bad[0]}", f"unknown field; valid: {', '.join(sorted(known))}")
         return cls(**{**d, "interference": tuple(d.get("interference", CPU_INTERFERENCE)),
-                      "sources": dict(d.get("sources", {}))})
+                      "timed_at": tuple(d.get("timed_at", ())), "sources": dict(d.get("sources", {}))})
+
+
+def _utc(stamp: str) -> bool:
+    """Whether stamp is an ISO time (trace headers' started_at: 2026-12-03T19:00:00Z)."""
+    try:
+        datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
+    except ValueError:
+        return False
+    return True
 
 
 # ---- drawing profiles ------------------------------------------------------------------------------------

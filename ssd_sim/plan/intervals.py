@@ -13,7 +13,7 @@ quantile instead (--risk).
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 import numpy as np
 
@@ -59,6 +59,13 @@ def uncertainty_of(profile: Profile) -> Uncertainty:
     return Uncertainty(interference=(), interference_sd=sd, sources={
         "all": f"assumed: defaults (no calibration): per-sequence logit SD 0.5 over 8 sequences, run latency "
                f"+-8%, interference SD {sd:.1%} around the profile's values"})
+
+
+def at_horizon(profile: Profile, horizon: str) -> Profile:
+    """The profile with the latency spread of a run at `horizon` (model.drift: "session" = within the hour of the
+    calibration's timed forwards, "later" = hours later or unknown, every profile's own)."""
+    u = uncertainty_of(profile)
+    return profile if u.horizon == horizon else replace(profile, uncertainty=u.at_horizon(horizon))
 
 
 def sample(profile: Profile, plan: Plan, sd_k: int, n: int = DRAWS, seed: int = 0, run_sequences: int | None = None,
@@ -176,10 +183,19 @@ def uncertainty_report(profile: Profile, plan: Plan, sd_k: int, objective: str =
     u = uncertainty_of(profile)
     out = {k: interval(v) for k, v in s.items()}
     out.update(d.to_dict())
-    out.update(draws=len(s["ssd"]), run_sequences=u.run_sequences, sources=dict(u.sources),
+    out.update(draws=len(s["ssd"]), run_sequences=u.run_sequences, horizon=u.horizon, timed_at=list(u.timed_at),
+               session_spread_measured=u.latency_session_sd is not None, sources=dict(u.sources),
                note=f"intervals: tok/s per sequence, spanning the profile's uncertainty (model/uncertainty.py); the "
                     f"decision compares SSD with SD in {OBJECTIVE_LABEL[objective]} (the objective) at the same draws")
     return out
+
+
+def horizon_note(u: dict) -> str:
+    """One line: which run an uncertainty_report's latency spread is for, against the profile's timed forwards."""
+    when = f" (timed {u['timed_at'][0]} .. {u['timed_at'][1]})" if u["timed_at"] else ""
+    if u["horizon"] == "session":
+        return f"intervals for a run within the hour of the profile's timed forwards{when}; a run later drifts more"
+    return f"intervals for a run more than an hour after the profile's timed forwards{when}"
 
 
 def scaled_interval(profile: Profile, plan: Plan, mode: str, value: float, run_sequences: int | None = None,

@@ -15,6 +15,7 @@ from ssd_sim.io.trace import read_trace  # noqa: E402
 from ssd_sim.model.presets import get_preset, list_presets  # noqa: E402
 from ssd_sim.plan import compare, whatif  # noqa: E402
 from ssd_sim.plan.planner import PlanRequest, make_plan  # noqa: E402
+from tests.helpers.profiles import calibrated_profile_file  # noqa: E402
 from tests.helpers.trace_samples import write_trace  # noqa: E402
 
 DASHBOARD = Path(__file__).resolve().parents[2] / "app" / "dashboard.py"
@@ -151,6 +152,19 @@ def test_good_profile_upload(at):
     ok(at)
     res = make_plan(get_preset("qwen32b-0.6b-h100"))
     assert metrics(at)["autoregressive"] == f"{res.ar.per_seq_tok_s:.1f} tok/s"
+
+
+def test_a_calibrated_profile_offers_intervals_for_a_run_within_the_hour(at, tmp_path):
+    assert not [r for r in at.radio if r.key == "horizon"]  # a preset measured no session spread: no choice
+    data = calibrated_profile_file(tmp_path).read_bytes()
+    at.sidebar.file_uploader[0].set_value(("mine.json", data, "application/json")).run()
+    ok(at)
+    assert at.radio(key="horizon").value == "later"
+    assert any("more than an hour after the profile's timed forwards" in c.value for c in at.caption)
+    at.radio(key="horizon").set_value("session").run()
+    ok(at)
+    assert any("within the hour of the profile's timed forwards (timed 2026-12-01T14:50:14Z" in c.value
+               for c in at.caption)
 
 
 def test_simulate_button(at):

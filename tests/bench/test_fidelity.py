@@ -212,14 +212,20 @@ def test_interval_coverage_counts_text_hold_outs_only():
                          "xeon-here", "pool-to-xeon", "avx2-to-xeon", "xeon-idle-here", "xeon-earlier"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
     assert len(goal_runs) == 148 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
-    # measured (3 draws per pool split) with the project's drift at 13.2% (model.drift: the repeats 2.5 h apart on
-    # the Xeon hosts raised it from 6.3%): 142 of 148 inside their 90% intervals (96%; the goal is 85-95%): the halves
-    # whose latencies were fitted 2.5 h before their runs hold 2 of 3, the two pool sessions 2.5 h apart 8 of 12, the
-    # profile of 2.5 h before on the Xeon 5 of 6, everything else all. Intervals this wide are right across sessions
-    # and loose within one (the 11 setups within 64 minutes drift 4.7%)
-    assert sum(r["inside"] for r in goal_runs) == 142
+    # measured (3 draws per pool split) with the drift of each run's horizon (model.drift: 4.8% for a run within the
+    # hour of the timed forwards, 17.3% later): 136 of 148 inside their 90% intervals (92%; the goal is 85-95%). Within
+    # the hour everything holds but the halves whose AVX2 host drifted 12% in 30 minutes (0 of 4), prompts 8-15
+    # (2 of 3), the cross-host acceptance (avx2-to-pool 5 of 8, the Xeon's 4 of 5 each) and two configuration draws
+    # of the pool; the later runs (the two pool sessions 2.5 h apart, the Xeon 2.5 h later, the probe-priced halves
+    # whose probe records no time) hold all 24. With one pooled drift of 13.2% it was 142 of 148, the sessions 2.5 h
+    # apart 8 of 12
+    assert sum(r["inside"] for r in goal_runs) == 136
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
-    assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 8
+    assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 12
+    horizons = {name: {r["horizon"] for r in res["runs"]} for name, res in goal.items()}
+    later = {"pool40-to-pool40i", "xeon-earlier", "halves-probe", "pool-to-avx2"}
+    assert all(horizons[n] == ({"later"} if n in later else {"session"}) for n in goal), horizons
+    assert sum(not r["inside"] for r in goal_runs if r["horizon"] == "later") == 0
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
     assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (40, 39)

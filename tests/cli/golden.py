@@ -126,6 +126,17 @@ _document(['plan-cpu-fanout-miss', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b
              'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json'], _ISSUE_26)
 
 
+_HORIZON = ("issue 26: drift per horizon (model.drift: 4.8% for a run within the hour of the timed forwards, 17.3% "
+            "later, 13.2% pooled before): the report's uncertainty says which run its intervals are for (horizon, "
+            "timed_at, session_spread_measured); a calibration records both spreads and when its forwards were timed, "
+            "and adds the drift also where fewer than 3 AR / SD traces leave the residual assumed (before: 8% alone)")
+_document(['plan-llama70b-1b-h100-json', 'plan-llama70b-1b-h200-json', 'plan-qwen32b-0.6b-h100-json',
+           'plan-qwen-coder-1.5b-0.5b-cpu-json', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json',
+           'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-h200-adaptive-json', 'plan-write', 'plan-file-json',
+           'plan-file-c-list', 'plan-profile-t1-json', 'plan-batch-sizes', 'calibrate-grid', 'calibrate-grid-t1'],
+          _HORIZON)
+
+
 _ISSUE_29 = ("issue 29: a plan file's (or flag's) fixed backup threshold is what the plan line prints, beside the "
              "crossover b* the planner found (before, the line printed the crossover as the plan's threshold)")
 _document(['plan-file', 'plan-file-b4', 'plan-file-new-k'], _ISSUE_29)

@@ -11,6 +11,7 @@ import pytest
 from ssd_sim.cli.plan import main
 from ssd_sim.io.host import Host
 from ssd_sim.model.presets import get_preset, list_presets
+from tests.helpers.profiles import calibrated_profile_file
 
 
 def run(capsys, *argv):
@@ -89,6 +90,7 @@ def test_plan_file_round_trip_and_reevaluation(capsys, tmp_path):
     ([], "profile"),
     (["--profile", "traces/cpu-fp32-grid/profile.json", "--context", "100"], "--context re-derives a preset"),
     (["--preset", "llama70b-1b-h100", "--context", "0"], "--context"),
+    (["--preset", "llama70b-1b-h100", "--horizon", "soon"], "--horizon"),
 ])
 def test_bad_flags_exit_2_with_one_line(capsys, argv, needle):
     with pytest.raises(SystemExit) as e:
@@ -380,3 +382,19 @@ def test_batch_sizes_with_emit_is_refused_in_one_line(capsys):
         main(["--preset", "llama70b-1b-h100", "--batch-sizes", "1,2", "--emit", "vllm"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "--batch-sizes" in err and "--emit" in err
+
+
+def test_horizon_session_narrows_a_calibrated_profiles_intervals_and_says_for_which_run(capsys, tmp_path):
+    path = calibrated_profile_file(tmp_path)
+    reports = {}
+    for horizon in ("later", "session"):
+        code, out, _ = run(capsys, "--profile", str(path), "--horizon", horizon, "--json")
+        reports[horizon] = json.loads(out)["uncertainty"]
+        assert code == 0 and reports[horizon]["horizon"] == horizon
+        assert reports[horizon]["timed_at"] == ["2026-12-01T14:50:14Z", "2026-12-01T15:09:29Z"]
+    width = {h: u["ar"]["high"] - u["ar"]["low"] for h, u in reports.items()}
+    assert width["session"] < 0.6 * width["later"]  # 4.8% drift within the hour against 17.3% later
+    _, out, _ = run(capsys, "--profile", str(path), "--horizon", "session")
+    assert "intervals for a run within the hour of the profile's timed forwards (timed 2026-12-01T14:50:14Z" in out
+    _, out, _ = run(capsys, "--preset", "llama70b-1b-h100")
+    assert "within the hour" not in out  # a preset measured no session spread: nothing to choose between

@@ -15,6 +15,7 @@ from ssd_sim.io.records import Header
 from ssd_sim.io.trace import TraceWriter
 from ssd_sim.model.presets import list_presets
 from ssd_sim.plan.plan import Plan, PlanFile
+from tests.helpers.profiles import calibrated_profile_file
 from tests.helpers.trace_samples import EMPTY_SUMMARY
 
 
@@ -383,3 +384,12 @@ def test_the_growth_line_says_how_much_slower_the_growing_context_is(capsys):
 def test_a_measured_profile_keeps_its_latencies_whatever_the_prompts(capsys):
     assert main(["--preset", "qwen-coder-1.5b-0.5b-cpu", "--tokens", "16", "--prompt-tokens", "3000", "--json"]) == 0
     assert "context_note" not in json.loads(capsys.readouterr().out)  # CPU latencies were measured, no KV term
+
+
+def test_horizon_session_narrows_the_simulated_runs_interval(capsys, tmp_path):
+    path = str(calibrated_profile_file(tmp_path))
+    later, session = (run_json(capsys, "--profile", path, "--mode", "ar", "--tokens", "32", "--horizon", h, "--json")
+                      for h in ("later", "session"))
+    assert later["metrics"] == session["metrics"]  # the same simulation; only the spread around it differs
+    (lo_l, hi_l), (lo_s, hi_s) = (r["interval_90"]["per_seq_tok_s"] for r in (later, session))
+    assert lo_l < lo_s < hi_s < hi_l and hi_s - lo_s < 0.6 * (hi_l - lo_l)

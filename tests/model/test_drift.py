@@ -1,4 +1,5 @@
-"""model.drift: repeat runs of one setup are grouped, their verify times' pooled log-SD is the drift."""
+"""model.drift: repeat runs of one setup are grouped, their verify times' pooled log-SD is the drift, per horizon
+(within the hour of the timed forwards, or later)."""
 
 from __future__ import annotations
 
@@ -9,12 +10,18 @@ import pytest
 
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.drift import (
-    SHIPPED_DRIFT,
+    HORIZONS,
+    SHIPPED_DRIFTS,
+    calibration_drift,
+    horizon_of,
     measured_drift,
     median_verify_ms,
+    minutes_from,
     pooled_log_sd,
     repeat_groups,
-    session_drift,
+    span_minutes,
+    started,
+    timed_span,
 )
 from ssd_sim.plan.plan import Plan
 from tests.helpers.synthetic_traces import write_trace
@@ -28,32 +35,72 @@ def test_pooled_log_sd_is_the_within_group_sd_of_logs():
         pooled_log_sd([[5.0]])
 
 
+def _repeats(tmp_path, minutes=(0, 20, 40), name="a", k=3):
+    """Repeat SD traces of one setup started `minutes` after 12:00 UTC."""
+    sd = Plan(mode="sd", num_speculative_tokens=k)
+    return [read_trace(write_trace(tmp_path / f"{name}{i}.jsonl", sd, rounds=40, seed=i, noise=0.2,
+                                   header={"started_at": f"2026-12-03T{12 + m // 60:02d}:{m % 60:02d}:00Z"}))
+            for i, m in enumerate(minutes)]
+
+
 def test_repeats_of_one_setup_are_grouped_and_others_are_not(tmp_path):
-    sd = Plan(mode="sd", num_speculative_tokens=3)
-    paths = [write_trace(tmp_path / f"a{i}.jsonl", sd, rounds=40, seed=i, noise=0.2) for i in range(3)]
-    paths.append(write_trace(tmp_path / "other.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=40))
-    traces = [read_trace(p) for p in paths]
+    traces = _repeats(tmp_path)
+    traces.append(read_trace(write_trace(tmp_path / "other.jsonl", Plan(mode="sd", num_speculative_tokens=2),
+                                         rounds=40)))
     groups = repeat_groups(traces)
-    assert [[t.path for t in g] for g in groups] == [[str(p) for p in paths[:3]]]
+    assert [[t.path for t in g] for g in groups] == [[t.path for t in traces[:3]]]
     drift = measured_drift(traces)
     assert (drift.groups, drift.runs, drift.dof) == (1, 3, 2) and 0 < drift.sd < 0.2
-    assert measured_drift(traces[2:]) is None and session_drift(traces[2:]) == SHIPPED_DRIFT
+    assert measured_drift(traces[2:]) is None
+    assert all(calibration_drift(traces[2:], h) == SHIPPED_DRIFTS[h] for h in HORIZONS)
+
+
+def test_a_group_counts_in_the_horizon_of_its_span(tmp_path):
+    within, apart = _repeats(tmp_path, (0, 59), "w"), _repeats(tmp_path, (0, 61), "x", k=4)
+    assert span_minutes(within) == 59 and span_minutes(apart) == 61
+    assert [len(repeat_groups(within + apart, h)) for h in HORIZONS] == [1, 1]
+    assert repeat_groups(within + apart, "session")[0] == within and repeat_groups(within + apart, "later")[0] == apart
+    assert measured_drift(within, "later") is None and measured_drift(within, "session").runs == 2
+
+
+def test_an_unknown_time_is_later(tmp_path):
+    undated = [read_trace(write_trace(tmp_path / f"u{i}.jsonl", Plan(mode="sd", num_speculative_tokens=3), rounds=40,
+                                      seed=i)) for i in range(2)]
+    assert started(undated[0]) is None and span_minutes(undated) is None and timed_span(undated) == ()
+    assert horizon_of(None) == "later" and horizon_of(60.0) == "session" and horizon_of(60.5) == "later"
+    assert repeat_groups(undated, "later") and not repeat_groups(undated, "session")
+
+
+def test_minutes_from_a_timed_span_is_the_farther_end(tmp_path):
+    traces = _repeats(tmp_path, (0, 30))
+    span = timed_span(traces)
+    assert span == ("2026-12-03T12:00:00Z", "2026-12-03T12:30:00Z")
+    assert minutes_from(span, started(traces[1])) == 30  # the fit spans both: the run may sit at its far end
+    assert minutes_from(span, started(_repeats(tmp_path, (75,), "late")[0])) == 75
+    assert minutes_from((), started(traces[0])) is None and minutes_from(span, None) is None
 
 
 def test_a_calibrations_own_repeats_are_pooled_with_the_projects_by_degrees_of_freedom(tmp_path):
-    sd = Plan(mode="sd", num_speculative_tokens=3)
-    traces = [read_trace(write_trace(tmp_path / f"a{i}.jsonl", sd, rounds=40, seed=i, noise=0.2)) for i in range(3)]
-    own, pooled = measured_drift(traces), session_drift(traces)
-    want = math.sqrt((2 * own.sd ** 2 + SHIPPED_DRIFT.dof * SHIPPED_DRIFT.sd ** 2) / (2 + SHIPPED_DRIFT.dof))
-    assert pooled.sd == pytest.approx(want) and "pooled with the project's 13.2%" in pooled.source
+    traces = _repeats(tmp_path)
+    own, pooled = measured_drift(traces, "session"), calibration_drift(traces, "session")
+    base = SHIPPED_DRIFTS["session"]
+    want = math.sqrt((2 * own.sd ** 2 + base.dof * base.sd ** 2) / (2 + base.dof))
+    assert pooled.sd == pytest.approx(want) and "pooled with the project's 4.8%" in pooled.source
+    assert calibration_drift(traces, "later") == SHIPPED_DRIFTS["later"]  # no repeats an hour apart
+    with pytest.raises(ValueError, match="horizon"):
+        calibration_drift(traces, "tomorrow")
 
 
-def test_the_shipped_drift_is_what_the_shipped_repeats_measure():
-    """SHIPPED_DRIFT cites bench/drift.py over traces/ (every folder but superseded/): the same groups, runs and SD."""
+def test_the_shipped_drifts_are_what_the_shipped_repeats_measure():
+    """SHIPPED_DRIFTS cite bench/drift.py over traces/ (every folder but superseded/): the same groups, runs and SD
+    per horizon, and the later drift is measured to be larger (F-test in bench/drift.py: p = 3e-5)."""
     root = Path(__file__).resolve().parents[2] / "traces"
     traces = [read_trace(p) for f in sorted(root.iterdir()) if f.is_dir() and f.name != "superseded"
               for p in sorted(f.glob("*.jsonl"))]
-    groups = repeat_groups(traces)
-    ms = [[median_verify_ms(t) for t in g] for g in groups]
-    assert (len(groups), sum(map(len, ms))) == (SHIPPED_DRIFT.groups, SHIPPED_DRIFT.runs)
-    assert pooled_log_sd(ms) == pytest.approx(SHIPPED_DRIFT.sd, abs=5e-4)
+    for horizon in HORIZONS:
+        groups = repeat_groups(traces, horizon)
+        ms = [[median_verify_ms(t) for t in g] for g in groups]
+        shipped = SHIPPED_DRIFTS[horizon]
+        assert (len(groups), sum(map(len, ms))) == (shipped.groups, shipped.runs), horizon
+        assert pooled_log_sd(ms) == pytest.approx(shipped.sd, abs=5e-4), horizon
+    assert SHIPPED_DRIFTS["later"].sd > 3 * SHIPPED_DRIFTS["session"].sd

@@ -107,6 +107,8 @@ def idle_section(target_extra: float, draft_extra: float, gaps=(5.0, 500.0)) -> 
     ({"after_idle": {**idle_section(1, 1), "target": {"back_to_back": idle_section(1, 1)["draft"]["back_to_back"],
                                                       "after_sleep": idle_section(1, 1)["target"]["after_sleep"]}}},
      "probe.after_idle.target.after_sleep"),  # other shapes after the sleeps than back to back
+    ({"started_at": "yesterday"}, "probe.started_at"),
+    ({"wall_s": -3}, "probe.wall_s"),
 ])
 def test_a_malformed_probe_file_is_one_line_naming_the_field(tmp_path, change, field):
     path = tmp_path / "bad.json"
@@ -114,6 +116,16 @@ def test_a_malformed_probe_file_is_one_line_naming_the_field(tmp_path, change, f
     with pytest.raises(ConfigError) as e:
         load_probe(path)
     assert e.value.field == field and "\n" not in str(e.value)
+
+
+def test_a_probe_with_a_start_time_sets_when_the_profiles_latencies_were_timed(traces, tmp_path):
+    paths, d = traces
+    timed = calibrate(paths, probe=write_probe(tmp_path / "t.json", started_at="2026-12-03T19:00:00Z", wall_s=360.0))[0]
+    assert timed.uncertainty.timed_at == ("2026-12-03T19:00:00Z", "2026-12-03T19:06:00Z")
+    assert timed.uncertainty.sources["timed_at"] == "measured: the probe ran 2026-12-03T19:00:00Z .. 2026-12-03T19:06:00Z"
+    # an older probe: the runs' times stand for it (these synthetic runs record none: unknown, a run counts as later)
+    old = calibrate(paths, probe=write_probe(tmp_path / "o.json"))[0]
+    assert old.uncertainty.timed_at == () and "records no start time" in old.uncertainty.sources["timed_at"]
 
 
 def test_tree_steps_are_pooled_with_one_token_appends_of_as_many_rows(tmp_path):

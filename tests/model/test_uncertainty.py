@@ -37,6 +37,34 @@ def test_round_trip_and_bad_fields_name_the_field():
     assert e.value.field == "uncertainty.acceptance_sd"
 
 
+def test_a_session_horizon_takes_the_session_spread_when_one_was_measured():
+    u = Uncertainty(latency_run_sd=0.18, latency_session_sd=0.05, timed_at=("2026-12-03T12:00:00Z", "2026-12-03T12:20:00Z"),
+                    sources={"latency_run_sd": "later: 18%", "latency_session_sd": "within the hour: 5%"})
+    s = u.at_horizon("session")
+    assert (s.latency_run_sd, s.horizon, s.sources["latency_run_sd"]) == (0.05, "session", "within the hour: 5%")
+    assert u.at_horizon("later") is u and s.at_horizon("session") is s
+    assert Uncertainty.from_dict(u.to_dict()) == u and Uncertainty.from_dict(s.to_dict()) == s
+    kept = Uncertainty(latency_run_sd=0.08).at_horizon("session")  # nothing measured: the later spread stays
+    assert kept.latency_run_sd == 0.08 and "no session spread measured" in kept.sources["latency_run_sd"]
+    with pytest.raises(ConfigError) as e:
+        s.at_horizon("later")
+    assert e.value.field == "horizon"
+
+
+def test_profiles_without_a_horizon_write_as_before_and_bad_ones_name_the_field():
+    assert not {"latency_session_sd", "timed_at", "horizon"} & set(Uncertainty().to_dict())
+    for bad, field in (({"horizon": "tomorrow"}, "uncertainty.horizon"),
+                       ({"timed_at": ["2026-12-03T12:00:00Z"]}, "uncertainty.timed_at"),
+                       ({"timed_at": ["noon", "one"]}, "uncertainty.timed_at"),
+                       ({"latency_session_sd": -0.1}, "uncertainty.latency_session_sd")):
+        with pytest.raises(ConfigError) as e:
+            Uncertainty.from_dict(bad)
+        assert e.value.field == field, bad
+    with pytest.raises(ConfigError) as e:
+        Uncertainty().at_horizon("soon")
+    assert e.value.field == "horizon"
+
+
 def test_a_logit_shift_moves_acceptance_and_hits_together_and_keeps_certainties():
     acc = get_preset("llama70b-1b-h100").acceptance
     base = acc.at(0.0)

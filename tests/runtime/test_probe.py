@@ -1,6 +1,7 @@
 """The probe times every shape of its grid in the runtime's code, both models at once and the transfer; its file
 loads into measured tables."""
 
+import datetime
 import json
 import math
 
@@ -51,6 +52,9 @@ def test_the_probe_file_loads_as_tables_of_this_host(probed):
     assert [g for g, _ in probe.after_idle["target"]] == [1.0, 10.0] == [g for g, _ in probe.after_idle["draft"]]
     extra = [ms for role in ("target", "draft") for _, ms in probe.after_idle[role]]
     assert len(extra) == 4 and all(math.isfinite(ms) for ms in extra)  # ms after a sleep over back to back
+    # when it ran, for the horizon of a plan's intervals (model.drift): started minutes ago, lasted its wall time
+    start = datetime.datetime.fromisoformat(probe.started_at.replace("Z", "+00:00"))
+    assert 0 <= (datetime.datetime.now(datetime.UTC) - start).total_seconds() < 3600 and probe.wall_s > 0
 
 
 def test_the_sleeps_come_before_their_forwards_and_back_to_back_right_after_one():
