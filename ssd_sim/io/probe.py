@@ -16,7 +16,6 @@ median.
 
 from __future__ import annotations
 
-import datetime
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -25,7 +24,7 @@ from pathlib import Path
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host
 from ssd_sim.io.jsonfile import read_json_object
-from ssd_sim.io.values import nonfinite_strings
+from ssd_sim.io.values import nonfinite_strings, parse_utc
 
 PROBE_SCHEMA = "ssd-probe/1"
 # the most a slowdown fraction may be (a forward 11x slower beside the other model): beyond it the host was busy with
@@ -94,12 +93,9 @@ def _started_at(v, path) -> str:
     """The probe's UTC start (ISO, as trace headers write it); "" when the file does not say."""
     if v in (None, ""):
         return ""
-    try:
-        datetime.datetime.fromisoformat(str(v).replace("Z", "+00:00"))
-    except ValueError:
-        raise ConfigError("probe.started_at", f"{path}: must be an ISO UTC time like 2026-12-03T19:00:00Z, "
-                                              f"got {v!r}") from None
-    return str(v)
+    if not isinstance(v, str) or parse_utc(v) is None:
+        raise ConfigError("probe.started_at", f"{path}: must be an ISO UTC time like 2026-12-03T19:00:00Z, got {v!r}")
+    return v
 
 
 def _wall_s(v, path) -> float:

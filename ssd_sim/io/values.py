@@ -9,6 +9,7 @@ files get the same through nonfinite_strings (a string spelling of inf or nan re
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
 from collections.abc import Collection
 from typing import Any
@@ -142,3 +143,17 @@ def threshold_arg(text: str) -> float:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be a batch size >= 1 (or 'inf')")
     return v
+
+
+def parse_utc(text) -> datetime.datetime | None:
+    """An ISO time as the runtime writes it (2026-12-03T19:00:00Z) as an aware UTC datetime; None if it is not one."""
+    try:
+        stamp = datetime.datetime.fromisoformat(str(text).replace("Z", "+00:00"))
+    except ValueError:
+        return None
+    return stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)
+
+
+def utc_text(stamp: datetime.datetime) -> str:
+    """A datetime as the runtime writes times (UTC, seconds, Z)."""
+    return stamp.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")

@@ -26,6 +26,7 @@ from dataclasses import dataclass
 
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
+from ssd_sim.io.values import parse_utc, utc_text
 
 SESSION_MINUTES = 60.0  # "within the hour": a round boundary, not fitted (the shipped repeats lie 7-64 or 115-154 min apart)
 HORIZONS = ("session", "later")
@@ -76,11 +77,7 @@ def median_verify_ms(trace: Trace) -> float | None:
 
 def started(trace: Trace) -> datetime.datetime | None:
     """When the trace's run started (UTC), None when its header does not say."""
-    try:
-        stamp = datetime.datetime.fromisoformat(str(trace.header.started_at).replace("Z", "+00:00"))
-    except ValueError:
-        return None
-    return stamp if stamp.tzinfo else stamp.replace(tzinfo=datetime.UTC)
+    return parse_utc(trace.header.started_at)
 
 
 def span_minutes(traces: Sequence[Trace]) -> float | None:
@@ -96,7 +93,7 @@ def timed_span(traces: Sequence[Trace]) -> tuple[str, str] | tuple[()]:
     stamps = [started(t) for t in traces]
     if not stamps or None in stamps:
         return ()
-    return tuple(x.strftime("%Y-%m-%dT%H:%M:%SZ") for x in (min(stamps), max(stamps)))
+    return utc_text(min(stamps)), utc_text(max(stamps))
 
 
 def minutes_from(span: Sequence[str], when: datetime.datetime | None) -> float | None:
@@ -104,8 +101,7 @@ def minutes_from(span: Sequence[str], when: datetime.datetime | None) -> float |
     have drifted by at `when`); None when either is unknown."""
     if not span or when is None:
         return None
-    ends = [datetime.datetime.fromisoformat(x.replace("Z", "+00:00")) for x in span]
-    return max(abs((when - e).total_seconds()) for e in ends) / 60
+    return max(abs((when - parse_utc(e)).total_seconds()) for e in span) / 60
 
 
 def horizon_of(minutes: float | None) -> str:

@@ -23,6 +23,7 @@ from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
+from ssd_sim.io.values import parse_utc, utc_text
 from ssd_sim.model.latency import LatencyModel
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.model.uncertainty import EXTRAPOLATION_SD, Uncertainty
@@ -165,9 +166,8 @@ def probed_uncertainty(u: Uncertainty, probe: Probe) -> Uncertainty:
                                               f"beyond them latency is extrapolated (assumed +{EXTRAPOLATION_SD:.0%} SD "
                                               "per doubling)"}
     if probe.started_at:  # the latency's level is the probe's: its time is the calibration's
-        start = datetime.datetime.fromisoformat(probe.started_at.replace("Z", "+00:00"))
-        end = start + datetime.timedelta(seconds=probe.wall_s)
-        span = tuple(x.strftime("%Y-%m-%dT%H:%M:%SZ") for x in (start, end))
+        start = parse_utc(probe.started_at)
+        span = utc_text(start), utc_text(start + datetime.timedelta(seconds=probe.wall_s))
         src["timed_at"] = f"measured: the probe ran {span[0]} .. {span[1]}"
         return replace(u, timed_rows_tokens=timed, sources=src, timed_at=span)
     src["timed_at"] = src.get("timed_at", "") + " (the probe records no start time: the runs' times stand for it)"

@@ -22,13 +22,13 @@ Sources, each measured by calibration where the traces allow and otherwise a sta
 
 from __future__ import annotations
 
-import datetime
 import math
 from dataclasses import asdict, dataclass, field, replace
 
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.values import parse_utc
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve, HitTable, lerp_point
 from ssd_sim.model.drift import HORIZONS
 
@@ -67,7 +67,7 @@ class Uncertainty:
         if self.horizon not in HORIZONS:
             raise ConfigError("uncertainty.horizon", f"must be one of {', '.join(HORIZONS)}, got {self.horizon!r}")
         stamps = tuple(self.timed_at)
-        if stamps and not (len(stamps) == 2 and all(isinstance(x, str) and _utc(x) for x in stamps)):
+        if stamps and not (len(stamps) == 2 and all(isinstance(x, str) and parse_utc(x) for x in stamps)):
             raise ConfigError("uncertainty.timed_at", f"must be [] or [first, last] ISO UTC times, got {list(stamps)}")
         object.__setattr__(self, "timed_at", stamps)
         for name in ("sequences", "run_sequences"):
@@ -128,14 +128,6 @@ class Uncertainty:
         return cls(**{**d, "interference": tuple(d.get("interference", CPU_INTERFERENCE)),
                       "timed_at": tuple(d.get("timed_at", ())), "sources": dict(d.get("sources", {}))})
 
-
-def _utc(stamp: str) -> bool:
-    """Whether stamp is an ISO time (trace headers' started_at: 2026-12-03T19:00:00Z)."""
-    try:
-        datetime.datetime.fromisoformat(stamp.replace("Z", "+00:00"))
-    except ValueError:
-        return False
-    return True
 
 
 # ---- drawing profiles ------------------------------------------------------------------------------------

@@ -38,7 +38,7 @@ def test_every_split_named_by_the_issue_is_there():
             "halves-t1", "halves-probe", "avx512-odd", "pool-halves", "pool-halves-configs", "pool-halves-ar-sd"} <= set(SPLITS)
     pool = [n for n, s in SPLITS.items() if "halves" in s]
     assert sorted(pool) == ["pool-halves", "pool-halves-ar-sd", "pool-halves-configs", "pool40-halves",
-                            "pool40-to-pool40i", "pool40i-halves", "pool64i-halves"]
+                            "pool40-to-pool40i", "pool40i-halves", "pool64i-halves", "xeon-pool32i-halves"]
     assert sorted(n for n, s in SPLITS.items() if "workload_from" in s) == [
         "avx2-to-pool", "avx2-to-pool40i", "avx2-to-xeon", "pool-to-avx2", "pool-to-xeon"]
 
@@ -164,7 +164,11 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (8.5, 11.0), "c1-to-c": (5.5, 10.0)
           # the same first hour 2.5 h later on a host of the same kind (traces/cpu-fp32-xeon-idle/README.md), its probe
           # timing each model's forwards after sleeps, which the SD and SSD phases after a wait now pay: 2.7% / 5.5%;
           # the profile of 2.5 h before predicts the new runs 20% low (the host ran 21-30% faster)
-          "xeon-idle-here": (3.0, 6.0), "xeon-earlier": (21.0, 22.0)}
+          "xeon-idle-here": (3.0, 6.0), "xeon-earlier": (21.0, 22.0),
+          # random halves of an interleaved pool session on the Xeon host (traces/cpu-fp32-xeon-pool32i/README.md),
+          # the split committed before its runs: 1.3% / 7.5% on these draws (10 draws: 1.4% / 10.6%, the T = 1 run's
+          # worst draw, whose class floor misses by 11.7%)
+          "xeon-pool32i-halves": (1.5, 7.5)}
 
 
 def test_every_split_has_a_limit():
@@ -209,17 +213,18 @@ def test_interval_coverage_counts_text_hold_outs_only():
     assert set(goal) == {"prompts", "halves-t0", "halves-t1", "halves-probe", "avx512-odd", "pool-halves",
                          "pool-halves-configs", "pool-halves-ar-sd", "pool40-halves", "pool40i-halves",
                          "pool40-to-pool40i", "pool64i-halves", "pool-to-avx2", "avx2-to-pool", "avx2-to-pool40i",
-                         "xeon-here", "pool-to-xeon", "avx2-to-xeon", "xeon-idle-here", "xeon-earlier"}
+                         "xeon-here", "pool-to-xeon", "avx2-to-xeon", "xeon-idle-here", "xeon-earlier",
+                         "xeon-pool32i-halves"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
-    assert len(goal_runs) == 148 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
+    assert len(goal_runs) == 160 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
     # measured (3 draws per pool split) with the drift of each run's horizon (model.drift: 4.8% for a run within the
-    # hour of the timed forwards, 17.3% later): 136 of 148 inside their 90% intervals (92%; the goal is 85-95%). Within
+    # hour of the timed forwards, 17.3% later): 148 of 160 inside their 90% intervals (92%; the goal is 85-95%). Within
     # the hour everything holds but the halves whose AVX2 host drifted 12% in 30 minutes (0 of 4), prompts 8-15
     # (2 of 3), the cross-host acceptance (avx2-to-pool 5 of 8, the Xeon's 4 of 5 each) and two configuration draws
     # of the pool; the later runs (the two pool sessions 2.5 h apart, the Xeon 2.5 h later, the probe-priced halves
     # whose probe records no time) hold all 24. With one pooled drift of 13.2% it was 142 of 148, the sessions 2.5 h
     # apart 8 of 12
-    assert sum(r["inside"] for r in goal_runs) == 136
+    assert sum(r["inside"] for r in goal_runs) == 148
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
     assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 12
     horizons = {name: {r["horizon"] for r in res["runs"]} for name, res in goal.items()}
@@ -228,7 +233,7 @@ def test_interval_coverage_counts_text_hold_outs_only():
     assert sum(not r["inside"] for r in goal_runs if r["horizon"] == "later") == 0
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
-    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (40, 39)
+    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (43, 42)
 
 
 def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import datetime
 import math
 
 import pytest
@@ -12,9 +13,11 @@ from ssd_sim.io.values import (
     means_infinity,
     nonfinite_strings,
     nonneg_float,
+    parse_utc,
     positive_int,
     threshold_arg,
     unit_float,
+    utc_text,
 )
 
 INFINITY = ["inf", "Infinity", "infinity", "INF", "+inf", "+Infinity", " inf ", "1e999"]
@@ -49,3 +52,11 @@ def test_json_strings_spelling_infinity_read_as_the_number_and_text_keys_stay():
     out = nonfinite_strings(data, ("name",))
     assert out["name"] == "inf" and out["a"] == math.inf and out["b"][:1] == [math.inf] and out["b"][2:] == ["x", 3]
     assert out["b"][1] == -math.inf and out["c"]["d"] == math.inf and math.isnan(out["c"]["e"])
+
+
+def test_utc_times_read_as_the_runtime_writes_them_and_anything_else_is_none():
+    stamp = parse_utc("2026-12-03T19:00:00Z")
+    assert stamp == datetime.datetime(2026, 12, 3, 19, tzinfo=datetime.UTC) and utc_text(stamp) == "2026-12-03T19:00:00Z"
+    assert parse_utc("2026-12-03T19:00:00") == stamp  # no zone: UTC, as the runtime means it
+    assert utc_text(parse_utc("2026-12-03T20:30:00+01:30")) == "2026-12-03T19:00:00Z"
+    assert [parse_utc(x) for x in ("", "noon", None, 3)] == [None] * 4
