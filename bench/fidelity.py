@@ -20,8 +20,9 @@ which is refused (skipped with a line on stderr when every split runs); --allow-
 Each run also gets a 90% prediction interval (plan.intervals over the calibrated profile's uncertainty, for a run of
 its number of sequences, at the run's horizon: "session" when it started within an hour of both ends of the span the
 profile's latencies were timed over, else "later", model.drift); a split reports the share of its runs inside theirs
-(issue 26's goal: 85-95% over all splits) and the mean interval width. A split may name a probe of its host ("probe": ssd-run probe's file): its latencies then come
-from the probe's measured tables (model.probed); --no-probe calibrates them from the traces' rounds instead.
+(issue 26's goal: 85-95% over all splits) and the mean interval width. A split may name a probe of its host
+("probe": ssd-run probe's file): its latencies then come from the probe's measured tables (model.probed); --no-probe
+calibrates them from the traces' rounds instead.
 Decisions are judged by regret: among a split's predicted runs of one workload (same prompts, T, b), the run the
 prediction ranks first against the run that measured fastest; a choice is good within 5% of the best.
 
@@ -540,7 +541,8 @@ def print_table(res: dict) -> None:
         print("  ".join(c.ljust(w) for c, w in zip(row, widths, strict=True)))
     goal = f"goal: median <= {GOAL_MEDIAN:g}%, worst <= {GOAL_WORST:g}%" if res["goal"] else "no goal (reported)"
     print(f"tok/s: median |error| {res['median_abs_err_pct']:.1f}%, worst {res['worst_abs_err_pct']:.1f}% ({goal}); "
-          f"90% intervals hold {res['coverage_90']:.0%} of the runs (goal over all splits: 85-95%), mean width {res['mean_width_pct']:.0f}%")
+          f"90% intervals hold {res['coverage_90']:.0%} of the runs (goal over all splits: 85-95%), mean width "
+          f"{res['mean_width_pct']:.0f}%")
     if "per_run" in res:
         print(f"floor (each run's own half A as the prediction of its half B, the best a prediction can do without "
               f"seeing B): median |error| {res['floor_median_abs_err_pct']:.1f}%, worst {res['floor_worst_abs_err_pct']:.1f}%")
