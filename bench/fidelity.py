@@ -259,9 +259,10 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     for run, trace in pred.items():
         meas, guess = summarize(trace), predict(profile, trace)
         minutes = minutes_from(profile.uncertainty.timed_at, started(trace))
-        low, high = run_interval(at_horizon(profile, horizon_of(minutes)), trace, guess["tok_s"])
+        horizon = horizon_of(minutes)
+        low, high = run_interval(at_horizon(profile, horizon), trace, guess["tok_s"])
         runs.append({
-            "interval_90": [low, high], "inside": bool(low <= meas.tok_s <= high), "horizon": horizon_of(minutes),
+            "interval_90": [low, high], "inside": bool(low <= meas.tok_s <= high), "horizon": horizon,
             "minutes_from_timed": minutes,
             "trace": run, "mode": trace.mode, "K": trace.plan.get("num_speculative_tokens", 0) if trace.mode != "ar" else 0,
             "batch_size": trace.header.batch_size, "temperature": trace.plan.get("temperature", 0.0),

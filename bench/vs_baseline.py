@@ -70,6 +70,7 @@ if str(ROOT) not in sys.path:  # run as a script from anywhere
 
 from ssd_runtime.specs import TINY_DRAFT, TINY_TARGET  # noqa: E402  (torch-free)
 from ssd_sim.io.errors import ConfigError  # noqa: E402
+from ssd_sim.io.values import utc_now  # noqa: E402
 from ssd_sim.plan.plan import Plan  # noqa: E402
 
 PROG = "vs_baseline"
@@ -616,7 +617,7 @@ def _main(args: argparse.Namespace, argv: list[str]) -> int:
         "idle_cpu_s": idle, "runs": [record_dict(r) for r in records],
         "host": host, "versions": {"python": sys.version.split()[0], "torch": torch.__version__,
                                    "transformers": transformers.__version__},
-        "finished_at": time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        "finished_at": utc_now(),
     }
     path = save_json_atomic(out, json.dumps(json_safe(result), indent=2, default=str, allow_nan=False), "out")
     print(f"\nJSON: {path}")

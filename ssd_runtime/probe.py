@@ -34,6 +34,7 @@ from dataclasses import asdict, dataclass, field
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.probe import MAX_SLOWDOWN, PROBE_SCHEMA
+from ssd_sim.io.values import utc_now
 
 from .models import ModelSpec
 from .protocol import Ctl
@@ -109,7 +110,8 @@ class ProbeResult:
     def to_dict(self) -> dict:
         """The probe file (ssd-probe/1, read by ssd_sim.io.probe): per key its median and every sample."""
         return {"schema": PROBE_SCHEMA, "grid": asdict(self.grid), "models": self.models, "host": self.host,
-                "started_at": self.started_at, "wall_s": round(self.wall_s, 1), "target": _rows(self.target), "draft": _rows(self.draft),
+                "started_at": self.started_at, "wall_s": round(self.wall_s, 1), "target": _rows(self.target),
+                "draft": _rows(self.draft),
                 "interference": self.interference, "transfer": _rows(self.transfer),
                 **({"after_idle": _idle_rows(self.after_idle)} if self.after_idle else {})}
 
@@ -343,7 +345,7 @@ def run_probe(target: ModelSpec, draft: ModelSpec, grid: ProbeGrid, pin: bool = 
     """Time the grid's shapes on the target and the draft (each alone), both at once, and the transfer."""
     from .device import host_record
 
-    t0, started_at = time.monotonic(), time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime())
+    t0, started_at = time.monotonic(), utc_now()
     pair = _Pair(target, draft, grid, pin, timeout_s)
     try:
         res = ProbeResult(grid, models={r: pair.info[r] for r in ("target", "draft")}, started_at=started_at)

@@ -9,6 +9,8 @@ import time
 from collections.abc import Callable
 from pathlib import Path
 
+from ssd_sim.io.values import utc_now
+
 from .jobs import Job
 from .models import ModelSpec
 
@@ -90,7 +92,7 @@ def job_header(job: Job, target: dict, draft: dict | None, cores: int):
         prompt_source=job.header.get("prompt_source", "api"), num_prompts=len(job.prompts),
         max_new_tokens=job.max_new_tokens,
         machine=f"{platform.machine()} {platform.system()}, {os.cpu_count()} cpus, torch threads 1 per process",
-        host=host_record(kernels, cores).to_dict(), started_at=time.strftime("%Y-%m-%dT%H:%M:%SZ", time.gmtime()),
+        host=host_record(kernels, cores).to_dict(), started_at=utc_now(),
         seed=job.seed, forced_acceptance=job.forced_acceptance, ignore_eos=job.ignore_eos,
         log_topn=job.log_topn if speculative else 0,
         top_k=job.truncation.top_k, top_p=job.truncation.top_p,

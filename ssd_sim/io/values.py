@@ -157,3 +157,8 @@ def parse_utc(text) -> datetime.datetime | None:
 def utc_text(stamp: datetime.datetime) -> str:
     """A datetime as the runtime writes times (UTC, seconds, Z)."""
     return stamp.astimezone(datetime.UTC).strftime("%Y-%m-%dT%H:%M:%SZ")
+
+
+def utc_now() -> str:
+    """Now, as the runtime writes times (trace headers' started_at, probes' started_at)."""
+    return utc_text(datetime.datetime.now(datetime.UTC))

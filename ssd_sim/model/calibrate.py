@@ -631,12 +631,11 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
                 "this project's calibrations measured 2.3-10.9%)")
     residual = RESIDUAL_SD if residual is None else residual
     spread = {}
-    for horizon, when in (("later", "a run more than an hour after the timed forwards"),
-                          ("session", "a run within the hour")):
+    for horizon, key, when in (("later", "latency_run_sd", "a run more than an hour after the timed forwards"),
+                               ("session", "latency_session_sd", "a run within the hour")):
         drift = calibration_drift(traces, horizon)
         spread[horizon] = math.hypot(residual, drift.sd)
-        src["latency_run_sd" if horizon == "later" else "latency_session_sd"] = (
-            f"{when}: {how} and {drift.sd:.1%} run-to-run drift ({drift.source}): {spread[horizon]:.1%}")
+        src[key] = f"{when}: {how} and {drift.sd:.1%} run-to-run drift ({drift.source}): {spread[horizon]:.1%}"
     span = timed_span(traces)
     src["timed_at"] = (f"measured: the {len(traces)} runs started {span[0]} .. {span[1]}" if span else
                        "unknown: runs without a start time (a run at any time counts as later)")

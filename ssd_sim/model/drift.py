@@ -80,20 +80,22 @@ def started(trace: Trace) -> datetime.datetime | None:
     return parse_utc(trace.header.started_at)
 
 
+def _first_last(traces: Sequence[Trace]) -> tuple[datetime.datetime, datetime.datetime] | None:
+    """The first and the last start of these traces; None when any start is not recorded."""
+    stamps = [started(t) for t in traces]
+    return None if not stamps or None in stamps else (min(stamps), max(stamps))
+
+
 def span_minutes(traces: Sequence[Trace]) -> float | None:
     """Minutes between the first and the last start of these traces; None when any start is not recorded."""
-    stamps = [started(t) for t in traces]
-    if not stamps or None in stamps:
-        return None
-    return (max(stamps) - min(stamps)).total_seconds() / 60
+    ends = _first_last(traces)
+    return None if ends is None else (ends[1] - ends[0]).total_seconds() / 60
 
 
 def timed_span(traces: Sequence[Trace]) -> tuple[str, str] | tuple[()]:
     """(first, last) start of these traces as ISO UTC strings; () when any start is not recorded."""
-    stamps = [started(t) for t in traces]
-    if not stamps or None in stamps:
-        return ()
-    return utc_text(min(stamps)), utc_text(max(stamps))
+    ends = _first_last(traces)
+    return () if ends is None else (utc_text(ends[0]), utc_text(ends[1]))
 
 
 def minutes_from(span: Sequence[str], when: datetime.datetime | None) -> float | None:
