@@ -16,7 +16,8 @@ target on core 0, the draft on core 1, one thread each; or each on its CUDA devi
              forwards back to back (the other model idle): in SD each model sleeps while the other works, in SSD
              the target sleeps while a late reply comes and the draft while a long verify runs, and on some hosts
              a forward after a sleep costs more (a KVM guest's halted vCPU, a lower clock; +5-12% for the target
-             and +27% for the draft's step on one Intel Xeon host, bench/idle_wake.py)
+             and +27% for the draft's step on one Intel Xeon host, bench/idle_wake.py, which also shows a wait in
+             the runtime's gloo receive costing what a sleep costs: +1.2% against +1.0% on another)
 
 Every shape is timed `repeats` times, interleaved (round-robin over the shapes, after one untimed warm-up pass)
 so that drift spreads over all of them; each row of the result keeps every sample. Rows sit at `context`

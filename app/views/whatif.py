@@ -9,7 +9,7 @@ import streamlit as st
 
 from app import charts, compute, sim, state
 from ssd_sim.cli.growth import growth, growth_line
-from ssd_sim.model.drift import HORIZONS
+from ssd_sim.model.drift import HORIZONS, SHIPPED_DRIFTS
 from ssd_sim.plan.intervals import horizon_note, uncertainty_of
 from ssd_sim.plan.plan import BACKUPS
 from ssd_sim.plan.planner import OBJECTIVES, BStar, PlanRequest, SearchLimits, make_plan
@@ -148,7 +148,8 @@ def horizon_choice(profile, where) -> str:
     return where.radio("intervals for a run", HORIZONS, index=HORIZONS.index("later"), horizontal=True,
                        key="horizon", format_func=HORIZON_LABEL.get,
                        help="the run-to-run drift grows with the time since the profile's latencies were timed: "
-                            "4.8% within the hour, 17.3% hours later (measured by repeat runs, bench/drift.py)")
+                            f"{SHIPPED_DRIFTS['session'].sd:.1%} within the hour, {SHIPPED_DRIFTS['later'].sd:.1%} "
+                            "hours later (measured by repeat runs, bench/drift.py)")
 
 
 def charts_grid(sc, res, sim_rates) -> None:

@@ -222,6 +222,10 @@ _ISSUE_26_TRANSFER = ("issue 26: SSD's transfer is each round's wait for the rep
                       "overrun of the previous verify (calibrate.ssd_transfer_samples); a low quantile of the wait alone "
                       "had counted a draft slower than the verify as link time (grid T = 1: 94.67 -> 1.22 ms)")
 _document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_TRANSFER)
+_ISSUE_26_LATER_DRIFT = ("issue 26: the later drift measured again with the Xeon pool grid repeated 3.9 h later "
+                         "(model.drift: 20 setups, 64-235 min apart: 15.4%, was 17.3% over 16 setups; the within-hour "
+                         "drift unchanged)")
+_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_LATER_DRIFT)
 
 
 def fixed_host():
