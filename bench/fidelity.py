@@ -19,7 +19,9 @@ calibration (ssd_sim.io.overlap: logged contexts, else prompts at T = 0 or the s
 which is refused (skipped with a line on stderr when every split runs); --allow-leaks reports it marked, without a goal.
 Each run also gets a 90% prediction interval (plan.intervals over the calibrated profile's uncertainty, for a run of
 its number of sequences, at the run's horizon: "session" when it started within an hour of both ends of the span the
-profile's latencies were timed over, else "later", model.drift); a split reports the share of its runs inside theirs
+profile's latencies were timed over, else "later", model.drift); the drift in it is the project's measured again
+without the split's predicted runs (held_out_drifts: a predicted run repeated from its calibration would otherwise set
+the drift its own interval uses); a split reports the share of its runs inside theirs
 (issue 26's goal: 85-95% over all splits) and the mean interval width. A split may name a probe of its host
 ("probe": ssd-run probe's file): its latencies then come from the probe's measured tables (model.probed); --no-probe
 calibrates them from the traces' rounds instead.
@@ -51,6 +53,7 @@ run is cut to the prompts no predicted run used, and the workload is weighted to
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import statistics
 import sys
@@ -62,7 +65,15 @@ from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids, prompt_l
 from ssd_sim.io.probe import load_probe
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate_traces
-from ssd_sim.model.drift import HORIZONS, horizon_of, minutes_from, started
+from ssd_sim.model.drift import (
+    HORIZONS,
+    SHIPPED_DRIFTS,
+    Drift,
+    horizon_of,
+    measured_drift,
+    minutes_from,
+    started,
+)
 from ssd_sim.model.mix import RequestMix
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.workload_profile import profile_acceptance, with_acceptance
@@ -236,6 +247,31 @@ def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool
     return evaluate(name, split, cal, pred, acc, allow_leaks, use_probe)
 
 
+@functools.cache
+def shipped_traces() -> tuple[tuple[Path, Trace], ...]:
+    """Every trace under traces/ but superseded/ (what bench/drift.py measures SHIPPED_DRIFTS over), with its path."""
+    folders = sorted(f for f in (ROOT / "traces").iterdir() if f.is_dir() and f.name != "superseded")
+    return tuple((p.resolve(), read_trace(p)) for f in folders for p in sorted(f.glob("*.jsonl")))
+
+
+@functools.cache
+def _held_out(predicted: frozenset[Path]) -> dict[str, Drift]:
+    kept = [t for p, t in shipped_traces() if p not in predicted]
+    out = {}
+    for horizon in HORIZONS:
+        d, shipped = measured_drift(kept, horizon), SHIPPED_DRIFTS[horizon]
+        out[horizon] = shipped if d is None or (d.groups, d.runs) == (shipped.groups, shipped.runs) else Drift(
+            d.sd, d.groups, d.runs, f"measured over this project's repeat runs without the split's predicted runs "
+                                    f"({d.groups} setups, {d.runs} runs)")
+    return out
+
+
+def held_out_drifts(predicted: list[Path]) -> dict[str, Drift]:
+    """model.drift's SHIPPED_DRIFTS measured again over the shipped traces less the predicted runs' files: a run whose
+    repeat is in the calibration (or elsewhere) leaves that pair out, so no interval uses a drift its own run set."""
+    return _held_out(frozenset(p.resolve() for p in predicted))
+
+
 def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trace], acceptance_from: list[str] | None,
              allow_leaks: bool, use_probe: bool, mix: RequestMix | None = None,
              workload: dict[str, Trace] | None = None) -> dict:
@@ -250,7 +286,7 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
     profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
                                        acceptance_from=acceptance_from, probe=probe,
-                                       mix=None if workload else mix)
+                                       mix=None if workload else mix, drifts=held_out_drifts(split["predict"]))
     if workload:
         source, wreport = calibrate_traces(list(workload.values()), list(workload), name=f"fidelity-{name}-workload",
                                            mix=mix)

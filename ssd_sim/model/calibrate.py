@@ -20,7 +20,7 @@ from __future__ import annotations
 import math
 import warnings
 from collections import defaultdict
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
 from pathlib import Path
@@ -34,7 +34,7 @@ from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.sanity import distinct_traces
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.drift import calibration_drift, timed_span
+from ssd_sim.model.drift import Drift, calibration_drift, timed_span
 from ssd_sim.model.latency import (
     PINNED_AT,
     FitReport,
@@ -615,8 +615,11 @@ def _truncation_note(lg: dict) -> str:
 
 
 def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], target: ForwardLatency,
-                         report: CalibrationReport, mix: RequestMix | None = None) -> Uncertainty:
-    """The spreads of model.uncertainty measured from the traces where they can be, assumed (and said) elsewhere."""
+                         report: CalibrationReport, mix: RequestMix | None = None,
+                         drifts: Mapping[str, Drift] | None = None) -> Uncertainty:
+    """The spreads of model.uncertainty measured from the traces where they can be, assumed (and said) elsewhere;
+    `drifts`: the project's drift per horizon to pool the traces' own repeats with (default model.drift's
+    SHIPPED_DRIFTS)."""
     src: dict[str, str] = {}
     sd, n_cal, n_run = _between_sequence_sd(drafted, mix)
     if sd is None:
@@ -633,7 +636,7 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
     spread = {}
     for horizon, key, when in (("later", "latency_run_sd", "a run more than an hour after the timed forwards"),
                                ("session", "latency_session_sd", "a run within the hour")):
-        drift = calibration_drift(traces, horizon)
+        drift = calibration_drift(traces, horizon, drifts)
         spread[horizon] = math.hypot(residual, drift.sd)
         src[key] = f"{when}: {how} and {drift.sd:.1%} run-to-run drift ({drift.source}): {spread[horizon]:.1%}"
     span = timed_span(traces)
@@ -764,10 +767,13 @@ def _distinct(parsed: Sequence[Trace], paths: Sequence[str | Path], acceptance_f
 
 def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name: str | None = None,
                      acceptance_from: Sequence[str | Path] | None = None,
-                     probe: Probe | None = None, mix: RequestMix | None = None) -> tuple[Profile, CalibrationReport]:
+                     probe: Probe | None = None, mix: RequestMix | None = None,
+                     drifts: Mapping[str, Drift] | None = None) -> tuple[Profile, CalibrationReport]:
     """calibrate on traces already parsed (e.g. an upload held in memory); `paths` name them (one per trace: the
     profile's sources, the default name's folder and what acceptance_from refers to). A trace given twice (the
-    same records: the same path, a copy, a link) is counted once, and report.duplicates says so in one line each."""
+    same records: the same path, a copy, a link) is counted once, and report.duplicates says so in one line each.
+    `drifts`: the project's run-to-run drift per horizon (default SHIPPED_DRIFTS; bench/fidelity.py passes the drift
+    measured without a split's predicted runs)."""
     if not parsed:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
     traces, paths, acceptance_from, duplicates = _distinct(parsed, paths, acceptance_from)
@@ -791,7 +797,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     if mix is not None and (line := left_out(mix, drafted)):
         report.left_out = line
         report.warnings.append(line)
-    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix)
+    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix, drifts)
     models = setup.get("models") or {}
     max_b = max(int(t.header.batch_size) for t in traces)
     prov = {"latency": "measured: least-squares fits to the target and the draft over "

@@ -21,7 +21,7 @@ import datetime
 import json
 import math
 import statistics
-from collections.abc import Sequence
+from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 
 from ssd_sim.io.records import Phase
@@ -143,12 +143,13 @@ def measured_drift(traces: Sequence[Trace], horizon: str | None = None) -> Drift
                  f"measured over the calibration's repeat runs ({len(ms)} setups, {runs} runs)")
 
 
-def calibration_drift(traces: Sequence[Trace], horizon: str) -> Drift:
-    """The drift a calibration's intervals use at a horizon: its own repeats of that horizon pooled with
-    SHIPPED_DRIFTS[horizon] by degrees of freedom (its own dominate once it has many), else the shipped one alone."""
+def calibration_drift(traces: Sequence[Trace], horizon: str, shipped: Mapping[str, Drift] | None = None) -> Drift:
+    """The drift a calibration's intervals use at a horizon: its own repeats of that horizon pooled with the project's
+    (`shipped`, default SHIPPED_DRIFTS) by degrees of freedom (its own dominate once it has many), else the project's
+    alone."""
     if horizon not in HORIZONS:
         raise ValueError(f"horizon must be one of {HORIZONS}, got {horizon!r}")
-    base, own = SHIPPED_DRIFTS[horizon], measured_drift(traces, horizon)
+    base, own = (shipped or SHIPPED_DRIFTS)[horizon], measured_drift(traces, horizon)
     if own is None:
         return base
     var = (own.dof * own.sd ** 2 + base.dof * base.sd ** 2) / (own.dof + base.dof)

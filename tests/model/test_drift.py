@@ -12,6 +12,7 @@ from ssd_sim.io.trace import read_trace
 from ssd_sim.model.drift import (
     HORIZONS,
     SHIPPED_DRIFTS,
+    Drift,
     calibration_drift,
     horizon_of,
     measured_drift,
@@ -89,6 +90,15 @@ def test_a_calibrations_own_repeats_are_pooled_with_the_projects_by_degrees_of_f
     assert calibration_drift(traces, "later") == SHIPPED_DRIFTS["later"]  # no repeats an hour apart
     with pytest.raises(ValueError, match="horizon"):
         calibration_drift(traces, "tomorrow")
+
+
+def test_a_calibration_pools_with_the_project_drift_it_is_given(tmp_path):
+    traces = _repeats(tmp_path)
+    given = {"session": Drift(0.02, 3, 9, "given"), "later": Drift(0.3, 2, 4, "given")}
+    own = measured_drift(traces, "session")
+    want = math.sqrt((2 * own.sd ** 2 + 6 * 0.02 ** 2) / (2 + 6))
+    assert calibration_drift(traces, "session", given).sd == pytest.approx(want)
+    assert calibration_drift(traces, "later", given) == given["later"]  # no repeats an hour apart: the given one
 
 
 def test_the_shipped_drifts_are_what_the_shipped_repeats_measure():
