@@ -260,9 +260,14 @@ def _held_out(predicted: frozenset[Path]) -> dict[str, Drift]:
     out = {}
     for horizon in HORIZONS:
         d, shipped = measured_drift(kept, horizon), SHIPPED_DRIFTS[horizon]
-        out[horizon] = shipped if d is None or (d.groups, d.runs) == (shipped.groups, shipped.runs) else Drift(
-            d.sd, d.groups, d.runs, f"measured over this project's repeat runs without the split's predicted runs "
-                                    f"({d.groups} setups, {d.runs} runs)")
+        if d is None:  # nothing left to measure it: the project's, said to count the predicted runs
+            out[horizon] = Drift(shipped.sd, shipped.groups, shipped.runs, shipped.source + "; no repeat runs are left "
+                                 "without the split's predicted runs, so this drift counts them")
+        elif (d.groups, d.runs) == (shipped.groups, shipped.runs):
+            out[horizon] = shipped  # no predicted run is a repeat
+        else:
+            out[horizon] = Drift(d.sd, d.groups, d.runs, "measured over this project's repeat runs without the split's "
+                                                         f"predicted runs ({d.groups} setups, {d.runs} runs)")
     return out
 
 
