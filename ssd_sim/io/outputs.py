@@ -168,11 +168,18 @@ def _claim_one(field: str, path: Path, unique: bool) -> _Claim:
             raise ConfigError(field, f"cannot create the lock file {lock_path(candidate)} ({e.strerror or e})") from e
         if claim is not None:
             return claim
-    holder = ""
-    with contextlib.suppress(OSError, ValueError):
-        holder = f" (process {int(lock_path(path).read_text().split()[0])})"
-    raise ConfigError(field, f"another run{holder} is writing {path} now; give {_flag(field)} another file or wait "
-                             "for it to finish")
+    raise ConfigError(field, f"another run{_holder(path)} is writing {path} now; give {_flag(field)} another file or "
+                             "wait for it to finish")
+
+
+def _holder(path: Path) -> str:
+    """" (process PID)" of the run holding `path`'s lock; "" while the holder has locked but not yet written its pid,
+    or when the lock file is gone or unreadable."""
+    with contextlib.suppress(OSError, UnicodeDecodeError):
+        pid = lock_path(path).read_text().strip()
+        if pid.isdigit():
+            return f" (process {pid})"
+    return ""
 
 
 @contextlib.contextmanager

@@ -108,6 +108,24 @@ def test_an_output_another_process_claims_is_refused_in_one_line(held):
                             "file or wait for it to finish")
 
 
+@pytest.mark.skipif(sys.platform == "win32", reason="flock")
+def test_a_holder_that_has_not_written_its_pid_yet_is_still_refused_in_one_line(tmp_path):
+    # the window between a claim's flock and its pid reaching the lock file: two runs started at once meet there
+    path = tmp_path / "t.jsonl"
+    hold = ("import fcntl, os, sys, time; fd = os.open(sys.argv[1], os.O_RDWR | os.O_CREAT, 0o644); "
+            "fcntl.flock(fd, fcntl.LOCK_EX); print('held', flush=True); time.sleep(60)")
+    p = subprocess.Popen([sys.executable, "-c", hold, str(lock_path(path))], stdout=subprocess.PIPE, text=True)
+    try:
+        assert p.stdout.readline().strip() == "held" and lock_path(path).read_text() == ""
+        with pytest.raises(ConfigError) as e, claim_outputs({"trace": path}):
+            pass
+        assert str(e.value) == (f"trace: another run is writing {path} now; give --trace another file or wait for it "
+                                "to finish")
+    finally:
+        p.kill()
+        p.wait()
+
+
 def test_a_default_name_another_process_claims_moves_on_to_the_next_suffix(held):
     path, _ = held
     with claim_outputs({"trace": path}, unique=["trace"]) as got:
