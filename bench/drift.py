@@ -11,9 +11,9 @@ the same per horizon (groups within model.drift.SESSION_MINUTES: "session"; the 
 from __future__ import annotations
 
 import argparse
-import glob
 import math
 import statistics
+from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
@@ -27,6 +27,7 @@ from ssd_sim.model.drift import (
     median_verify_ms,
     pooled_log_sd,
     repeat_groups,
+    shipped_trace_paths,
     span_minutes,
 )
 
@@ -34,8 +35,11 @@ from ssd_sim.model.drift import (
 def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", help="trace folders (default: traces/* but superseded)")
-    folders = ap.parse_args().folders or [f for f in sorted(glob.glob("traces/*/")) if "superseded" not in f]
-    traces = [read_trace(p) for f in folders for p in sorted(glob.glob(f"{f.rstrip('/')}/*.jsonl"))]
+    folders = ap.parse_args().folders
+    paths = ([p for f in folders for p in sorted(Path(f).glob("*.jsonl"))] if folders
+             else shipped_trace_paths(Path(__file__).resolve().parent.parent / "traces"))
+    folders = folders or sorted({p.parent for p in paths})
+    traces = [read_trace(p) for p in paths]
     groups = repeat_groups(traces)
     table = Table(title=f"repeat runs in {len(folders)} folders ({len(traces)} traces)")
     for col in ("mode", "runs", "minutes apart", "horizon", "verify ms (median per run)", "SD of ln"):

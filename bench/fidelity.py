@@ -72,6 +72,7 @@ from ssd_sim.model.drift import (
     horizon_of,
     measured_drift,
     minutes_from,
+    shipped_trace_paths,
     started,
 )
 from ssd_sim.model.mix import RequestMix
@@ -250,8 +251,7 @@ def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool
 @functools.cache
 def shipped_traces() -> tuple[tuple[Path, Trace], ...]:
     """Every trace under traces/ but superseded/ (what bench/drift.py measures SHIPPED_DRIFTS over), with its path."""
-    folders = sorted(f for f in (ROOT / "traces").iterdir() if f.is_dir() and f.name != "superseded")
-    return tuple((p.resolve(), read_trace(p)) for f in folders for p in sorted(f.glob("*.jsonl")))
+    return tuple((p.resolve(), read_trace(p)) for p in shipped_trace_paths(ROOT / "traces"))
 
 
 @functools.cache

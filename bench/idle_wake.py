@@ -88,9 +88,10 @@ def measure(bench: _Bench, shape: tuple, gap_s: float, blocks: int, per_block: i
         for _ in range(per_block):
             _spin(gap_s)
             out["after a busy wait"].append(bench.forward(shape))
-        for _ in range(per_block if wait_for_peer else 0):
-            wait_for_peer()
-            out["after a gloo receive"].append(bench.forward(shape))
+        if wait_for_peer is not None:
+            for _ in range(per_block):
+                wait_for_peer()
+                out["after a gloo receive"].append(bench.forward(shape))
     return out
 
 

@@ -23,6 +23,7 @@ import math
 import statistics
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from pathlib import Path
 
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
@@ -60,6 +61,12 @@ SHIPPED_DRIFTS = {
                                   "(bench/drift.py: 20 setups, 40 runs 64-235 min apart; 90% interval 12.3-21.0%; "
                                   "beyond 3.9 h assumed the same)"),
 }
+
+
+def shipped_trace_paths(traces_root: Path) -> list[Path]:
+    """The trace files SHIPPED_DRIFTS is measured over: *.jsonl in every folder of traces_root but superseded/."""
+    return [p for f in sorted(traces_root.iterdir()) if f.is_dir() and f.name != "superseded"
+            for p in sorted(f.glob("*.jsonl"))]
 
 
 def setup_key(trace: Trace) -> str:

@@ -20,6 +20,7 @@ from ssd_sim.model.drift import (
     minutes_from,
     pooled_log_sd,
     repeat_groups,
+    shipped_trace_paths,
     span_minutes,
     started,
     timed_span,
@@ -104,9 +105,7 @@ def test_a_calibration_pools_with_the_project_drift_it_is_given(tmp_path):
 def test_the_shipped_drifts_are_what_the_shipped_repeats_measure():
     """SHIPPED_DRIFTS cite bench/drift.py over traces/ (every folder but superseded/): the same groups, runs and SD
     per horizon, and the later drift is measured to be larger (F-test in bench/drift.py: p = 1e-4)."""
-    root = Path(__file__).resolve().parents[2] / "traces"
-    traces = [read_trace(p) for f in sorted(root.iterdir()) if f.is_dir() and f.name != "superseded"
-              for p in sorted(f.glob("*.jsonl"))]
+    traces = [read_trace(p) for p in shipped_trace_paths(Path(__file__).resolve().parents[2] / "traces")]
     for horizon in HORIZONS:
         groups = repeat_groups(traces, horizon)
         ms = [[median_verify_ms(t) for t in g] for g in groups]
