@@ -1,4 +1,5 @@
-"""Run-to-run drift of the hosts the shipped traces come from: one table, the numbers model.drift.SHIPPED_DRIFTS cite.
+"""Run-to-run drift of the hosts the shipped traces come from, and the runs' spread around each calibration's latency
+fit: two tables, the numbers model.drift.SHIPPED_DRIFTS and model.residual.SHIPPED_RESIDUAL cite.
 
     .venv/bin/python bench/drift.py [FOLDER ...]      # default: every folder under traces/ but superseded/
 
@@ -6,6 +7,8 @@ Repeat runs are traces of one setup (model.drift.setup_key: mode, plan, prompts,
 host); per group the median verify ms of each run, the minutes between the first and the last, and the group's SD
 of ln ms; then the pooled SD over every group with its 90% interval (chi-square on runs - groups degrees of freedom),
 the same per horizon (groups within model.drift.SESSION_MINUTES: "session"; the others: "later") and per kind of run.
+Then per calibration (model.residual.calibration_groups: folder, host, target setup) with 3 or more AR / SD runs, the SD
+of the runs' median verify residual around the calibration's own target fit, pooled the same way.
 """
 
 from __future__ import annotations
@@ -21,6 +24,7 @@ from scipy.stats import chi2
 from scipy.stats import f as f_dist
 
 from ssd_sim.io.trace import read_trace
+from ssd_sim.model.calibrate import fit_target
 from ssd_sim.model.drift import (
     HORIZONS,
     horizon_of,
@@ -30,6 +34,7 @@ from ssd_sim.model.drift import (
     shipped_trace_paths,
     span_minutes,
 )
+from ssd_sim.model.residual import calibration_groups, calibration_residuals, pooled_residual, run_residuals
 
 
 def main() -> None:
@@ -40,6 +45,12 @@ def main() -> None:
              else shipped_trace_paths(Path(__file__).resolve().parent.parent / "traces"))
     folders = folders or sorted({p.parent for p in paths})
     traces = [read_trace(p) for p in paths]
+    print_drift(traces, folders)
+    print_residuals(paths, traces)
+
+
+def print_drift(traces, folders) -> None:
+    """The repeat groups' table, the pooled drift and its comparisons per horizon and per kind of run."""
     groups = repeat_groups(traces)
     table = Table(title=f"repeat runs in {len(folders)} folders ({len(traces)} traces)")
     for col in ("mode", "runs", "minutes apart", "horizon", "verify ms (median per run)", "SD of ln"):
@@ -60,6 +71,28 @@ def main() -> None:
     compare(by_horizon, "one drift for every horizon")
     compare({"AR": [m for g, m in zip(groups, ms, strict=True) if g[0].mode == "ar"],
              "SD / SSD": [m for g, m in zip(groups, ms, strict=True) if g[0].mode != "ar"]}, "one pooled drift")
+
+
+def print_residuals(paths: list[Path], traces) -> None:
+    """Per calibration with MIN_RUNS AR / SD runs or more: the SD of their median verify residual around its target
+    fit; then pooled, with its 90% chi-square interval (what SHIPPED_RESIDUAL cites)."""
+    table = Table(title="the runs' spread around each calibration's latency fit")
+    for col in ("folder", "host", "traces", "AR / SD runs", "median residuals", "SD"):
+        table.add_column(col, justify="right")
+    parts = []
+    for ts, target, d in calibration_residuals(calibration_groups(paths, traces), fit_target):
+        parts.append(d)
+        meds = run_residuals(ts, target)
+        table.add_row(Path(ts[0].path).parent.name, ((ts[0].header.host or {}).get("cpu_id") or "?")[:12],
+                      str(len(ts)), str(d.runs), ", ".join(f"{m:+.1%}" for m in meds), f"{d.sd:.1%}")
+    Console(width=140).print(table)
+    total = pooled_residual(parts, "")
+    if total is None:
+        print("no calibration has enough AR / SD runs (model.residual.MIN_RUNS)")
+        return
+    lo, hi = (total.sd * math.sqrt(total.dof / chi2.ppf(q, total.dof)) for q in (0.95, 0.05))
+    print(f"pooled spread around the fit SD {total.sd:.1%} over {total.groups} calibrations, {total.runs} runs, "
+          f"{total.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%}")
 
 
 def print_pooled(label: str, ms) -> None:

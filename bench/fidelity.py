@@ -21,7 +21,8 @@ Each run also gets a 90% prediction interval (plan.intervals over the calibrated
 its number of sequences, at the run's horizon: "session" when it started within an hour of both ends of the span the
 profile's latencies were timed over, else "later", model.drift); the drift in it is the project's measured again
 without the split's predicted runs (held_out_drifts: a predicted run repeated from its calibration would otherwise set
-the drift its own interval uses); a split reports the share of its runs inside theirs
+the drift its own interval uses), and so is the runs' spread around a latency fit (held_out_residual,
+model.residual); a split reports the share of its runs inside theirs
 (issue 26's goal: 85-95% over all splits) and the mean interval width. A split may name a probe of its host
 ("probe": ssd-run probe's file): its latencies then come from the probe's measured tables (model.probed); --no-probe
 calibrates them from the traces' rounds instead.
@@ -57,6 +58,7 @@ import functools
 import json
 import statistics
 import sys
+from dataclasses import replace
 from pathlib import Path
 
 import numpy as np
@@ -64,7 +66,7 @@ import numpy as np
 from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids, prompt_labels
 from ssd_sim.io.probe import load_probe
 from ssd_sim.io.trace import Trace, read_trace, summarize
-from ssd_sim.model.calibrate import calibrate_traces
+from ssd_sim.model.calibrate import calibrate_traces, fit_target
 from ssd_sim.model.drift import (
     HORIZONS,
     SHIPPED_DRIFTS,
@@ -77,6 +79,7 @@ from ssd_sim.model.drift import (
 )
 from ssd_sim.model.mix import RequestMix
 from ssd_sim.model.profile import Profile
+from ssd_sim.model.residual import SHIPPED_RESIDUAL, calibration_groups, project_residual
 from ssd_sim.model.workload_profile import profile_acceptance, with_acceptance
 from ssd_sim.plan.intervals import at_horizon, decide, sample, scaled_interval
 from ssd_sim.plan.plan import Plan
@@ -277,6 +280,36 @@ def held_out_drifts(predicted: list[Path]) -> dict[str, Drift]:
     return _held_out(frozenset(p.resolve() for p in predicted))
 
 
+@functools.cache
+def _fit_of(paths: tuple[str, ...]):
+    return fit_target([t for p, t in shipped_traces() if str(p) in paths])
+
+
+def _shipped_fit(traces: list[Trace]):
+    """model.calibrate.fit_target of shipped traces, each set fitted once per process."""
+    return _fit_of(tuple(str(t.path) for t in traces))
+
+
+@functools.cache
+def _held_out_residual(predicted: frozenset[Path]) -> Drift:
+    kept = [(p, t) for p, t in shipped_traces() if p not in predicted]
+    groups = calibration_groups([p for p, _ in kept], [t for _, t in kept])
+    d = project_residual(groups, _shipped_fit, "measured over the AR / SD runs of this project's calibrations without "
+                                             "the split's predicted runs")
+    if d is None:  # no calibration is left to measure it: the project's, said to count the predicted runs
+        return replace(SHIPPED_RESIDUAL, source=SHIPPED_RESIDUAL.source + "; no calibration is left without the "
+                                                                          "split's predicted runs, so this counts them")
+    if (d.groups, d.runs) == (SHIPPED_RESIDUAL.groups, SHIPPED_RESIDUAL.runs):
+        return SHIPPED_RESIDUAL  # no predicted run is in a calibration that measures it
+    return replace(d, source=d.source + f" ({d.groups} calibrations, {d.runs} runs)")
+
+
+def held_out_residual(predicted: list[Path]) -> Drift:
+    """model.residual's SHIPPED_RESIDUAL measured again over the shipped calibrations less the predicted runs' files
+    (each calibration refitted without them), so no interval uses a spread its own run set."""
+    return _held_out_residual(frozenset(p.resolve() for p in predicted))
+
+
 def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trace], acceptance_from: list[str] | None,
              allow_leaks: bool, use_probe: bool, mix: RequestMix | None = None,
              workload: dict[str, Trace] | None = None) -> dict:
@@ -291,7 +324,8 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
     profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
                                        acceptance_from=acceptance_from, probe=probe,
-                                       mix=None if workload else mix, drifts=held_out_drifts(split["predict"]))
+                                       mix=None if workload else mix, drifts=held_out_drifts(split["predict"]),
+                                       residual=held_out_residual(split["predict"]))
     if workload:
         source, wreport = calibrate_traces(list(workload.values()), list(workload), name=f"fidelity-{name}-workload",
                                            mix=mix)

@@ -34,7 +34,7 @@ from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.sanity import distinct_traces
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.drift import Drift, calibration_drift, timed_span
+from ssd_sim.model.drift import Drift, calibration_drift, pooled, timed_span
 from ssd_sim.model.latency import (
     PINNED_AT,
     FitReport,
@@ -48,6 +48,7 @@ from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
 from ssd_sim.model.mix import RequestMix, left_out, mix_provenance
 from ssd_sim.model.probed import apply_probe, check_probe, probe_provenance, probed_uncertainty
 from ssd_sim.model.profile import Profile
+from ssd_sim.model.residual import MIN_RUNS, SHIPPED_RESIDUAL, measured_residual
 from ssd_sim.model.uncertainty import (
     CPU_INTERFERENCE,
     DRAFT_SHARE,
@@ -58,9 +59,6 @@ from ssd_sim.model.uncertainty import (
 
 SETUP_KEYS = ("models", "dtype", "quantize", "devices")
 MAX_RANK_F = 32  # fan-outs 1..32 are used to fit the hit curves
-# the runs' spread around the latency fit when fewer than 3 AR / SD traces measure it (assumed; the shipped calibrations
-# measured 2.3-10.9%); the drift of the plan's horizon is added to it either way (model.drift)
-RESIDUAL_SD = 0.08
 FREE = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")  # fitted ForwardLatency parameters
 
 
@@ -616,10 +614,11 @@ def _truncation_note(lg: dict) -> str:
 
 def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], target: ForwardLatency,
                          report: CalibrationReport, mix: RequestMix | None = None,
-                         drifts: Mapping[str, Drift] | None = None) -> Uncertainty:
+                         drifts: Mapping[str, Drift] | None = None, residual: Drift | None = None) -> Uncertainty:
     """The spreads of model.uncertainty measured from the traces where they can be, assumed (and said) elsewhere;
     `drifts`: the project's drift per horizon to pool the traces' own repeats with (default model.drift's
-    SHIPPED_DRIFTS)."""
+    SHIPPED_DRIFTS); `residual`: the project's spread of runs around a fit to pool the traces' own with (default
+    model.residual's SHIPPED_RESIDUAL)."""
     src: dict[str, str] = {}
     sd, n_cal, n_run = _between_sequence_sd(drafted, mix)
     if sd is None:
@@ -628,11 +627,13 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
         within = ", and within classes: the mix fixes how many requests of each a run holds" if mix else ""
         src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces{within}) "
                                       f"over {n_cal} sequences")
-    residual = _latency_run_sd([t for t in traces if t.mode != "ssd"], target)
-    how = (f"measured {residual:.1%} (SD of the runs' median verify residual around the fit)" if residual is not None
-           else f"assumed {RESIDUAL_SD:.0%} for the runs' spread around the fit (fewer than 3 AR / SD traces to compare; "
-                "this project's calibrations measured 2.3-10.9%)")
-    residual = RESIDUAL_SD if residual is None else residual
+    base = residual or SHIPPED_RESIDUAL
+    own = measured_residual([t for t in traces if t.mode != "ssd"], target)
+    fit = pooled(own, base)
+    how = (f"the runs' spread around the fit {fit.source} = {fit.sd:.1%}" if own is not None else
+           f"the runs' spread around the fit: the project's {fit.sd:.1%} (fewer than {MIN_RUNS} AR / SD traces to "
+           f"measure it here; {fit.source})")
+    residual = fit.sd
     spread = {}
     for horizon, key, when in (("later", "latency_run_sd", "a run more than an hour after the timed forwards"),
                                ("session", "latency_session_sd", "a run within the hour")):
@@ -712,17 +713,6 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
     return (math.sqrt(within / dof) if dof else None), max(sizes), int(np.median(sizes))
 
 
-def _latency_run_sd(traces: Sequence[Trace], target: ForwardLatency) -> float | None:
-    """SD across runs of each run's median relative verify residual around the target fit (None with < 3 runs)."""
-    med = []
-    for t in traces:
-        rel = [r.timings_ms[Phase.VERIFY] / float(target(_rows(r), (0 if t.mode == "ar" else _k(r)) + 1)) - 1.0
-               for r in t.rounds if r.timings_ms[Phase.VERIFY] > 0]
-        if len(rel) >= 10:
-            med.append(float(np.median(rel)))
-    return float(np.std(med, ddof=1)) if len(med) >= 3 else None
-
-
 @contextmanager
 def _fitting(what: str):
     """Run a fit quietly: numpy / scipy warnings are not the user's business (the result is checked), and a
@@ -736,6 +726,13 @@ def _fitting(what: str):
     except (ArithmeticError, RuntimeError, ValueError, np.linalg.LinAlgError) as e:
         raise ConfigError("traces", f"the {what} fit failed on these traces ({type(e).__name__}: "
                                     f"{str(e).splitlines()[0][:80] if str(e) else 'no detail'}); are they from real runs?") from e
+
+
+def fit_target(traces: Sequence[Trace]) -> ForwardLatency:
+    """The target's latency fit alone, as calibrate fits it to these traces (model.residual measures the runs' spread
+    around it)."""
+    with _fitting("latency"):
+        return fit_latency(traces, CalibrationReport([str(t.path) for t in traces])).target
 
 
 def calibrate(paths: Sequence[str | Path], name: str | None = None,
@@ -768,12 +765,14 @@ def _distinct(parsed: Sequence[Trace], paths: Sequence[str | Path], acceptance_f
 def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name: str | None = None,
                      acceptance_from: Sequence[str | Path] | None = None,
                      probe: Probe | None = None, mix: RequestMix | None = None,
-                     drifts: Mapping[str, Drift] | None = None) -> tuple[Profile, CalibrationReport]:
+                     drifts: Mapping[str, Drift] | None = None,
+                     residual: Drift | None = None) -> tuple[Profile, CalibrationReport]:
     """calibrate on traces already parsed (e.g. an upload held in memory); `paths` name them (one per trace: the
     profile's sources, the default name's folder and what acceptance_from refers to). A trace given twice (the
     same records: the same path, a copy, a link) is counted once, and report.duplicates says so in one line each.
     `drifts`: the project's run-to-run drift per horizon (default SHIPPED_DRIFTS; bench/fidelity.py passes the drift
-    measured without a split's predicted runs)."""
+    measured without a split's predicted runs); `residual`: the project's spread of runs around a latency fit (default
+    model.residual's SHIPPED_RESIDUAL; bench/fidelity.py passes it measured without the split's predicted runs)."""
     if not parsed:
         raise ConfigError("traces", "give at least one trace file (traces/*.jsonl)")
     traces, paths, acceptance_from, duplicates = _distinct(parsed, paths, acceptance_from)
@@ -797,7 +796,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     if mix is not None and (line := left_out(mix, drafted)):
         report.left_out = line
         report.warnings.append(line)
-    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix, drifts)
+    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix, drifts, residual)
     models = setup.get("models") or {}
     max_b = max(int(t.header.batch_size) for t in traces)
     prov = {"latency": "measured: least-squares fits to the target and the draft over "

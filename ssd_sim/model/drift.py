@@ -150,16 +150,20 @@ def measured_drift(traces: Sequence[Trace], horizon: str | None = None) -> Drift
                  f"measured over the calibration's repeat runs ({len(ms)} setups, {runs} runs)")
 
 
-def calibration_drift(traces: Sequence[Trace], horizon: str, shipped: Mapping[str, Drift] | None = None) -> Drift:
-    """The drift a calibration's intervals use at a horizon: its own repeats of that horizon pooled with the project's
-    (`shipped`, default SHIPPED_DRIFTS) by degrees of freedom (its own dominate once it has many), else the project's
-    alone."""
-    if horizon not in HORIZONS:
-        raise ValueError(f"horizon must be one of {HORIZONS}, got {horizon!r}")
-    base, own = (shipped or SHIPPED_DRIFTS)[horizon], measured_drift(traces, horizon)
+def pooled(own: Drift | None, base: Drift) -> Drift:
+    """`own` pooled with `base` by degrees of freedom (own dominates once it has many): the variance-weighted SD a
+    calibration uses when it measured some of a spread itself; `base` alone when it measured none."""
     if own is None:
         return base
     var = (own.dof * own.sd ** 2 + base.dof * base.sd ** 2) / (own.dof + base.dof)
     return Drift(math.sqrt(var), own.groups + base.groups, own.runs + base.runs,
                  f"{own.source}: {own.sd:.1%}, pooled with the project's {base.sd:.1%} ({base.dof} degrees of "
                  f"freedom against {own.dof})")
+
+
+def calibration_drift(traces: Sequence[Trace], horizon: str, shipped: Mapping[str, Drift] | None = None) -> Drift:
+    """The drift a calibration's intervals use at a horizon: its own repeats of that horizon pooled with the project's
+    (`shipped`, default SHIPPED_DRIFTS) by degrees of freedom (pooled), else the project's alone."""
+    if horizon not in HORIZONS:
+        raise ValueError(f"horizon must be one of {HORIZONS}, got {horizon!r}")
+    return pooled(measured_drift(traces, horizon), (shipped or SHIPPED_DRIFTS)[horizon])

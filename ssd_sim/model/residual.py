@@ -1,0 +1,109 @@
+"""The runs' spread around a calibration's latency fit: how far one run's median verify time sits from the fitted
+target curve at that run's own shapes (relative). A calibration fits one latency per (rows, tokens); a run on other
+prompts, at another K or batch size, lands above or below it by this much even within the same session. The drift of
+the plan's horizon (model.drift) is added to it in quadrature.
+
+Measured per calibration as the SD over its AR / SD runs (at least MIN_ROUNDS timed verifies each) of each run's
+median relative verify residual (SSD runs are left out: their verifies overlap the draft's work, which the
+interference fit absorbs). A calibration pools what it measured (MIN_RUNS runs or more) with the project's by degrees
+of freedom (model.drift.pooled: a spread from 2 degrees of freedom alone is not credible); one that measured nothing
+uses SHIPPED_RESIDUAL alone: the same SD pooled over the calibrations shipped in traces/ (one per folder, host and
+target setup: calibration_groups; bench/drift.py prints them, tests/model/test_residual.py checks the constant).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Callable, Sequence
+from pathlib import Path
+
+import numpy as np
+
+from ssd_sim.io.records import Phase
+from ssd_sim.io.trace import Trace
+from ssd_sim.model.drift import Drift
+from ssd_sim.model.latency import ForwardLatency
+
+MIN_RUNS = 3  # AR / SD runs a calibration needs to measure its own spread (an SD with 2 degrees of freedom)
+MIN_ROUNDS = 10  # timed verifies a run needs for its median residual to count
+
+# bench/drift.py over traces/ on 2026-12-04 (14:50 UTC): the 10 shipped calibrations with 3 or more AR / SD runs (AMD
+# and Intel 2-core CPU hosts; four folders record no host), 66 runs. One calibration alone measured 0.4% (cpu-fp32-grid:
+# 8 runs on the same 6 prompts) to 10.0% (cpu-fp32-halves, whose host drifted 12% within 30 minutes): the spread is
+# not one host constant, and a 90% interval from the pooled degrees of freedom understates how far one calibration's
+# can fall from it. It replaced an assumed 8% where a calibration has fewer than 3 AR / SD runs (every interleaved pool
+# grid: AR and SD K = 2 only) and a calibration's own alone where it has more.
+SHIPPED_RESIDUAL = Drift(0.052, 10, 66, "measured over the AR / SD runs of this project's calibrations in traces/ "
+                                        "(bench/drift.py: 10 calibrations, 66 runs, 56 degrees of freedom; 90% "
+                                        "interval 4.5-6.2%)")
+
+
+def run_residuals(traces: Sequence[Trace], target: ForwardLatency) -> list[float]:
+    """Each AR / SD run's median relative verify residual around `target` (verify ms / fitted ms - 1), for the runs
+    with at least MIN_ROUNDS timed verifies; SSD runs are skipped."""
+    med = []
+    for t in traces:
+        if t.mode == "ssd":
+            continue
+        rel = [r.timings_ms[Phase.VERIFY] / float(target(r.batch, (0 if t.mode == "ar" else r.K) + 1)) - 1.0
+               for r in t.rounds if r.timings_ms.get(Phase.VERIFY, 0) > 0]
+        if len(rel) >= MIN_ROUNDS:
+            med.append(float(np.median(rel)))
+    return med
+
+
+def measured_residual(traces: Sequence[Trace], target: ForwardLatency) -> Drift | None:
+    """The spread of one calibration's runs around its fit (SD, one group); None with fewer than MIN_RUNS runs."""
+    med = run_residuals(traces, target)
+    if len(med) < MIN_RUNS:
+        return None
+    return Drift(float(np.std(med, ddof=1)), 1, len(med),
+                 f"measured over the calibration's {len(med)} AR / SD runs (SD of each run's median verify residual "
+                 "around the fit)")
+
+
+def pooled_residual(parts: Sequence[Drift], source: str) -> Drift | None:
+    """Several calibrations' spreads pooled by degrees of freedom (sum dof x SD^2 / sum dof); None without any."""
+    dof = sum(p.dof for p in parts)
+    if not parts or dof < 1:
+        return None
+    sd = math.sqrt(sum(p.dof * p.sd ** 2 for p in parts) / dof)
+    return Drift(sd, sum(p.groups for p in parts), sum(p.runs for p in parts), source)
+
+
+def calibration_key(path: Path, trace: Trace) -> str:
+    """What makes traces one calibration of the project's: their folder, host and target setup (an AR run has no
+    draft, so the draft side does not split them)."""
+    h = trace.header
+
+    def target(v):
+        return v.get("target") if isinstance(v, dict) else v
+
+    return json.dumps([str(path.parent), (h.host or {}).get("cpu_id"), target(h.models), target(h.dtype),
+                       target(h.quantize), target(h.devices)], sort_keys=True, default=str)
+
+
+def calibration_groups(paths: Sequence[Path], traces: Sequence[Trace]) -> list[list[Trace]]:
+    """The traces grouped into calibrations (calibration_key), in the order first seen."""
+    groups: dict[str, list[Trace]] = {}
+    for p, t in zip(paths, traces, strict=True):
+        groups.setdefault(calibration_key(p, t), []).append(t)
+    return list(groups.values())
+
+
+def calibration_residuals(calibrations: Sequence[Sequence[Trace]], fit: Callable[[Sequence[Trace]], ForwardLatency]
+                          ) -> list[tuple[Sequence[Trace], ForwardLatency, Drift]]:
+    """(traces, target fit, spread) of each calibration that measures one (MIN_RUNS AR / SD runs or more); `fit`
+    gives a calibration's target latency (model.calibrate.fit_target)."""
+    out = []
+    for ts in calibrations:
+        if sum(t.mode != "ssd" for t in ts) >= MIN_RUNS and (d := measured_residual(ts, target := fit(ts))):
+            out.append((ts, target, d))
+    return out
+
+
+def project_residual(calibrations: Sequence[Sequence[Trace]], fit: Callable[[Sequence[Trace]], ForwardLatency],
+                     source: str) -> Drift | None:
+    """The spread pooled over the calibrations that measure one (calibration_residuals); None when none does."""
+    return pooled_residual([d for _, _, d in calibration_residuals(calibrations, fit)], source)
