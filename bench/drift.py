@@ -8,7 +8,8 @@ host); per group the median verify ms of each run, the minutes between the first
 of ln ms; then the pooled SD over every group with its 90% interval (chi-square on runs - groups degrees of freedom),
 the same per horizon (groups within model.drift.SESSION_MINUTES: "session"; the others: "later") and per kind of run.
 Then per calibration (model.residual.calibration_groups: folder, host, target setup) with 3 or more AR / SD runs, the SD
-of the runs' median verify residual around the calibration's own target fit, pooled the same way.
+of the runs' median verify residual around the calibration's own target fit, pooled the same way, Bartlett's test of
+whether they share one spread, and the prior degrees of freedom of their variances (model.residual.prior_dof).
 """
 
 from __future__ import annotations
@@ -20,7 +21,7 @@ from pathlib import Path
 
 from rich.console import Console
 from rich.table import Table
-from scipy.stats import chi2
+from scipy.stats import bartlett, chi2
 from scipy.stats import f as f_dist
 
 from ssd_sim.io.trace import read_trace
@@ -34,7 +35,13 @@ from ssd_sim.model.drift import (
     shipped_trace_paths,
     span_minutes,
 )
-from ssd_sim.model.residual import calibration_groups, calibration_residuals, pooled_residual, run_residuals
+from ssd_sim.model.residual import (
+    calibration_groups,
+    calibration_residuals,
+    pooled_residual,
+    prior_dof,
+    run_residuals,
+)
 
 
 def main() -> None:
@@ -79,20 +86,25 @@ def print_residuals(paths: list[Path], traces) -> None:
     table = Table(title="the runs' spread around each calibration's latency fit")
     for col in ("folder", "host", "traces", "AR / SD runs", "median residuals", "SD"):
         table.add_column(col, justify="right")
-    parts = []
+    parts, samples = [], []
     for ts, target, d in calibration_residuals(calibration_groups(paths, traces), fit_target):
         parts.append(d)
         meds = run_residuals(ts, target)
+        samples.append(meds)
         table.add_row(Path(ts[0].path).parent.name, ((ts[0].header.host or {}).get("cpu_id") or "?")[:12],
                       str(len(ts)), str(d.runs), ", ".join(f"{m:+.1%}" for m in meds), f"{d.sd:.1%}")
     Console(width=140).print(table)
     total = pooled_residual(parts, "")
-    if total is None:
-        print("no calibration has enough AR / SD runs (model.residual.MIN_RUNS)")
+    if total is None or len(parts) < 3:
+        print("fewer than 3 calibrations have enough AR / SD runs (model.residual.MIN_RUNS)")
         return
     lo, hi = (total.sd * math.sqrt(total.dof / chi2.ppf(q, total.dof)) for q in (0.95, 0.05))
     print(f"pooled spread around the fit SD {total.sd:.1%} over {total.groups} calibrations, {total.runs} runs, "
-          f"{total.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%}")
+          f"{total.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%} were they one spread")
+    p = bartlett(*samples).pvalue
+    d0 = prior_dof(parts)
+    print(f"do they share one spread? Bartlett p = {p:.2g}; prior degrees of freedom (limma fitFDist) {d0:.2f}: the "
+          f"weight of the project's spread against a calibration's own")
 
 
 def print_pooled(label: str, ms) -> None:

@@ -79,7 +79,7 @@ from ssd_sim.model.drift import (
 )
 from ssd_sim.model.mix import RequestMix
 from ssd_sim.model.profile import Profile
-from ssd_sim.model.residual import SHIPPED_RESIDUAL, calibration_groups, project_residual
+from ssd_sim.model.residual import SHIPPED_RESIDUAL, ProjectResidual, calibration_groups, project_residual
 from ssd_sim.model.workload_profile import profile_acceptance, with_acceptance
 from ssd_sim.plan.intervals import at_horizon, decide, sample, scaled_interval
 from ssd_sim.plan.plan import Plan
@@ -291,22 +291,24 @@ def _shipped_fit(traces: list[Trace]):
 
 
 @functools.cache
-def _held_out_residual(predicted: frozenset[Path]) -> Drift:
+def _held_out_residual(predicted: frozenset[Path]) -> ProjectResidual:
     kept = [(p, t) for p, t in shipped_traces() if p not in predicted]
     groups = calibration_groups([p for p, _ in kept], [t for _, t in kept])
-    d = project_residual(groups, _shipped_fit, "measured over the AR / SD runs of this project's calibrations without "
-                                             "the split's predicted runs")
-    if d is None:  # no calibration is left to measure it: the project's, said to count the predicted runs
-        return replace(SHIPPED_RESIDUAL, source=SHIPPED_RESIDUAL.source + "; no calibration is left without the "
-                                                                          "split's predicted runs, so this counts them")
-    if (d.groups, d.runs) == (SHIPPED_RESIDUAL.groups, SHIPPED_RESIDUAL.runs):
-        return SHIPPED_RESIDUAL  # no predicted run is in a calibration that measures it
-    return replace(d, source=d.source + f" ({d.groups} calibrations, {d.runs} runs)")
+    r = project_residual(groups, _shipped_fit, "measured over the AR / SD runs of this project's calibrations without "
+                                               "the split's predicted runs")
+    shipped = SHIPPED_RESIDUAL
+    if r is None:  # too few calibrations are left to measure it: the project's, said to count the predicted runs
+        return replace(shipped, spread=replace(shipped.spread, source=shipped.spread.source + "; too few calibrations "
+                                               "are left without the split's predicted runs, so this counts them"))
+    if (r.spread.groups, r.spread.runs) == (shipped.spread.groups, shipped.spread.runs):
+        return shipped  # no predicted run is in a calibration that measures it
+    return replace(r, spread=replace(r.spread, source=r.spread.source + f" ({r.spread.groups} calibrations, "
+                                                                        f"{r.spread.runs} runs)"))
 
 
-def held_out_residual(predicted: list[Path]) -> Drift:
-    """model.residual's SHIPPED_RESIDUAL measured again over the shipped calibrations less the predicted runs' files
-    (each calibration refitted without them), so no interval uses a spread its own run set."""
+def held_out_residual(predicted: list[Path]) -> ProjectResidual:
+    """model.residual's SHIPPED_RESIDUAL (spread and weight) measured again over the shipped calibrations less the
+    predicted runs' files (each calibration refitted without them), so no interval uses a spread its own run set."""
     return _held_out_residual(frozenset(p.resolve() for p in predicted))
 
 

@@ -34,7 +34,7 @@ from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.sanity import distinct_traces
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.drift import Drift, calibration_drift, pooled, timed_span
+from ssd_sim.model.drift import Drift, calibration_drift, timed_span
 from ssd_sim.model.latency import (
     PINNED_AT,
     FitReport,
@@ -48,7 +48,7 @@ from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
 from ssd_sim.model.mix import RequestMix, left_out, mix_provenance
 from ssd_sim.model.probed import apply_probe, check_probe, probe_provenance, probed_uncertainty
 from ssd_sim.model.profile import Profile
-from ssd_sim.model.residual import MIN_RUNS, SHIPPED_RESIDUAL, measured_residual
+from ssd_sim.model.residual import MIN_RUNS, SHIPPED_RESIDUAL, ProjectResidual, measured_residual, moderated
 from ssd_sim.model.uncertainty import (
     CPU_INTERFERENCE,
     DRAFT_SHARE,
@@ -614,11 +614,12 @@ def _truncation_note(lg: dict) -> str:
 
 def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], target: ForwardLatency,
                          report: CalibrationReport, mix: RequestMix | None = None,
-                         drifts: Mapping[str, Drift] | None = None, residual: Drift | None = None) -> Uncertainty:
+                         drifts: Mapping[str, Drift] | None = None,
+                         residual: ProjectResidual | None = None) -> Uncertainty:
     """The spreads of model.uncertainty measured from the traces where they can be, assumed (and said) elsewhere;
     `drifts`: the project's drift per horizon to pool the traces' own repeats with (default model.drift's
-    SHIPPED_DRIFTS); `residual`: the project's spread of runs around a fit to pool the traces' own with (default
-    model.residual's SHIPPED_RESIDUAL)."""
+    SHIPPED_DRIFTS); `residual`: the project's spread of runs around a fit and its weight, to pool the traces' own
+    with (default model.residual's SHIPPED_RESIDUAL)."""
     src: dict[str, str] = {}
     sd, n_cal, n_run = _between_sequence_sd(drafted, mix)
     if sd is None:
@@ -627,18 +628,16 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
         within = ", and within classes: the mix fixes how many requests of each a run holds" if mix else ""
         src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces{within}) "
                                       f"over {n_cal} sequences")
-    base = residual or SHIPPED_RESIDUAL
     own = measured_residual([t for t in traces if t.mode != "ssd"], target)
-    fit = pooled(own, base)
+    fit = moderated(own, residual or SHIPPED_RESIDUAL)
     how = (f"the runs' spread around the fit {fit.source} = {fit.sd:.1%}" if own is not None else
            f"the runs' spread around the fit: the project's {fit.sd:.1%} (fewer than {MIN_RUNS} AR / SD traces to "
            f"measure it here; {fit.source})")
-    residual = fit.sd
     spread = {}
     for horizon, key, when in (("later", "latency_run_sd", "a run more than an hour after the timed forwards"),
                                ("session", "latency_session_sd", "a run within the hour")):
         drift = calibration_drift(traces, horizon, drifts)
-        spread[horizon] = math.hypot(residual, drift.sd)
+        spread[horizon] = math.hypot(fit.sd, drift.sd)
         src[key] = f"{when}: {how} and {drift.sd:.1%} run-to-run drift ({drift.source}): {spread[horizon]:.1%}"
     span = timed_span(traces)
     src["timed_at"] = (f"measured: the {len(traces)} runs started {span[0]} .. {span[1]}" if span else
@@ -766,7 +765,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
                      acceptance_from: Sequence[str | Path] | None = None,
                      probe: Probe | None = None, mix: RequestMix | None = None,
                      drifts: Mapping[str, Drift] | None = None,
-                     residual: Drift | None = None) -> tuple[Profile, CalibrationReport]:
+                     residual: ProjectResidual | None = None) -> tuple[Profile, CalibrationReport]:
     """calibrate on traces already parsed (e.g. an upload held in memory); `paths` name them (one per trace: the
     profile's sources, the default name's folder and what acceptance_from refers to). A trace given twice (the
     same records: the same path, a copy, a link) is counted once, and report.duplicates says so in one line each.

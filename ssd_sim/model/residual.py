@@ -5,10 +5,16 @@ the plan's horizon (model.drift) is added to it in quadrature.
 
 Measured per calibration as the SD over its AR / SD runs (at least MIN_ROUNDS timed verifies each) of each run's
 median relative verify residual (SSD runs are left out: their verifies overlap the draft's work, which the
-interference fit absorbs). A calibration pools what it measured (MIN_RUNS runs or more) with the project's by degrees
-of freedom (model.drift.pooled: a spread from 2 degrees of freedom alone is not credible); one that measured nothing
-uses SHIPPED_RESIDUAL alone: the same SD pooled over the calibrations shipped in traces/ (one per folder, host and
-target setup: calibration_groups; bench/drift.py prints them, tests/model/test_residual.py checks the constant).
+interference fit absorbs). Over the calibrations shipped in traces/ (one per folder, host and target setup:
+calibration_groups) two numbers are measured (ProjectResidual; bench/drift.py prints them, tests/model/test_residual.py
+checks SHIPPED_RESIDUAL):
+  spread   the SD pooled over the calibrations by degrees of freedom (the RMS spread of a run of some calibration):
+           a calibration with fewer than MIN_RUNS AR / SD runs measures none and uses it;
+  weight   what the project's spread is worth, in degrees of freedom, against a calibration's own: the prior degrees
+           of freedom of an empirical-Bayes moderated variance (Smyth 2004, limma's fitFDist: the method of moments
+           on the calibrations' log variances). Calibrations that share one spread give a weight of all their degrees
+           of freedom; calibrations whose spreads differ a small one, so a calibration's own spread counts for most.
+A calibration that measured its own pools it with the project's at that weight (moderated).
 """
 
 from __future__ import annotations
@@ -16,9 +22,12 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
+from dataclasses import dataclass
 from pathlib import Path
 
 import numpy as np
+from scipy.optimize import brentq
+from scipy.special import digamma, polygamma
 
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
@@ -28,15 +37,27 @@ from ssd_sim.model.latency import ForwardLatency
 MIN_RUNS = 3  # AR / SD runs a calibration needs to measure its own spread (an SD with 2 degrees of freedom)
 MIN_ROUNDS = 10  # timed verifies a run needs for its median residual to count
 
-# bench/drift.py over traces/ on 2026-12-04 (14:50 UTC): the 10 shipped calibrations with 3 or more AR / SD runs (AMD
-# and Intel 2-core CPU hosts; four folders record no host), 66 runs. One calibration alone measured 0.4% (cpu-fp32-grid:
-# 8 runs on the same 6 prompts) to 10.0% (cpu-fp32-halves, whose host drifted 12% within 30 minutes): the spread is
-# not one host constant, and a 90% interval from the pooled degrees of freedom understates how far one calibration's
-# can fall from it. It replaced an assumed 8% where a calibration has fewer than 3 AR / SD runs (every interleaved pool
-# grid: AR and SD K = 2 only) and a calibration's own alone where it has more.
-SHIPPED_RESIDUAL = Drift(0.052, 10, 66, "measured over the AR / SD runs of this project's calibrations in traces/ "
-                                        "(bench/drift.py: 10 calibrations, 66 runs, 56 degrees of freedom; 90% "
-                                        "interval 4.5-6.2%)")
+
+@dataclass(frozen=True)
+class ProjectResidual:
+    """The project's spread of runs around a latency fit (relative SD) and its weight against a calibration's own."""
+
+    spread: Drift  # pooled over the project's calibrations (groups = calibrations, runs = AR / SD runs)
+    weight: float  # degrees of freedom the spread counts for when pooled with a calibration's own (prior_dof)
+
+
+# bench/drift.py over traces/ on 2026-12-04 (15:30 UTC): the 10 shipped calibrations with 3 or more AR / SD runs (AMD
+# and Intel 2-core CPU hosts; four folders record no host), 66 runs. Pooled 5.2% (90% interval 4.5-6.2% were they one
+# spread), but one calibration alone measured 0.4% (cpu-fp32-grid: 8 runs on the same 6 prompts) to 10.0%
+# (cpu-fp32-halves, whose host drifted 12% within 30 minutes): they differ (Bartlett p = 3e-11), and the prior degrees
+# of freedom come out 1.2 (scale 1.6%), so a calibration's own spread counts for most of its moderated one. Cross-check:
+# that prior's predictive 90% half-width for a calibration that measured nothing (t with 1.2 degrees of freedom) is
+# 8.0%, a normal one's with 5.2% 8.6%. It replaced an assumed 8% where a calibration has fewer than 3 AR / SD runs (every
+# interleaved pool grid: AR and SD K = 2 only).
+SHIPPED_RESIDUAL = ProjectResidual(
+    Drift(0.052, 10, 66, "measured over the AR / SD runs of this project's calibrations in traces/ (bench/drift.py: "
+                         "10 calibrations, 66 runs; they differ, 0.4-10.0% each)"),
+    1.2)
 
 
 def run_residuals(traces: Sequence[Trace], target: ForwardLatency) -> list[float]:
@@ -72,6 +93,32 @@ def pooled_residual(parts: Sequence[Drift], source: str) -> Drift | None:
     return Drift(sd, sum(p.groups for p in parts), sum(p.runs for p in parts), source)
 
 
+def prior_dof(parts: Sequence[Drift]) -> float:
+    """The prior degrees of freedom of the calibrations' variances (limma's fitFDist, method of moments): the excess
+    variance of their log variances over what sampling alone gives, matched to trigamma(d0 / 2). No excess (they
+    share one spread): all their degrees of freedom. Needs 3 calibrations or more."""
+    if len(parts) < 3:
+        raise ValueError("need 3 calibrations or more to measure how much their spreads differ")
+    dof = np.array([p.dof for p in parts], dtype=float)
+    e = np.log([p.sd ** 2 for p in parts]) - digamma(dof / 2) + np.log(dof / 2)
+    excess = float(np.var(e, ddof=1) - np.mean(polygamma(1, dof / 2)))
+    if excess <= 0:
+        return float(dof.sum())
+    return min(float(dof.sum()), 2 * brentq(lambda x: float(polygamma(1, x)) - excess, 1e-8, 1e8))
+
+
+def moderated(own: Drift | None, project: ProjectResidual) -> Drift:
+    """A calibration's own spread pooled with the project's at its weight in degrees of freedom; the project's alone
+    when the calibration measured none."""
+    if own is None:
+        return project.spread
+    w, base = project.weight, project.spread
+    var = (own.dof * own.sd ** 2 + w * base.sd ** 2) / (own.dof + w)
+    return Drift(math.sqrt(var), own.groups + base.groups, own.runs + base.runs,
+                 f"{own.source}: {own.sd:.1%}, pooled with the project's {base.sd:.1%} counted as {w:.1f} degrees of "
+                 f"freedom against {own.dof} (the project's calibrations differ: model.residual)")
+
+
 def calibration_key(path: Path, trace: Trace) -> str:
     """What makes traces one calibration of the project's: their folder, host and target setup (an AR run has no
     draft, so the draft side does not split them)."""
@@ -104,6 +151,10 @@ def calibration_residuals(calibrations: Sequence[Sequence[Trace]], fit: Callable
 
 
 def project_residual(calibrations: Sequence[Sequence[Trace]], fit: Callable[[Sequence[Trace]], ForwardLatency],
-                     source: str) -> Drift | None:
-    """The spread pooled over the calibrations that measure one (calibration_residuals); None when none does."""
-    return pooled_residual([d for _, _, d in calibration_residuals(calibrations, fit)], source)
+                     source: str) -> ProjectResidual | None:
+    """The spread pooled over the calibrations that measure one (calibration_residuals) and its weight (prior_dof);
+    None when fewer than 3 do."""
+    parts = [d for _, _, d in calibration_residuals(calibrations, fit)]
+    if len(parts) < 3:
+        return None
+    return ProjectResidual(pooled_residual(parts, source), prior_dof(parts))

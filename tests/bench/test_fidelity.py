@@ -226,22 +226,22 @@ def test_interval_coverage_counts_text_hold_outs_only():
     goal_runs = [r for res in goal.values() for r in res["runs"]]
     assert len(goal_runs) == 184 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
     # measured (3 draws per pool split) with the drift of each run's horizon (model.drift: 4.8% for a run within the
-    # hour of the timed forwards, 15.4% later) and the runs' spread around the latency fit (model.residual: 5.2% pooled
-    # over the project's calibrations, with a calibration's own where it has 3+ AR / SD runs), both measured without the
-    # split's predicted runs (held_out_drifts, held_out_residual): 166 of 184 inside their 90% intervals (90%; the goal
-    # is 85-95%). Within the hour everything holds but the halves whose AVX2 host drifted 12% in 30 minutes (0 of 3),
-    # the cross-host acceptance (avx2-to-pool 7 of 8, the Xeon's 2 of 5 each), the Xeon's first hour (4 of 5) and two
-    # configuration draws of the pool; later, xeon-earlier holds 1 of 6: without its own pair the later drift is 11.4%,
+    # hour of the timed forwards, 15.4% later) and the runs' spread around the latency fit (model.residual: the
+    # project's 5.2%, or a calibration's own with 3+ AR / SD runs moderated by it), both measured without the split's
+    # predicted runs (held_out_drifts, held_out_residual): 167 of 184 inside their 90% intervals (91%; the goal is
+    # 85-95%). Within the hour everything holds but the AVX2 halves whose host drifted 12% in 30 minutes (0 of 4), the
+    # cross-host acceptance (avx2-to-pool 5 of 8, into the Xeon 3 and 4 of 5), the Xeon's first hour (4 of 5) and two
+    # configuration draws of the pool; later, xeon-earlier holds 2 of 6: without its own pair the later drift is 11.4%,
     # and that host ran 21-30% faster 2.5 h later. With the residual assumed 8% where a calibration had fewer than 3
     # AR / SD runs (and a calibration's own alone where it had more) it was 168 of 184; with the drift measured on every
     # run (its own pair included) 172; before the 3.9 h repeat, 148 of 160
-    assert sum(r["inside"] for r in goal_runs) == 166
+    assert sum(r["inside"] for r in goal_runs) == 167
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
     assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 12
     horizons = {name: {r["horizon"] for r in res["runs"]} for name, res in goal.items()}
     later = {"pool40-to-pool40i", "xeon-earlier", "halves-probe", "pool-to-avx2", "xeon-pool32i-later"}
     assert all(horizons[n] == ({"later"} if n in later else {"session"}) for n in goal), horizons
-    assert [sum(not r["inside"] for r in goal[n]["runs"]) for n in sorted(later)] == [0, 0, 0, 5, 0]
+    assert [sum(not r["inside"] for r in goal[n]["runs"]) for n in sorted(later)] == [0, 0, 0, 4, 0]
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
     assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (49, 48)
@@ -252,11 +252,11 @@ def test_a_splits_residual_is_measured_without_its_predicted_runs():
     # spread around a fit: without it 9 calibrations, 59 runs; the Xeon pool grid's 2 AR / SD runs measure none, so its
     # halves keep the project's; predicting every shipped run leaves nothing: the project's, said to count them
     pool = BENCH.held_out_residual(SPLITS["pool-halves"]["predict"])
-    assert (pool.groups, pool.runs) == (9, 59) and pool.sd == pytest.approx(0.0533, abs=5e-4)
-    assert "without the split's predicted runs" in pool.source
+    assert (pool.spread.groups, pool.spread.runs) == (9, 59) and pool.spread.sd == pytest.approx(0.0533, abs=5e-4)
+    assert "without the split's predicted runs" in pool.spread.source and 0 < pool.weight < 3
     assert BENCH.held_out_residual(SPLITS["xeon-pool32i-halves"]["predict"]) == SHIPPED_RESIDUAL
     every = BENCH.held_out_residual([p for p, _ in BENCH.shipped_traces()])
-    assert every.sd == SHIPPED_RESIDUAL.sd and "counts them" in every.source
+    assert every.spread.sd == SHIPPED_RESIDUAL.spread.sd and "counts them" in every.spread.source
 
 
 def test_a_splits_drift_is_measured_without_its_predicted_runs():

@@ -227,8 +227,8 @@ _ISSUE_26_LATER_DRIFT = ("issue 26: the later drift measured again with the Xeon
                          "drift unchanged)")
 _document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_LATER_DRIFT)
 _ISSUE_26_RESIDUAL = ("issue 26: the runs' spread around the latency fit is measured (model.residual: 5.2% pooled "
-                      "over the 10 shipped calibrations with 3+ AR / SD runs, 56 degrees of freedom), no longer "
-                      "assumed 8% where a calibration has fewer than 3 AR / SD runs (these two have 2)")
+                      "over the 10 shipped calibrations with 3+ AR / SD runs), no longer assumed 8% where a "
+                      "calibration has fewer than 3 AR / SD runs (these two have 2)")
 _document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_RESIDUAL)
 
 

@@ -14,10 +14,13 @@ from ssd_sim.model.drift import Drift, shipped_trace_paths
 from ssd_sim.model.latency import ForwardLatency
 from ssd_sim.model.residual import (
     SHIPPED_RESIDUAL,
+    ProjectResidual,
     calibration_groups,
     calibration_residuals,
     measured_residual,
+    moderated,
     pooled_residual,
+    prior_dof,
     run_residuals,
 )
 from ssd_sim.plan.plan import Plan
@@ -67,6 +70,24 @@ def test_spreads_pool_by_degrees_of_freedom():
     assert pooled_residual([], "none") is None
 
 
+def test_calibrations_that_share_one_spread_pool_fully_and_ones_that_differ_hardly_at_all():
+    alike = [Drift(sd, 1, 7, "") for sd in (0.050, 0.052, 0.049, 0.051)]  # less spread than 6 dof of sampling gives
+    assert prior_dof(alike) == 24.0
+    apart = [Drift(sd, 1, 7, "") for sd in (0.004, 0.10, 0.01, 0.08, 0.013, 0.06)]
+    assert 0 < prior_dof(apart) < 3
+    with pytest.raises(ValueError, match="3 calibrations"):
+        prior_dof(alike[:2])
+
+
+def test_a_calibrations_own_spread_is_moderated_by_the_projects_weight():
+    project = ProjectResidual(Drift(0.05, 10, 66, "project"), 2.0)
+    assert moderated(None, project) is project.spread
+    own = Drift(0.02, 1, 5, "own")  # 4 degrees of freedom against the project's 2
+    d = moderated(own, project)
+    assert d.sd == pytest.approx(math.sqrt((4 * 0.02 ** 2 + 2 * 0.05 ** 2) / 6))
+    assert (d.groups, d.runs) == (11, 71) and "counted as 2.0 degrees of freedom against 4" in d.source
+
+
 def test_calibrations_are_split_by_folder_and_host_not_by_the_draft(tmp_path):
     a = _runs(tmp_path, folder="a")  # AR (no draft) and SD runs: one calibration
     b = _runs(tmp_path, folder="b")
@@ -83,31 +104,32 @@ def test_a_calibration_without_three_ar_sd_runs_takes_the_projects_spread(tmp_pa
     traces = _runs(tmp_path, plans=(AR, SD2, SSD))
     profile, _ = calibrate_traces(traces, [t.path for t in traces])
     src = profile.uncertainty.sources["latency_session_sd"]
-    assert f"the project's {SHIPPED_RESIDUAL.sd:.1%}" in src and "fewer than 3 AR / SD traces" in src
-    given = Drift(0.03, 4, 20, "given")
+    assert f"the project's {SHIPPED_RESIDUAL.spread.sd:.1%}" in src and "fewer than 3 AR / SD traces" in src
+    given = ProjectResidual(Drift(0.03, 4, 20, "given"), 5.0)
     profile, _ = calibrate_traces(traces, [t.path for t in traces], residual=given)
     assert "the project's 3.0% (fewer than 3 AR / SD traces to measure it here; given)" in \
         profile.uncertainty.sources["latency_session_sd"]
+    assert profile.uncertainty.latency_session_sd == pytest.approx(math.hypot(0.03, 0.048), abs=5e-4)
 
 
-def test_a_calibration_pools_its_own_spread_with_the_projects(tmp_path):
+def test_a_calibration_moderates_its_own_spread_with_the_projects(tmp_path):
     traces = _runs(tmp_path, noise=0.02)
     own = measured_residual(traces, fit_target(traces))
-    given = Drift(0.05, 10, 66, "given")
+    given = ProjectResidual(Drift(0.05, 10, 66, "given"), 1.5)
     profile, _ = calibrate_traces(traces, [t.path for t in traces], residual=given)
-    want = math.sqrt((own.dof * own.sd ** 2 + 56 * 0.05 ** 2) / (own.dof + 56))
-    assert f"= {want:.1%}" in profile.uncertainty.sources["latency_session_sd"]
-    assert "pooled with the project's 5.0% (56 degrees of freedom against 2)" in \
-        profile.uncertainty.sources["latency_session_sd"]
+    want = math.sqrt((own.dof * own.sd ** 2 + 1.5 * 0.05 ** 2) / (own.dof + 1.5))
+    src = profile.uncertainty.sources["latency_session_sd"]
+    assert f"= {want:.1%}" in src and "pooled with the project's 5.0% counted as 1.5 degrees of freedom against 2" in src
 
 
 def test_the_shipped_residual_is_what_the_shipped_calibrations_measure():
-    """SHIPPED_RESIDUAL cites bench/drift.py over traces/ (every folder but superseded/): the same calibrations, runs
-    and pooled SD."""
+    """SHIPPED_RESIDUAL cites bench/drift.py over traces/ (every folder but superseded/): the same calibrations, runs,
+    pooled SD and weight; the calibrations differ (0.4% to 10.0% each), so the weight is about one run's."""
     paths = shipped_trace_paths(Path(__file__).resolve().parents[2] / "traces")
     traces = [read_trace(p) for p in paths]
     parts = [d for _, _, d in calibration_residuals(calibration_groups(paths, traces), fit_target)]
-    d = pooled_residual(parts, "")
-    assert (d.groups, d.runs, d.dof) == (SHIPPED_RESIDUAL.groups, SHIPPED_RESIDUAL.runs, 56)
-    assert d.sd == pytest.approx(SHIPPED_RESIDUAL.sd, abs=5e-4)
-    assert min(p.sd for p in parts) < 0.01 < 0.09 < max(p.sd for p in parts)  # calibrations differ 0.4% to 10.0%
+    d, shipped = pooled_residual(parts, ""), SHIPPED_RESIDUAL.spread
+    assert (d.groups, d.runs, d.dof) == (shipped.groups, shipped.runs, 56)
+    assert d.sd == pytest.approx(shipped.sd, abs=5e-4)
+    assert prior_dof(parts) == pytest.approx(SHIPPED_RESIDUAL.weight, abs=0.05)
+    assert min(p.sd for p in parts) < 0.01 < 0.09 < max(p.sd for p in parts)
