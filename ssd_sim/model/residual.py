@@ -29,6 +29,7 @@ import numpy as np
 from scipy.optimize import brentq
 from scipy.special import digamma, polygamma
 
+from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
 from ssd_sim.model.drift import Drift
@@ -97,12 +98,13 @@ def prior_dof(parts: Sequence[Drift]) -> float:
     """The prior degrees of freedom of the calibrations' variances (limma's fitFDist, method of moments): the excess
     variance of their log variances over what sampling alone gives, matched to trigamma(d0 / 2). No excess (they
     share one spread): all their degrees of freedom. Needs 3 calibrations or more."""
+    parts = [p for p in parts if p.sd > 0]  # a spread of exactly 0 (identical runs) has no log
     if len(parts) < 3:
-        raise ValueError("need 3 calibrations or more to measure how much their spreads differ")
+        raise ValueError("need 3 calibrations or more with a spread above 0 to measure how much their spreads differ")
     dof = np.array([p.dof for p in parts], dtype=float)
     e = np.log([p.sd ** 2 for p in parts]) - digamma(dof / 2) + np.log(dof / 2)
     excess = float(np.var(e, ddof=1) - np.mean(polygamma(1, dof / 2)))
-    if excess <= 0:
+    if excess <= 1e-6:  # trigamma(x) ~ 1 / x: beyond a million degrees of freedom they share one spread
         return float(dof.sum())
     return min(float(dof.sum()), 2 * brentq(lambda x: float(polygamma(1, x)) - excess, 1e-8, 1e8))
 
@@ -142,10 +144,16 @@ def calibration_groups(paths: Sequence[Path], traces: Sequence[Trace]) -> list[l
 def calibration_residuals(calibrations: Sequence[Sequence[Trace]], fit: Callable[[Sequence[Trace]], ForwardLatency]
                           ) -> list[tuple[Sequence[Trace], ForwardLatency, Drift]]:
     """(traces, target fit, spread) of each calibration that measures one (MIN_RUNS AR / SD runs or more); `fit`
-    gives a calibration's target latency (model.calibrate.fit_target)."""
+    gives a calibration's target latency (model.calibrate.fit_target); one whose traces it refuses is skipped."""
     out = []
     for ts in calibrations:
-        if sum(t.mode != "ssd" for t in ts) >= MIN_RUNS and (d := measured_residual(ts, target := fit(ts))):
+        if sum(t.mode != "ssd" for t in ts) < MIN_RUNS:
+            continue
+        try:
+            target = fit(ts)
+        except ConfigError:  # traces calibrate refuses (e.g. AR runs alone: no draft to fit) measure nothing
+            continue
+        if d := measured_residual(ts, target):
             out.append((ts, target, d))
     return out
 
@@ -153,8 +161,8 @@ def calibration_residuals(calibrations: Sequence[Sequence[Trace]], fit: Callable
 def project_residual(calibrations: Sequence[Sequence[Trace]], fit: Callable[[Sequence[Trace]], ForwardLatency],
                      source: str) -> ProjectResidual | None:
     """The spread pooled over the calibrations that measure one (calibration_residuals) and its weight (prior_dof);
-    None when fewer than 3 do."""
+    None when fewer than 3 measure one above 0."""
     parts = [d for _, _, d in calibration_residuals(calibrations, fit)]
-    if len(parts) < 3:
+    if sum(p.sd > 0 for p in parts) < 3:
         return None
     return ProjectResidual(pooled_residual(parts, source), prior_dof(parts))

@@ -77,6 +77,8 @@ def test_calibrations_that_share_one_spread_pool_fully_and_ones_that_differ_hard
     assert 0 < prior_dof(apart) < 3
     with pytest.raises(ValueError, match="3 calibrations"):
         prior_dof(alike[:2])
+    with pytest.raises(ValueError, match="3 calibrations"):
+        prior_dof(alike[:2] + [Drift(0.0, 1, 4, "identical runs")])
 
 
 def test_a_calibrations_own_spread_is_moderated_by_the_projects_weight():
@@ -98,6 +100,8 @@ def test_calibrations_are_split_by_folder_and_host_not_by_the_draft(tmp_path):
     assert [[t.path for t in g] for g in groups][:2] == [[t.path for t in a], [t.path for t in b]]
     measured = calibration_residuals(groups, fit_target)
     assert len(measured) == 2  # the one-run calibration measures nothing
+    ar_only = _runs(tmp_path, folder="ar", plans=(AR, AR, AR))  # calibrate refuses it: no draft to fit
+    assert calibration_residuals([ar_only], fit_target) == []
 
 
 def test_a_calibration_without_three_ar_sd_runs_takes_the_projects_spread(tmp_path):
