@@ -6,7 +6,7 @@ the plan's horizon (model.drift) is added to it in quadrature.
 Measured per calibration as the SD over its AR / SD runs (at least MIN_ROUNDS timed verifies each) of each run's
 median relative verify residual (SSD runs are left out: their verifies overlap the draft's work, which the
 interference fit absorbs). Over the calibrations shipped in traces/ (one per folder, host and target setup:
-calibration_groups) two numbers are measured (ProjectResidual; bench/drift.py prints them, tests/model/test_residual.py
+calibration_groups) two numbers are measured (ProjectResidual; bench/drift.py prints them, tests/bench/test_fidelity.py
 checks SHIPPED_RESIDUAL):
   spread   the SD pooled over the calibrations by degrees of freedom (the RMS spread of a run of some calibration):
            a calibration with fewer than MIN_RUNS AR / SD runs measures none and uses it;

@@ -14,7 +14,13 @@ from ssd_sim.io.trace import read_trace
 from ssd_sim.model.calibrate import calibrate, calibrate_traces
 from ssd_sim.model.drift import SHIPPED_DRIFTS
 from ssd_sim.model.profile import load_profile_file
-from ssd_sim.model.residual import SHIPPED_RESIDUAL
+from ssd_sim.model.residual import (
+    SHIPPED_RESIDUAL,
+    calibration_groups,
+    calibration_residuals,
+    pooled_residual,
+    prior_dof,
+)
 from ssd_sim.plan.planner import PlanRequest, make_plan
 from tests.helpers.bench import load_bench
 
@@ -245,6 +251,19 @@ def test_interval_coverage_counts_text_hold_outs_only():
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
     assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (49, 48)
+
+
+def test_the_shipped_residual_is_what_the_shipped_calibrations_measure():
+    """model.residual's SHIPPED_RESIDUAL cites bench/drift.py over traces/ (every folder but superseded/): the same
+    calibrations, runs, pooled SD and weight (fitted with the bench's cached fits, which the held-out residuals share);
+    the calibrations differ (0.4% to 10.0% each), so the weight is about one run's."""
+    paths, traces = zip(*BENCH.shipped_traces(), strict=True)
+    parts = [d for _, _, d in calibration_residuals(calibration_groups(paths, traces), BENCH._shipped_fit)]
+    d, shipped = pooled_residual(parts, ""), SHIPPED_RESIDUAL.spread
+    assert (d.groups, d.runs, d.dof) == (shipped.groups, shipped.runs, 56)
+    assert d.sd == pytest.approx(shipped.sd, abs=5e-4)
+    assert prior_dof(parts) == pytest.approx(SHIPPED_RESIDUAL.weight, abs=0.05)
+    assert min(p.sd for p in parts) < 0.01 < 0.09 < max(p.sd for p in parts)
 
 
 def test_a_splits_residual_is_measured_without_its_predicted_runs():

@@ -10,7 +10,7 @@ import pytest
 
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.calibrate import calibrate_traces, fit_target
-from ssd_sim.model.drift import Drift, shipped_trace_paths
+from ssd_sim.model.drift import Drift
 from ssd_sim.model.latency import ForwardLatency
 from ssd_sim.model.residual import (
     SHIPPED_RESIDUAL,
@@ -124,16 +124,3 @@ def test_a_calibration_moderates_its_own_spread_with_the_projects(tmp_path):
     want = math.sqrt((own.dof * own.sd ** 2 + 1.5 * 0.05 ** 2) / (own.dof + 1.5))
     src = profile.uncertainty.sources["latency_session_sd"]
     assert f"= {want:.1%}" in src and "pooled with the project's 5.0% counted as 1.5 degrees of freedom against 2" in src
-
-
-def test_the_shipped_residual_is_what_the_shipped_calibrations_measure():
-    """SHIPPED_RESIDUAL cites bench/drift.py over traces/ (every folder but superseded/): the same calibrations, runs,
-    pooled SD and weight; the calibrations differ (0.4% to 10.0% each), so the weight is about one run's."""
-    paths = shipped_trace_paths(Path(__file__).resolve().parents[2] / "traces")
-    traces = [read_trace(p) for p in paths]
-    parts = [d for _, _, d in calibration_residuals(calibration_groups(paths, traces), fit_target)]
-    d, shipped = pooled_residual(parts, ""), SHIPPED_RESIDUAL.spread
-    assert (d.groups, d.runs, d.dof) == (shipped.groups, shipped.runs, 56)
-    assert d.sd == pytest.approx(shipped.sd, abs=5e-4)
-    assert prior_dof(parts) == pytest.approx(SHIPPED_RESIDUAL.weight, abs=0.05)
-    assert min(p.sd for p in parts) < 0.01 < 0.09 < max(p.sd for p in parts)
