@@ -1,5 +1,6 @@
 """model.residual: each AR / SD run's median verify residual around a calibration's target fit, their SD per
-calibration, pooled by degrees of freedom over calibrations (folder, host, target setup)."""
+calibration, pooled by degrees of freedom over calibrations (folder, host, target setup), the weight of that pool
+against one calibration's own (prior degrees of freedom) and the moderated spread calibrate uses."""
 
 from __future__ import annotations
 
