@@ -628,7 +628,7 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
         within = ", and within classes: the mix fixes how many requests of each a run holds" if mix else ""
         src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces{within}) "
                                       f"over {n_cal} sequences")
-    own = measured_residual([t for t in traces if t.mode != "ssd"], target)
+    own = measured_residual(traces, target)  # AR / SD runs only (model.residual.run_residuals)
     fit = moderated(own, residual or SHIPPED_RESIDUAL)
     how = (f"the runs' spread around the fit {fit.source} = {fit.sd:.1%}" if own is not None else
            f"the runs' spread around the fit: the project's {fit.sd:.1%} (fewer than {MIN_RUNS} AR / SD traces to "

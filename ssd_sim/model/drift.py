@@ -150,12 +150,14 @@ def measured_drift(traces: Sequence[Trace], horizon: str | None = None) -> Drift
                  f"measured over the calibration's repeat runs ({len(ms)} setups, {runs} runs)")
 
 
-def pooled(own: Drift | None, base: Drift) -> Drift:
+def pooled(own: Drift | None, base: Drift, weight: float | None = None) -> Drift:
     """`own` pooled with `base` by degrees of freedom (own dominates once it has many): the variance-weighted SD a
-    calibration uses when it measured some of a spread itself; `base` alone when it measured none."""
+    calibration uses when it measured some of a spread itself; `base` alone when it measured none. `weight`: the
+    degrees of freedom `base` counts for (default its own; model.residual gives less)."""
     if own is None:
         return base
-    var = (own.dof * own.sd ** 2 + base.dof * base.sd ** 2) / (own.dof + base.dof)
+    w = base.dof if weight is None else weight
+    var = (own.dof * own.sd ** 2 + w * base.sd ** 2) / (own.dof + w)
     return Drift(math.sqrt(var), own.groups + base.groups, own.runs + base.runs,
                  f"{own.source}: {own.sd:.1%}, pooled with the project's {base.sd:.1%} ({base.dof} degrees of "
                  f"freedom against {own.dof})")

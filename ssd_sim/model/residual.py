@@ -22,7 +22,7 @@ from __future__ import annotations
 import json
 import math
 from collections.abc import Callable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from pathlib import Path
 
 import numpy as np
@@ -32,7 +32,7 @@ from scipy.special import digamma, polygamma
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
-from ssd_sim.model.drift import Drift
+from ssd_sim.model.drift import Drift, pooled
 from ssd_sim.model.latency import ForwardLatency
 
 MIN_RUNS = 3  # AR / SD runs a calibration needs to measure its own spread (an SD with 2 degrees of freedom)
@@ -114,11 +114,10 @@ def moderated(own: Drift | None, project: ProjectResidual) -> Drift:
     when the calibration measured none."""
     if own is None:
         return project.spread
-    w, base = project.weight, project.spread
-    var = (own.dof * own.sd ** 2 + w * base.sd ** 2) / (own.dof + w)
-    return Drift(math.sqrt(var), own.groups + base.groups, own.runs + base.runs,
-                 f"{own.source}: {own.sd:.1%}, pooled with the project's {base.sd:.1%} counted as {w:.1f} degrees of "
-                 f"freedom against {own.dof} (the project's calibrations differ: model.residual)")
+    return replace(pooled(own, project.spread, project.weight),
+                   source=f"{own.source}: {own.sd:.1%}, pooled with the project's {project.spread.sd:.1%} counted as "
+                          f"{project.weight:.1f} degrees of freedom against {own.dof} (the project's calibrations "
+                          "differ: model.residual)")
 
 
 def calibration_key(path: Path, trace: Trace) -> str:
