@@ -13,15 +13,16 @@ table and reads the whole output one), so the weight bytes read per forward are 
 (--device cpu, the default without CUDA) every shape is scaled down (hidden / 8, fewer layers, vocab 4,096) and runs
 in float32, one torch thread in this process (as bench/runtime_scaling.py; ssd-run's CPU workers have one each).
 
-Sections, in this order; by the end of each, at most 6 / 35 / 48 / 100% of --max-seconds is spent (time a section
-leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so far stay, the rest say "skipped"):
+Sections, in this order; by the end of each, at most 6 / 30 / 50 / 100% of --max-seconds is spent (time a section
+leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so far stay, the rest say "skipped"). "Compiled" is --compile (default cuda-graphs on CUDA: ssd_runtime.graphs; off on the CPU); on
+CUDA each section runs it before eager (eager is host-bound there, 4-9x slower: its rows matter less if time runs out).
   exact     greedy AR == SD == SSD on the tiny pair (ssd_runtime.specs TINY_TARGET / TINY_DRAFT, float32, target
-            and draft in this process through transport.LocalLink; also compiled with --compile), and a chi-square test at T = 1 of the verify rule on the device: the first token emitted
-            after a proposal of K Saguaro-sampled draft tokens must follow the target's p exactly (a verifier fed
+            and draft in this process through transport.LocalLink; eager and compiled), and a chi-square test at
+            T = 1 of the verify rule on the device: the first token emitted after a proposal of K Saguaro-sampled draft tokens must follow the target's p exactly (a verifier fed
             the wrong q must fail the same test). On the CPU the chi-square runs with fewer samples.
   forward   one runtime forward (StaticKV.append over a prompt of --context tokens, device synchronised before and
-            after) per shape at b = 1 and 8 for 1 and K + 1 tokens, eager and compiled (ModelSpec.compile =
-            --compile; the first --models shape both ways first), against the weight-bytes roofline: weight bytes
+            after) per shape at b = 1 and 8 for 1 and K + 1 tokens, eager and compiled (the first --models
+            shape both ways first), against the weight-bytes roofline: weight bytes
             read per forward / HBM bandwidth (the GPU's datasheet number in ssd_sim.model.hardware, matched by
             torch.cuda.get_device_name; on the CPU a measured memcpy bandwidth, read + write).
   overhead  target and draft in this process (transport.LocalLink: the draft replies, then speculates), as in
@@ -34,8 +35,7 @@ leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so f
             sequences) at forced acceptance 0.7 and 1.0 (TargetConfig.forced_acceptance), b = 1 and 8, greedy, EOS
             ignored. SSD uses the fast backup: under forced acceptance a proposal's content does not matter, so a
             miss served by random tokens costs what a cache hit does and the timing is that of a pipeline that
-            always hits (random weights would otherwise never hit). Eager first (one Session), then compiled (a
-            second Session) with --compile where the time left allows.
+            always hits (random weights would otherwise never hit). One Session per compile mode.
 Every measurement is warmed up first (untimed), repeats are interleaved across configurations, medians reported.
 Each measurement is one JSON line in --out as soon as it exists (default runs/gpu_check.jsonl, git-ignored); the
 table is built from those rows, so Ctrl-C / SIGTERM prints what was measured and exits 130 / 143.
@@ -70,7 +70,7 @@ from ssd_runtime.specs import COMPILE as COMPILE_MODES  # noqa: E402  (torch-fre
 PROG = "gpu_check"
 SECTIONS = ("exact", "forward", "overhead", "toks")
 # cumulative share of --max-seconds by the end of each section (time a section leaves over goes to the next)
-SECTION_END = {"exact": 0.06, "forward": 0.35, "overhead": 0.48, "toks": 1.0}
+SECTION_END = {"exact": 0.06, "forward": 0.30, "overhead": 0.50, "toks": 1.0}
 ACCEPTANCES = (0.7, 1.0)
 BATCHES = (1, 8)
 ALPHA = 1e-3
@@ -136,8 +136,10 @@ class Ctx:
 
     @property
     def compile_modes(self) -> list[str]:
-        """Eager, then the compiled mode asked for (if any)."""
-        return ["off"] + ([self.compile] if self.compile != "off" else [])
+        """Eager and the compiled mode asked for (if any); on CUDA the compiled one first (eager's forwards are
+        bound by the host there, 10x slower: its numbers matter less if the budget runs out)."""
+        modes = ["off"] + ([self.compile] if self.compile != "off" else [])
+        return modes[::-1] if self.cuda else modes
 
     def shape(self, name: str) -> dict:
         return MODELS[name] if self.cuda else scaled(MODELS[name])
@@ -328,8 +330,9 @@ def generate_local(target_model, draft_model, vocab: int, plan, new_tokens: int,
 
 # ---- section: exactness ---------------------------------------------------------------------------------------
 def section_exact(ctx: Ctx) -> None:
-    """Greedy equality eager, the chi-square, then greedy equality compiled (slowest last)."""
-    greedy_equality(ctx, "off")
+    """Greedy equality in each compile mode (compile_modes' order), the chi-square between them."""
+    first, *rest = ctx.compile_modes
+    greedy_equality(ctx, first)
     n = 200_000 if ctx.cuda else 20_000
     case = f"verify rule at T = 1: chi-square on {ctx.device}"
     try:
@@ -343,8 +346,8 @@ def section_exact(ctx: Ctx) -> None:
         raise
     except Exception as e:  # noqa: BLE001
         ctx.emit({"section": "exact", "case": case, "status": "FAIL", "detail": one_line(e)})
-    if ctx.compile != "off":
-        greedy_equality(ctx, ctx.compile)
+    for cmode in rest:
+        greedy_equality(ctx, cmode)
 
 
 def greedy_equality(ctx: Ctx, cmode: str) -> None:
@@ -408,8 +411,8 @@ def verify_chi2(device: str, n: int, k: int, vocab: int = 32, seed: int = 0) -> 
 
 # ---- section: forwards ----------------------------------------------------------------------------------------
 def section_forward(ctx: Ctx, bw: float | None) -> None:
-    """The first shape (the target) eager and compiled, then the others eager, then the others compiled: the
-    rows that matter most come first if the budget runs out."""
+    """The first shape (the target) in both modes, then the others in each mode (compile_modes' order): the rows
+    that matter most come first if the budget runs out."""
     first, rest = ctx.models[0], ctx.models[1:]
     phases = [(cmode, first) for cmode in ctx.compile_modes] + [(cmode, m) for cmode in ctx.compile_modes
                                                                 for m in rest]
@@ -450,7 +453,7 @@ def forward_model(ctx: Ctx, name: str, cmode: str, bw: float | None) -> None:
         return (time.perf_counter() - t0) * 1e3 / ctx.inner
 
     with torch.no_grad():
-        for b in BATCHES:  # warm-up: kernels, allocator, compiled graphs (reduce-overhead records, then replays)
+        for b in BATCHES:  # warm-up: kernels, allocator, CUDA graphs (captured at a shape's second forward)
             for w in widths:
                 for _ in range(3 if cmode == "off" else 5):
                     once(b, w)
@@ -459,6 +462,17 @@ def forward_model(ctx: Ctx, name: str, cmode: str, bw: float | None) -> None:
                 for w in widths:
                     ctx.emit({"section": "forward", "model": name, "compile": cmode, "b": b, "w": w, "rep": rep,
                               "ms": once(b, w), "weight_bytes": wb, "roofline_ms": roof, "status": "ok"})
+    graph_note(ctx, "forward", f"{name} {cmode}", [kv for kv, _ in kvs.values()])
+
+
+def graph_note(ctx: Ctx, section: str, case: str, caches: list) -> None:
+    """One row per run with CUDA graphs: captured, replayed, and shapes whose capture failed (FAIL: those ran
+    eager, so the compiled numbers are partly eager ones)."""
+    graphs = [kv.graphs for kv in caches if kv is not None and kv.graphs is not None]
+    if graphs:
+        failed = sum(len(g.failed) for g in graphs)
+        ctx.emit({"section": section, "case": f"{case}: graphs", "status": "FAIL" if failed else "ok",
+                  "detail": "; ".join(g.note for g in graphs)})
 
 
 def free(ctx: Ctx) -> None:
@@ -529,12 +543,12 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
                 stats = run(mode, b, clock)
             ctx.emit({"section": "overhead", "mode": mode, "b": b, "compile": cmode, "acceptance":
                       acc if mode != "ar" else None, "rep": rep, **stats, "status": "ok"})
+    graph_note(ctx, "overhead", cmode, [getattr(t.model, "_ssd_kv", None), getattr(d.model, "_ssd_kv", None)])
 
 
 # ---- section: tok/s through ssd-run's two processes ------------------------------------------------------------
 def section_toks(ctx: Ctx) -> None:
-    """Eager, then the compiled mode (compiling in both workers takes a while: eager's numbers come first in case
-    the budget runs out)."""
+    """One Session (both workers) per compile mode, in compile_modes' order."""
     per_compile_mode(ctx, "toks", toks_session)
 
 
@@ -689,7 +703,7 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--models", default=",".join(MODELS), metavar="LIST",
                     help=f"shapes of the forward section, comma-separated ({','.join(MODELS)})")
     ap.add_argument("--compile", choices=COMPILE_MODES, default=None,
-                    help="the compiled mode measured next to eager (ModelSpec.compile; default reduce-overhead on "
+                    help="the compiled mode measured next to eager (ModelSpec.compile; default cuda-graphs on "
                          "cuda, off on cpu)")
     ap.add_argument("-k", "--k", type=int, default=4, metavar="K", help="draft tokens per round (1..8, default 4)")
     ap.add_argument("--context", type=int, metavar="N", help="prompt tokens (default cuda 256, cpu 64, quick 32)")
@@ -735,7 +749,7 @@ def make_ctx(args: argparse.Namespace) -> Ctx:
         raise BadInput(f"--device cuda: {why} (torch {torch.__version__}); use --device cpu")
     cuda = device == "cuda"
     ctx = Ctx(device="cuda:0" if cuda else "cpu", dtype="bfloat16" if cuda else "float32",
-              compile=args.compile or ("reduce-overhead" if cuda else "off"), k=args.k,
+              compile=args.compile or ("cuda-graphs" if cuda else "off"), k=args.k,
               context=args.context or (256 if cuda else 32 if args.quick else 64),
               new_tokens=args.new_tokens or (64 if cuda else 16 if args.quick else 32),
               repeats=args.repeats or (2 if args.quick else 3), inner=10 if cuda else 2 if args.quick else 3,

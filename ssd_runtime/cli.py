@@ -52,7 +52,7 @@ from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
 from .prompts import PROMPT_SETS, encode, load_prompts, prompt_set
-from .specs import COMPILE, DTYPE_NAMES, FAMILIES, LINEAR, QUANTIZE, ModelSpec, canonical_device
+from .specs import COMPILE, DTYPE_NAMES, FAMILIES, LINEAR, QUANTIZE, ModelSpec, canonical_device, compile_mode
 
 # torch, transformers and the runtime (.models, .run) are imported inside functions, once guarded() answers
 # Ctrl-C and SIGTERM: importing them takes a second or more
@@ -135,10 +135,11 @@ def add_model_args(p: OneLineParser) -> None:
         m.add_argument(f"--{role}-linear", choices=LINEAR, default="auto",
                        help="CPU float32 matmul kernels: onednn (prepacked weights; multi-token forwards cost "
                             "little more than one token) or dense (torch default); auto = onednn where possible")
-        m.add_argument(f"--{role}-compile", choices=COMPILE, default="off",
-                       help="torch.compile the forward with this mode (dynamic shapes; the first forwards of each "
-                            "shape kind compile, ~1 min on a CPU); off = eager, the default (compiled was not faster "
-                            "on CPU; on CUDA not yet measured)")
+        m.add_argument(f"--{role}-compile", choices=("auto", *COMPILE), default="auto",
+                       help="how the forward runs: auto (default) = cuda-graphs on a CUDA device, off elsewhere; "
+                            "off = eager; cuda-graphs = decode-sized forwards captured once per shape and replayed "
+                            "(10x faster than eager on an H200); or a torch.compile mode (dynamic shapes; the first "
+                            "forwards of each shape compile, ~1 min; was not faster on CPU)")
 
 
 def add_prompt_args(p: OneLineParser, default_tokens: int, default_num: int | None = None):
@@ -410,13 +411,16 @@ def model_specs(args, with_draft: bool) -> dict[str, ModelSpec | None]:
         _early_vocab_check(tpath, dpath)
     specs = {"target": ModelSpec(path=str(tpath), dtype=args.target_dtype, quantize=args.target_quantize,
                                  device=devices["target"], linear=args.target_linear,
-                                 compile=args.target_compile)}
+                                 compile=compile_mode(args.target_compile, devices["target"]))}
     specs["draft"] = None if dpath is None else ModelSpec(
         path=str(dpath), dtype=args.draft_dtype, quantize=args.draft_quantize, device=devices["draft"],
-        linear=args.draft_linear, compile=args.draft_compile)
+        linear=args.draft_linear, compile=compile_mode(args.draft_compile, devices["draft"]))
     for role, spec in specs.items():
         if spec and spec.quantize == "int8" and (spec.dtype != "float32" or spec.device != "cpu"):
             raise ConfigError(f"{role}_quantize", f"int8 needs --{role}-dtype float32 and --{role}-device cpu")
+        if spec and spec.compile == "cuda-graphs" and not spec.device.startswith("cuda"):
+            raise ConfigError(f"{role}_compile", f"cuda-graphs needs --{role}-device cuda; use auto or off on "
+                                                 f"{spec.device}")
         if spec:
             try:
                 linear_kernels(spec)

@@ -106,8 +106,8 @@ class Drafter:
             return
         if self.kv is None:
             longest = max(len(p) for _, p in seqs)
-            self.kv = StaticKV(self.model, max(self.plan.batch_size, len(seqs)),
-                               SCRATCH + longest + 64 + (self.K + 1) * (self.branches + 1))
+            self.kv = StaticKV.reuse(self.model, max(self.plan.batch_size, len(seqs)),
+                                     SCRATCH + longest + 64 + (self.K + 1) * (self.branches + 1))
         rows = self.kv.add_rows(len(seqs))
         for sid, prompt in seqs:
             self.seqs[sid] = SeqState(committed=list(prompt))

@@ -28,6 +28,7 @@ from collections.abc import Sequence
 import torch
 
 from .attention import StaticAttention, Visibility
+from .graphs import GraphCache
 from .syncs import to_device
 
 SCRATCH = 1  # slots before position 0 (slot 0: padding writes land here)
@@ -46,6 +47,22 @@ class StaticKV:
         self.lengths: list[int] = []  # cached tokens of each active row (= position id of its next token)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.attention = StaticAttention(model)
+        backend = getattr(model, "_ssd_graphs", None)  # set by load_model for --*-compile cuda-graphs
+        self.graphs = GraphCache(self._forward, backend) if backend else None
+
+    @classmethod
+    def reuse(cls, model: torch.nn.Module, rows: int, capacity: int) -> StaticKV:
+        """A cache of at least `rows` x `capacity` slots for a new job: where the model runs CUDA graphs, its
+        previous cache emptied when that is big enough (its buffers and captured graphs stay valid, so the next
+        job replays them at once); otherwise a new cache."""
+        old = getattr(model, "_ssd_kv", None)
+        if old is not None and old.max_rows >= rows and old.capacity >= max(int(capacity), 8):
+            old.lengths = []
+            return old
+        kv = cls(model, rows, capacity)
+        if kv.graphs is not None:
+            model._ssd_kv = kv
+        return kv
 
     @property
     def n(self) -> int:
@@ -158,9 +175,19 @@ class StaticKV:
 
     def _run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
              keep: int) -> torch.Tensor:
-        """Model forward writing K/V at `slots` [R, P] and attending where `seen` allows (per layer window)."""
+        """Model forward writing K/V at `slots` [R, P] and attending where `seen` allows (per layer window):
+        replayed from a CUDA graph of its shape where the cache has graphs (ssd_runtime.graphs), else eager."""
         self._reserve(seen.vis.shape[-1])
-        cache = _SlotWriter(self, rows, slots, seen.vis.shape[-1])
+        if self.graphs is not None and self.keys:
+            out = self.graphs.run(rows, ids, pos, slots, seen, keep, self.capacity)
+            if out is not None:
+                return out
+        return self._forward(rows, ids, pos, slots, seen, keep, seen.vis.shape[-1])
+
+    def _forward(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
+                 keep: int, width: int) -> torch.Tensor:
+        """The eager forward; attention reads the first `width` slots (seen's width, or a graph's bucket)."""
+        cache = _SlotWriter(self, rows, slots, width)
         with self.attention.active(seen):
             out = self.model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=keep,
                              **{self._cache_kw: cache})
@@ -171,6 +198,8 @@ class StaticKV:
         if width <= self.capacity:
             return
         new = max(width, 2 * self.capacity)
+        if self.graphs is not None:
+            self.graphs.clear()  # they point at the buffers about to be replaced
         for bufs in (self.keys, self.values):
             for i, b in enumerate(bufs):
                 grown = b.new_zeros(b.shape[0], b.shape[1], new, b.shape[3])

@@ -25,6 +25,7 @@ from .families import tiny_model  # noqa: F401  (re-exported: the runtime's test
 from .fetch import MODELS, converted_dir, is_converted
 from .specs import (  # ModelSpec and option names live in specs
     COMPILE,
+    CUDA_GRAPHS,
     DTYPE_NAMES,
     FAMILIES,
     LINEAR,
@@ -110,6 +111,8 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         source, eos = str(path), _eos_ids(model)
     if spec.compile not in COMPILE:
         raise ConfigError(f"{role}_compile", f"must be one of {', '.join(COMPILE)}, got {spec.compile!r}")
+    if spec.compile == CUDA_GRAPHS and not spec.device.startswith("cuda"):
+        raise ConfigError(f"{role}_compile", f"cuda-graphs needs a CUDA device, not {spec.device}; use off")
     if spec.linear not in LINEAR:
         raise ConfigError(f"{role}_linear", f"must be one of {LINEAR}, got {spec.linear!r}")
     model = model.to(dtype=DTYPES[spec.dtype]).eval()
@@ -124,7 +127,10 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         pack_linears(model)
         own_memory(model)
     path = kernel_path(model)
-    if spec.compile != "off":
+    if spec.compile == CUDA_GRAPHS:
+        model._ssd_graphs = "cuda"  # StaticKV captures its decode-sized forwards (ssd_runtime.graphs)
+        path += ", CUDA graphs"
+    elif spec.compile != "off":
         model.forward = torch.compile(model.forward, mode=spec.compile, dynamic=True)
         path += f", torch.compile {spec.compile}"
     return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,

@@ -24,9 +24,19 @@ FAMILIES = {
     "phi3": "Phi-3 / Phi-3.5 / Phi-4-mini",
 }
 QUANTIZE = ("none", "int8")
-# torch.compile of the model's forward (dynamic shapes): off (eager, the default: on CPU compiled forwards of the
-# tiny pair measured no faster, 11.1 vs 9.8 ms, after ~60 s of compiling) or a torch.compile mode
-COMPILE = ("off", "default", "reduce-overhead", "max-autotune")
+# How the model's forward runs: off (eager: on CPU compiled forwards of the tiny pair measured no faster, 11.1 vs
+# 9.8 ms, after ~60 s of compiling), cuda-graphs (CUDA only: decode-sized forwards captured once per static shape
+# and replayed, ssd_runtime.graphs; 10x faster than eager on an H200) or a torch.compile mode (dynamic shapes).
+# ssd-run's default, auto, is cuda-graphs on a CUDA device and off elsewhere.
+COMPILE = ("off", "cuda-graphs", "default", "reduce-overhead", "max-autotune")
+CUDA_GRAPHS = "cuda-graphs"
+
+
+def compile_mode(asked: str, device: str) -> str:
+    """The COMPILE mode of a model on `device` for ssd-run's --*-compile (auto: cuda-graphs on CUDA, else off)."""
+    if asked != "auto":
+        return asked
+    return CUDA_GRAPHS if str(device).startswith("cuda") else "off"
 LINEAR = ("auto", "onednn", "dense")  # matmul kernels of nn.Linear on CPU float32 (see models.PackedLinear)
 # The tiny greedy pair (tiny_model kwargs): vocab 96, the draft is the target plus N(0, 0.02^2) noise on every weight,
 # so it agrees often but not always. The runtime tests and the benches' tiny smoke runs use it.
@@ -60,7 +70,7 @@ class ModelSpec:
     quantize: str = "none"
     device: str = "cpu"
     linear: str = "auto"  # auto = onednn on a cpu device with float32 weights and no int8, else dense
-    compile: str = "off"  # COMPILE: torch.compile mode of the forward, off = eager
+    compile: str = "off"  # COMPILE: off = eager, cuda-graphs, or a torch.compile mode of the forward
 
     def __post_init__(self):
         object.__setattr__(self, "device", canonical_device(self.device))

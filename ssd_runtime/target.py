@@ -125,8 +125,8 @@ class Target:
         seqs = [Seq(i, list(p), float(arrivals_ms[i]) if arrivals_ms else 0.0) for i, p in enumerate(prompts)]
         queue = deque(sorted(seqs, key=lambda s: (s.arrival_ms, s.sid)))
         longest = max((len(p) for p in prompts), default=1)
-        self.kv = StaticKV(self.model, self.max_batch,
-                           SCRATCH + longest + self.cfg.max_new_tokens + self.plan.num_speculative_tokens + 2)
+        self.kv = StaticKV.reuse(self.model, self.max_batch,
+                                 SCRATCH + longest + self.cfg.max_new_tokens + self.plan.num_speculative_tokens + 2)
         self._t0 = now_ms()
         active: list[Seq] = []  # in KV-row order
         just_done: list = []

@@ -58,6 +58,8 @@ BAD = {
     "device": (["--draft-device", "gpu", "--prompts", "{d}/prompts.jsonl"], "draft_device"),
     "int8 bf16": (["--draft-quantize", "int8", "--draft-dtype", "bfloat16", "--prompts", "{d}/prompts.jsonl"],
                   "draft_quantize"),
+    "graphs on cpu": (["--target-compile", "cuda-graphs", "--prompts", "{d}/prompts.jsonl"],
+                      "target_compile: cuda-graphs needs --target-device cuda"),
 }
 
 

@@ -145,7 +145,7 @@ def test_cuda_without_an_index_means_cuda_0():
 def test_an_unknown_compile_mode_is_refused_naming_the_flag():
     from ssd_runtime.models import ModelSpec, load_model
 
-    with pytest.raises(ConfigError, match="target_compile.*off, default"):
+    with pytest.raises(ConfigError, match="target_compile.*off, cuda-graphs, default"):
         load_model(replace(ModelSpec.tiny_spec(**TARGET), compile="fast"), "target")
 
 

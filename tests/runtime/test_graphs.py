@@ -1,0 +1,161 @@
+"""ssd_runtime.graphs: static shapes and static buffers leave every output unchanged.
+
+CUDA graphs themselves need a GPU (bench/gpu_check.py measures them there); here the "emulate" backend runs the
+same path (bucketed attention width, inputs copied into static buffers, a replay that reads only those buffers)
+on the CPU, so a wrong pad, a stale buffer or a mask cached across replays changes tokens.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+
+import pytest
+import torch
+
+from ssd_runtime.draft import Drafter
+from ssd_runtime.graphs import BUCKET, GraphCache, bucket
+from ssd_runtime.kv import StaticKV
+from ssd_runtime.models import load_model, tiny_model
+from ssd_runtime.specs import ModelSpec
+from ssd_runtime.target import Target, TargetConfig
+from ssd_runtime.transport import LocalLink
+from ssd_sim.io.errors import ConfigError
+from ssd_sim.plan.plan import Plan
+from tests.helpers.runtime import DRAFT, TARGET, make_prompts
+
+PROMPTS = make_prompts([3, 11, 6, 8], TARGET["vocab"], seed=0)
+N_NEW = 20
+
+
+def pair(graphs: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
+    target, draft = tiny_model(**TARGET), tiny_model(**DRAFT)
+    if graphs:
+        target._ssd_graphs = draft._ssd_graphs = "emulate"
+    return target, draft
+
+
+def generate(target, draft, plan: Plan, seed: int = 0) -> list[list[int]]:
+    link = None
+    if plan.mode != "ar":
+        link = LocalLink(lambda msg: Drafter(draft, plan, 0, TARGET["vocab"]))
+        link.job({})
+    return Target(target, TargetConfig(plan, N_NEW, seed=seed), link).generate(PROMPTS)
+
+
+def test_bucket_rounds_the_width_up_to_a_multiple_within_the_capacity():
+    assert bucket(1, 4096) == BUCKET
+    assert bucket(BUCKET, 4096) == BUCKET
+    assert bucket(BUCKET + 1, 4096) == 2 * BUCKET
+    assert bucket(130, 200) == 200  # capped at the capacity
+    assert bucket(300, 200) == 300  # never narrower than the forward (StaticKV grows first)
+
+
+PLANS = {
+    "ar b=2": Plan(batch_size=2, mode="ar"),
+    "sd K=4 b=3": Plan(num_speculative_tokens=4, batch_size=3, mode="sd"),
+    "ssd K=3 b=2": Plan(num_speculative_tokens=3, fan_out=(2, 2, 1, 1), batch_size=2, mode="ssd", backup="jit"),
+    "ssd T=1 b=3": Plan(num_speculative_tokens=3, fan_out=(2, 2, 1, 1), batch_size=3, mode="ssd", backup="jit",
+                        temperature=1.0),
+    "sd T=0.7 b=4": Plan(num_speculative_tokens=2, batch_size=4, mode="sd", temperature=0.7),
+}
+
+
+@pytest.mark.parametrize("name", PLANS)
+def test_replayed_forwards_give_the_tokens_eager_forwards_give(name):
+    plan = PLANS[name]
+    eager = generate(*pair(False), plan)
+    target, draft = pair(True)
+    replayed = generate(target, draft, plan)
+    assert replayed == eager
+    caches = [m._ssd_kv.graphs for m in (target, draft) if hasattr(m, "_ssd_kv")]
+    assert caches[0].replays > 0 and caches[0].captures > 0
+    if plan.mode != "ar":
+        assert len(caches) == 2 and caches[1].replays > 0
+
+
+def test_a_second_job_reuses_the_cache_and_its_graphs():
+    target, draft = pair(True)
+    plan = PLANS["sd K=4 b=3"]
+    outputs = [generate(target, draft, plan)]
+    kv = target._ssd_kv
+    # one-off shapes (the prefill, the refill of row 2) are captured once a later job sees them again: the first
+    # job's prefill ran before the buffers existed, the second's is its first sighting, the third captures it
+    outputs += [generate(target, draft, plan) for _ in range(2)]
+    captured = kv.graphs.captures
+    outputs.append(generate(target, draft, plan))
+    assert all(o == outputs[0] for o in outputs) and target._ssd_kv is kv
+    assert kv.graphs.captures == captured == 5  # 3 verify shapes (b = 3, 2, 1), the refill, the prefill
+
+
+def test_a_model_without_graphs_gets_a_fresh_cache_per_job():
+    model = tiny_model(**TARGET)
+    a, b = StaticKV.reuse(model, 2, 64), StaticKV.reuse(model, 2, 64)
+    assert a is not b and a.graphs is None
+
+
+def test_a_shape_is_captured_the_second_time_it_is_seen():
+    model = tiny_model(**TARGET)
+    model._ssd_graphs = "emulate"
+    kv = StaticKV(model, 2, 64)
+    kv.add_rows(2)
+    kv.append(PROMPTS[:2])  # prefill: allocates the buffers, eager
+    kv.append([[5], [6]])
+    assert kv.graphs.captures == 0 and kv.graphs.replays == 0
+    kv.append([[7], [8]])
+    assert kv.graphs.captures == 1 and kv.graphs.replays == 1
+
+
+def test_growing_the_buffers_drops_every_graph():
+    model = tiny_model(**TARGET)
+    model._ssd_graphs = "emulate"
+    kv = StaticKV(model, 1, 16)
+    kv.add_rows(1)
+    kv.append([[1, 2, 3]])
+    for t in range(3):
+        kv.append([[4 + t]])
+    assert kv.graphs.graphs
+    kv.append([list(range(10, 30))])  # outgrows 16 slots: new buffers
+    assert not kv.graphs.graphs and kv.capacity >= 27
+
+
+def test_a_shape_whose_capture_fails_runs_eager_and_says_why():
+    calls = []
+
+    def run(rows, ids, pos, slots, seen, keep, width):
+        calls.append(width)
+        raise RuntimeError("operation not permitted when stream is capturing")
+
+    cache = GraphCache(run, "emulate")
+    model = tiny_model(**TARGET)
+    kv = StaticKV(model, 1, 64)
+    kv.add_rows(1)
+    kv.append([[1, 2, 3]])
+    kv.graphs = cache
+    kv.append([[4]])  # first sight: eager (the model's own forward, not `run`)
+    out = kv.append([[5]])  # second: the capture fails, this forward runs eager
+    assert out.shape == (1, 1, TARGET["vocab"])
+    assert calls == [64] and cache.graphs == {} and len(cache.failed) == 1
+    assert "1 shapes eager (RuntimeError: operation not permitted" in cache.note
+
+
+def test_cuda_graphs_on_a_cpu_device_is_refused_naming_the_flag():
+    spec = dataclasses.replace(ModelSpec.tiny_spec(**TARGET), compile="cuda-graphs")
+    with pytest.raises(ConfigError, match="target_compile.*cuda-graphs needs a CUDA device"):
+        load_model(spec, "target")
+
+
+def test_an_unknown_backend_is_refused():
+    with pytest.raises(ValueError, match="graph backend"):
+        GraphCache(lambda *a: None, "cudnn")
+
+
+def test_ssd_run_compiles_with_graphs_on_cuda_and_runs_eager_elsewhere_by_default():
+    from ssd_runtime.cli import build_parser
+    from ssd_runtime.specs import compile_mode
+
+    args = build_parser().parse_args(["--target", "t", "--draft", "d"])
+    assert args.target_compile == args.draft_compile == "auto"
+    assert compile_mode("auto", "cuda:1") == "cuda-graphs"
+    assert compile_mode("auto", "cpu") == "off"
+    assert compile_mode("off", "cuda:0") == "off"  # the flag that turns graphs off
+    assert compile_mode("reduce-overhead", "cpu") == "reduce-overhead"
