@@ -36,7 +36,8 @@ CUDA each section runs it before eager (eager is host-bound there, 4-9x slower: 
             ignored. SSD uses the fast backup: under forced acceptance a proposal's content does not matter, so a
             miss served by random tokens costs what a cache hit does and the timing is that of a pipeline that
             always hits (random weights would otherwise never hit). One Session per compile mode.
-Every measurement is warmed up first (untimed), repeats are interleaved across configurations, medians reported.
+Every measurement is warmed up first (untimed; with CUDA graphs twice, at full length, so that every shape the timed
+runs meet is captured before them), repeats are interleaved across configurations, medians reported.
 Each measurement is one JSON line in --out as soon as it exists (default runs/gpu_check.jsonl, git-ignored); the
 table is built from those rows, so Ctrl-C / SIGTERM prints what was measured and exits 130 / 143.
 
@@ -66,6 +67,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from ssd_runtime.specs import COMPILE as COMPILE_MODES  # noqa: E402  (torch-free)
+from ssd_runtime.specs import CUDA_GRAPHS  # noqa: E402
 
 PROG = "gpu_check"
 SECTIONS = ("exact", "forward", "overhead", "toks")
@@ -490,6 +492,12 @@ def section_overhead(ctx: Ctx) -> None:
     per_compile_mode(ctx, "overhead", overhead_runs)
 
 
+def warmups(cmode: str) -> int:
+    """Untimed passes over the configurations before the timed ones: two with CUDA graphs (a shape is captured at
+    its second forward, so every shape the timed runs meet is captured before them), else one."""
+    return 2 if cmode == CUDA_GRAPHS else 1
+
+
 def per_compile_mode(ctx: Ctx, section: str, run: Callable[[Ctx, str], None]) -> None:
     """run(ctx, mode) for eager, then the compiled mode; a failure is one FAIL row, the device freed after each."""
     for cmode in ctx.compile_modes:
@@ -535,8 +543,9 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
                 "syncs_per_round": median([r[2] for r in body]),
                 "rounds": len(rounds)}
 
-    for mode, b in configs:  # warm-up
-        run(mode, b, None)
+    for _ in range(warmups(cmode)):  # graphs capture a shape at its second forward: two warm-ups take them all
+        for mode, b in configs:
+            run(mode, b, None)
     for rep in range(ctx.repeats):
         for mode, b in configs:
             with RunClock(ctx.device) as clock:
@@ -572,8 +581,9 @@ def toks_session(ctx: Ctx, cmode: str) -> None:
                    draft_timeout_s=600.0)
 
     with Session(tspec, dspec, draft_timeout_s=600.0) as session:
-        for mode, b, acc in configs:  # warm-up: every side, every shape
-            session.run(job(mode, b, acc, min(8, ctx.new_tokens)))
+        for _ in range(warmups(cmode)):  # warm-up: every side, every shape (with graphs at full length, twice)
+            for mode, b, acc in configs:
+                session.run(job(mode, b, acc, ctx.new_tokens if cmode == CUDA_GRAPHS else min(8, ctx.new_tokens)))
         for rep in range(ctx.repeats):
             for mode, b, acc in configs:
                 r = session.run(job(mode, b, acc, ctx.new_tokens))

@@ -7,15 +7,18 @@ roofline is 0.64 ms); AR 151 tok/s against 37. So StaticKV hands every forward o
 verify, tree steps) to a GraphCache, which replays a graph captured for that static shape.
 
 Static shapes: a forward is fixed by its rows, tokens per row, logits kept and the attention width W (slots the
-queries may see). W grows by one or more every round, so it is rounded up to a bucket (a multiple of BUCKET slots,
-at most the cache's capacity); the extra columns are masked out (visibility False), so the attention over them is
-empty and the result is the same function of the cached tokens. Inputs are copied into the graph's static buffers
-(device to device, no host read), the graph is replayed, and its logits are cloned (the next replay reuses the
-memory). All graphs of one cache share one memory pool; they replay one at a time, so that is safe.
+queries may see). W grows by one or more every round, so it is rounded up to a power of two (at least BUCKET, at
+most the cache's capacity); the extra columns are masked out (visibility False), so the attention over them is
+empty and the result is the same function of the cached tokens. The rows of a batch that shrinks as sequences
+finish are padded to a power of two with rows that see only their own scratch slot. So a run of any length needs
+about log2(rows) x log2(context) shapes per forward kind. Inputs are copied into the graph's static buffers (device
+to device, no host read), the graph is replayed, and its logits are cloned (the next replay reuses the memory).
+All graphs of one cache share one memory pool; they replay one at a time, so that is safe.
 
 A graph holds the addresses of the K/V buffers: when StaticKV grows them (rare), every graph is dropped. A shape
-is captured the second time it is seen, so one-off prefills stay eager, as do wide ones (MAX_TOKENS). A shape whose capture fails (an operation that reads the host
-inside the model, say) is remembered and runs eager; `GraphCache.note` says why.
+is captured the second time it is seen, so one-off prefills stay eager, as do wide ones (MAX_TOKENS). A shape
+whose forward reads the device from the host (found before capturing, with torch.cuda.set_sync_debug_mode) or
+whose capture fails is remembered and runs eager; `GraphCache.note` says why.
 
 `backend="emulate"` runs the same static-buffer path on any device without capturing: "replay" calls the forward
 again on the static buffers. Tests use it to check that bucketing and static buffers leave every output unchanged.
@@ -23,23 +26,51 @@ again on the static buffers. Tests use it to check that bucketing and static buf
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 from dataclasses import dataclass
 
 import torch
 
 from .attention import Visibility
 
-BUCKET = 128  # attention width is rounded up to a multiple of this many slots
+BUCKET = 128  # the narrowest attention width (slots); wider ones are rounded up to a power of two
 MAX_TOKENS = 64  # forwards of more tokens per row (prefills) stay eager
-MAX_GRAPHS = 96  # shapes captured per cache; further shapes run eager
+MAX_GRAPHS = 256  # shapes captured per cache; further shapes run eager
 BACKENDS = ("cuda", "emulate")
 
 
 def bucket(width: int, capacity: int) -> int:
-    """The static attention width (slots) for a forward of `width`: the next multiple of BUCKET, at most the
-    cache's capacity (never less than width)."""
-    return max(width, min(-(-width // BUCKET) * BUCKET, capacity))
+    """The static attention width (slots) for a forward of `width`: the next power of two, at least BUCKET and
+    at most the cache's capacity (never less than width). Powers of two keep the shapes of a long run few
+    (log2 of the context), at the price of attending over at most twice the slots (K/V bytes, small beside
+    the weights at decode)."""
+    return max(width, min(max(BUCKET, 1 << (width - 1).bit_length()), capacity))
+
+
+def row_bucket(rows: int, max_rows: int) -> int:
+    """The static row count for a forward of `rows` rows: the next power of two, at most the cache's rows. A
+    decode forward reads the weights once whatever its rows, so padding rows costs little (H200, 1.5B shape:
+    4.34 ms at b = 1, 4.66 ms at b = 8) and a batch that shrinks as sequences finish reuses a few shapes."""
+    return min(1 << (rows - 1).bit_length(), max_rows)
+
+
+@contextmanager
+def _host_reads_raise() -> Iterator[None]:
+    """Within the block, an operation that makes the host wait for the GPU raises (set_sync_debug_mode)."""
+    old = torch.cuda.get_sync_debug_mode()
+    torch.cuda.set_sync_debug_mode("error")
+    try:
+        yield
+    finally:
+        torch.cuda.set_sync_debug_mode(old)
+
+
+def _pad_rows(x: torch.Tensor, rows: int, value) -> torch.Tensor:
+    """A copy of x with `rows` rows (dimension 0), the added ones filled with `value`."""
+    out = x.new_full((rows, *x.shape[1:]), value)
+    out[:x.shape[0]] = x
+    return out
 
 
 def _pad(x: torch.Tensor, width: int, value) -> torch.Tensor:
@@ -88,12 +119,20 @@ class GraphCache:
         self._pool = None
 
     def run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
-            keep: int, capacity: int) -> torch.Tensor | None:
-        """The forward's float32 logits [R, keep, vocab] from a graph of its shape, or None (run it eager)."""
+            keep: int, capacity: int, max_rows: int) -> torch.Tensor | None:
+        """The forward's float32 logits [R, keep, vocab] from a graph of its shape, or None (run it eager).
+
+        Rows 0..R-1 are padded to row_bucket(R) rows: padding rows read nothing (each query sees only the
+        scratch slot 0 of its row, which it writes) and their logits are dropped. A forward over other rows (the
+        draft catching up some rows, say) keeps its rows."""
         if ids.shape[-1] > MAX_TOKENS:
             return None
+        n = len(rows)
+        if rows.start == 0:
+            rows = range(row_bucket(n, max_rows))
         width = bucket(seen.vis.shape[-1], capacity)
-        key = (rows.start, rows.stop, tuple(ids.shape), tuple(seen.k_pos.shape[:-1]), keep, width)
+        key = (rows.start, rows.stop, ids.shape[-1], tuple(seen.k_pos.shape[1:-1]), seen.k_pos.shape[0] == 1,
+               keep, width)
         if key in self.failed:
             return None
         graph = self.graphs.get(key)
@@ -107,25 +146,30 @@ class GraphCache:
             except Exception as e:  # noqa: BLE001 - e.g. a host read inside the model: this shape runs eager
                 self.failed[key] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
                 return None
-        self._load(graph, ids, pos, slots, seen, width)
+        self._load(graph, n, ids, pos, slots, seen, width)
         graph.replay()
         self.replays += 1
-        return graph.out.clone()
+        return graph.out[:n].clone()
 
-    def _load(self, g: _Graph, ids, pos, slots, seen: Visibility, width: int) -> None:
-        """Copy one forward's inputs into the graph's static buffers (device to device)."""
-        g.ids.copy_(ids)
-        g.pos.copy_(pos)
-        g.slots.copy_(slots)
-        g.seen.q_pos.copy_(seen.q_pos)
-        g.seen.vis.copy_(_pad(seen.vis, width, False))
-        g.seen.k_pos.copy_(_pad(seen.k_pos, width, 0))
-        g.seen.self_slot.copy_(_pad(seen.self_slot, width, False))
+    def _load(self, g: _Graph, n: int, ids, pos, slots, seen: Visibility, width: int) -> None:
+        """Copy one forward's inputs into rows 0..n-1 of the graph's static buffers (device to device); the
+        padding rows after them keep what _capture put there."""
+        g.ids[:n].copy_(ids)
+        g.pos[:n].copy_(pos)
+        g.slots[:n].copy_(slots)
+        g.seen.q_pos[:n].copy_(seen.q_pos)
+        g.seen.vis[:n].copy_(_pad(seen.vis, width, False))
+        k_pos = _pad(seen.k_pos, width, 0)
+        (g.seen.k_pos if k_pos.shape[0] == 1 else g.seen.k_pos[:n]).copy_(k_pos)
+        g.seen.self_slot[:n].copy_(_pad(seen.self_slot, width, False))
 
     def _capture(self, rows: range, ids, pos, slots, seen: Visibility, keep: int, width: int) -> _Graph:
-        static = Visibility(_pad(seen.vis, width, False).clone(), seen.q_pos.clone(),
-                            _pad(seen.k_pos, width, 0).clone(), _pad(seen.self_slot, width, False).clone())
-        ids_s, pos_s, slots_s = ids.clone(), pos.clone(), slots.clone()
+        ids_s, pos_s, slots_s = (_pad_rows(x, len(rows), 0) for x in (ids, pos, slots))
+        k_pos = _pad(seen.k_pos, width, 0)
+        self_slot = _pad_rows(_pad(seen.self_slot, width, False), len(rows), False)
+        self_slot[seen.self_slot.shape[0]:, :, 0] = True  # a padding row's queries see their own scratch slot
+        static = Visibility(_pad_rows(_pad(seen.vis, width, False), len(rows), False), pos_s.clone(),
+                            k_pos.clone() if k_pos.shape[0] == 1 else _pad_rows(k_pos, len(rows), 0), self_slot)
 
         def forward() -> torch.Tensor:
             static._masks.clear()  # masks are built from the static buffers inside the graph, never cached across
@@ -141,8 +185,9 @@ class GraphCache:
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         with torch.cuda.stream(stream):  # warm-up off the capture: cuBLAS handles, allocator, lazy inits
-            for _ in range(2):
-                forward()
+            forward()
+            with _host_reads_raise():  # a forward that reads the device (a MoE router's nonzero, say) cannot be
+                forward()  # captured: refused here, before a capture starts, and run eager
         torch.cuda.current_stream().wait_stream(stream)
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()

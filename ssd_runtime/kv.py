@@ -179,7 +179,7 @@ class StaticKV:
         replayed from a CUDA graph of its shape where the cache has graphs (ssd_runtime.graphs), else eager."""
         self._reserve(seen.vis.shape[-1])
         if self.graphs is not None and self.keys:
-            out = self.graphs.run(rows, ids, pos, slots, seen, keep, self.capacity)
+            out = self.graphs.run(rows, ids, pos, slots, seen, keep, self.capacity, self.max_rows)
             if out is not None:
                 return out
         return self._forward(rows, ids, pos, slots, seen, keep, seen.vis.shape[-1])

@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ssd_runtime.draft import Drafter
-from ssd_runtime.graphs import BUCKET, GraphCache, bucket
+from ssd_runtime.graphs import BUCKET, GraphCache, bucket, row_bucket
 from ssd_runtime.kv import StaticKV
 from ssd_runtime.models import load_model, tiny_model
 from ssd_runtime.specs import ModelSpec
@@ -34,20 +34,26 @@ def pair(graphs: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
     return target, draft
 
 
-def generate(target, draft, plan: Plan, seed: int = 0) -> list[list[int]]:
+def generate(target, draft, plan: Plan, seed: int = 0, prompts=PROMPTS) -> list[list[int]]:
     link = None
     if plan.mode != "ar":
         link = LocalLink(lambda msg: Drafter(draft, plan, 0, TARGET["vocab"]))
         link.job({})
-    return Target(target, TargetConfig(plan, N_NEW, seed=seed), link).generate(PROMPTS)
+    return Target(target, TargetConfig(plan, N_NEW, seed=seed), link).generate(prompts)
 
 
-def test_bucket_rounds_the_width_up_to_a_multiple_within_the_capacity():
+def test_bucket_rounds_the_width_up_to_a_power_of_two_within_the_capacity():
     assert bucket(1, 4096) == BUCKET
     assert bucket(BUCKET, 4096) == BUCKET
     assert bucket(BUCKET + 1, 4096) == 2 * BUCKET
+    assert bucket(600, 4096) == 1024
     assert bucket(130, 200) == 200  # capped at the capacity
     assert bucket(300, 200) == 300  # never narrower than the forward (StaticKV grows first)
+
+
+def test_row_bucket_rounds_the_rows_up_to_a_power_of_two_within_the_cache():
+    assert [row_bucket(n, 8) for n in range(1, 9)] == [1, 2, 4, 4, 8, 8, 8, 8]
+    assert row_bucket(5, 6) == 6
 
 
 PLANS = {
@@ -71,6 +77,19 @@ def test_replayed_forwards_give_the_tokens_eager_forwards_give(name):
     assert caches[0].replays > 0 and caches[0].captures > 0
     if plan.mode != "ar":
         assert len(caches) == 2 and caches[1].replays > 0
+
+
+@pytest.mark.parametrize("mode", ["sd", "ssd"])
+def test_padding_rows_leave_the_real_rows_alone(mode):
+    """3 sequences in a batch of 4: every forward runs 4 rows, the 4th sees only its own scratch slot."""
+    plan = Plan(num_speculative_tokens=3, fan_out=(2, 1, 1, 1), batch_size=4, mode=mode, backup="jit",
+                temperature=1.0)
+    eager = generate(*pair(False), plan, prompts=PROMPTS[:3])
+    target, draft = pair(True)
+    assert generate(target, draft, plan, prompts=PROMPTS[:3]) == eager
+    for model in (target, draft):  # rows finish at different rounds at T = 1: 3 rows run as 4, 1 as 1
+        rows = {key[1] for key in model._ssd_kv.graphs.graphs if key[0] == 0}  # forwards over rows 0..n-1
+        assert 4 in rows and rows <= {1, 2, 4}
 
 
 def test_a_second_job_reuses_the_cache_and_its_graphs():
@@ -159,3 +178,16 @@ def test_ssd_run_compiles_with_graphs_on_cuda_and_runs_eager_elsewhere_by_defaul
     assert compile_mode("auto", "cpu") == "off"
     assert compile_mode("off", "cuda:0") == "off"  # the flag that turns graphs off
     assert compile_mode("reduce-overhead", "cpu") == "reduce-overhead"
+
+
+def test_host_reads_raise_only_inside_the_block_and_the_old_mode_comes_back(monkeypatch):
+    """The sync debug mode that refuses host-reading forwards before a capture (CUDA-only calls, recorded here)."""
+    from ssd_runtime import graphs
+
+    modes = ["warn"]
+    monkeypatch.setattr(torch.cuda, "get_sync_debug_mode", lambda: modes[-1])
+    monkeypatch.setattr(torch.cuda, "set_sync_debug_mode", modes.append)
+    with pytest.raises(RuntimeError, match="synchronizing"), graphs._host_reads_raise():
+        assert modes[-1] == "error"
+        raise RuntimeError("called a synchronizing CUDA operation")
+    assert modes == ["warn", "error", "warn"]

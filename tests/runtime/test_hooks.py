@@ -34,7 +34,7 @@ def test_no_production_module_mentions_a_test_hook():
     modules = [p for p in Path(ssd_runtime.__file__).parent.glob("*.py") if p.name != "hooks.py"]
     assert {"target.py", "draft.py", "sampling.py", "run.py"} <= {p.name for p in modules}
     for path in modules:
-        text = path.read_text()
+        text = path.read_text().replace("sync_debug_mode", "")  # torch's API (graphs.py), not a hook
         assert not [w for w in HOOK_WORDS if w in text], path.name
 
 
