@@ -14,12 +14,14 @@ table and reads the whole output one), so the weight bytes read per forward are 
 in float32, one torch thread in this process (as bench/runtime_scaling.py; ssd-run's CPU workers have one each).
 
 Sections, in this order; by the end of each, at most 6 / 30 / 50 / 100% of --max-seconds is spent (time a section
-leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so far stay, the rest say "skipped"). "Compiled" is --compile (default cuda-graphs on CUDA: ssd_runtime.graphs; off on the CPU); on
-CUDA each section runs it before eager (eager is host-bound there, 4-9x slower: its rows matter less if time runs out).
+leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so far stay, the rest say "skipped").
+"Compiled" is --compile (default cuda-graphs on CUDA: ssd_runtime.graphs; off on the CPU); on CUDA each section runs
+it before eager (eager is host-bound there, 3-9x slower: its rows matter less if time runs out).
   exact     greedy AR == SD == SSD on the tiny pair (ssd_runtime.specs TINY_TARGET / TINY_DRAFT, float32, target
             and draft in this process through transport.LocalLink; eager and compiled), and a chi-square test at
-            T = 1 of the verify rule on the device: the first token emitted after a proposal of K Saguaro-sampled draft tokens must follow the target's p exactly (a verifier fed
-            the wrong q must fail the same test). On the CPU the chi-square runs with fewer samples.
+            T = 1 of the verify rule on the device: the first token emitted after a proposal of K Saguaro-sampled
+            draft tokens must follow the target's p exactly (a verifier fed the wrong q must fail the same test).
+            On the CPU the chi-square runs with fewer samples.
   forward   one runtime forward (StaticKV.append over a prompt of --context tokens, device synchronised before and
             after) per shape at b = 1 and 8 for 1 and K + 1 tokens, eager and compiled (the first --models
             shape both ways first), against the weight-bytes roofline: weight bytes

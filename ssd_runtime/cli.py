@@ -138,7 +138,7 @@ def add_model_args(p: OneLineParser) -> None:
         m.add_argument(f"--{role}-compile", choices=("auto", *COMPILE), default="auto",
                        help="how the forward runs: auto (default) = cuda-graphs on a CUDA device, off elsewhere; "
                             "off = eager; cuda-graphs = decode-sized forwards captured once per shape and replayed "
-                            "(10x faster than eager on an H200); or a torch.compile mode (dynamic shapes; the first "
+                            "(3-9x the eager tok/s on an H200); or a torch.compile mode (dynamic shapes; the first "
                             "forwards of each shape compile, ~1 min; was not faster on CPU)")
 
 

@@ -26,7 +26,7 @@ FAMILIES = {
 QUANTIZE = ("none", "int8")
 # How the model's forward runs: off (eager: on CPU compiled forwards of the tiny pair measured no faster, 11.1 vs
 # 9.8 ms, after ~60 s of compiling), cuda-graphs (CUDA only: decode-sized forwards captured once per static shape
-# and replayed, ssd_runtime.graphs; 10x faster than eager on an H200) or a torch.compile mode (dynamic shapes).
+# and replayed, ssd_runtime.graphs; 3-9x the eager tok/s on an H200) or a torch.compile mode (dynamic shapes).
 # ssd-run's default, auto, is cuda-graphs on a CUDA device and off elsewhere.
 COMPILE = ("off", "cuda-graphs", "default", "reduce-overhead", "max-autotune")
 CUDA_GRAPHS = "cuda-graphs"
