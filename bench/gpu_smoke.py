@@ -17,7 +17,9 @@ row, never a stuck script):
   real 2dev       the same on cuda:0 / cuda:1, where two devices exist
 With --device cpu every case runs on the CPU instead (tiny and families; the real pair only with --real). Per
 pair, a Session runs an untimed warm-up job per mode, then AR, SD (K = 4) and SSD (K = 3, fan-out 2,2,1,1) over
-the same prompts with EOS ignored; the outputs must be identical (greedy, float32). tok/s: decode-only (the
+the same prompts with EOS ignored; the outputs must be identical (greedy, float32). Forwards run as ssd-run's
+default runs them (--compile auto: CUDA graphs on a CUDA device, so every family's captured forwards are checked
+against AR; eager on the CPU); --compile off checks eager on the GPU. tok/s: decode-only (the
 runtime's summary: decode tokens / decode wall time) and end to end (all tokens / wall clock around Session.run,
 prefill included).
 
@@ -46,7 +48,7 @@ ROOT = Path(__file__).resolve().parents[1]
 if str(ROOT) not in sys.path:
     sys.path.insert(0, str(ROOT))
 
-from ssd_runtime.specs import FAMILIES, TINY_DRAFT, TINY_TARGET, tiny_pair  # noqa: E402  (torch-free)
+from ssd_runtime.specs import COMPILE, FAMILIES, TINY_DRAFT, TINY_TARGET, tiny_pair  # noqa: E402  (torch-free)
 
 PROG = "gpu_smoke"
 RESULT = "GPU_SMOKE_RESULT "  # prefix of the child's result line on stdout
@@ -68,6 +70,7 @@ class Case:
     max_new_tokens: int
     dtype: str = "float32"
     timeout_s: float = 240.0  # the child is killed (with its worker processes) after this
+    compile: str = "auto"  # --*-compile of both models (auto: CUDA graphs on a CUDA device, eager on the CPU)
 
 
 @dataclass
@@ -128,6 +131,7 @@ def case_pairs(case: Case) -> list[tuple[str, object, object, list[list[int]]]]:
 
     from ssd_runtime.models import ModelSpec, load_tokenizer, resolve_path
     from ssd_runtime.prompts import encode, prompt_set
+    from ssd_runtime.specs import compile_mode
 
     g = torch.Generator().manual_seed(0)
     tiny_prompts = [torch.randint(0, TINY_TARGET["vocab"], (12 + 2 * i,), generator=g).tolist()
@@ -140,9 +144,10 @@ def case_pairs(case: Case) -> list[tuple[str, object, object, list[list[int]]]]:
         tpath, dpath = resolve_path(REAL[0], "target"), resolve_path(REAL[1], "draft")
         prompts = encode(prompt_set("code")[:case.num_prompts], load_tokenizer(tpath))
         pairs = [("real", ModelSpec(path=str(tpath)), ModelSpec(path=str(dpath)), prompts)]
-    return [(label, dataclasses.replace(t, device=case.target_device, dtype=case.dtype),
-             dataclasses.replace(d, device=case.draft_device, dtype=case.dtype), prompts)
-            for label, t, d, prompts in pairs]
+    def on(spec, device: str):
+        return dataclasses.replace(spec, device=device, dtype=case.dtype, compile=compile_mode(case.compile, device))
+
+    return [(label, on(t, case.target_device), on(d, case.draft_device), prompts) for label, t, d, prompts in pairs]
 
 
 def run_case(case: Case) -> CaseResult:
@@ -304,6 +309,9 @@ def build_parser() -> argparse.ArgumentParser:
     ap.add_argument("--real-tokens", type=int, metavar="N", help="new tokens per prompt, real pair (cuda 64, cpu 16)")
     ap.add_argument("--real-dtype", choices=("float32", "bfloat16", "float16"), default="float32",
                     help="real pair dtype on CUDA (float32 keeps the AR == SD == SSD check free of rounding ties)")
+    ap.add_argument("--compile", choices=("auto", *COMPILE), default="auto",
+                    help="how both models' forwards run, as ssd-run's --*-compile (default auto: CUDA graphs on a "
+                         "CUDA device, eager on the CPU; off = eager everywhere)")
     ap.add_argument("--case", help=argparse.SUPPRESS)  # internal: run one case (JSON) in this process
     return ap
 
@@ -328,13 +336,14 @@ def main(argv: list[str] | None = None) -> int:
         os.environ.setdefault("HF_HUB_OFFLINE", "1")  # this process and its children never try the network
     real = args.real if args.real is not None else args.device == "cuda"
     skip = ensure_real(args.fetch and not args.no_fetch, args.fetch_timeout) if real else None
-    cases = plan_cases(args.device, n_gpus, real and skip is None, args.real_prompts, args.real_tokens,
-                       args.real_dtype)
+    cases = [dataclasses.replace(c, compile=args.compile) for c in
+             plan_cases(args.device, n_gpus, real and skip is None, args.real_prompts, args.real_tokens,
+                        args.real_dtype)]
     t0 = time.perf_counter()
     results = []
     for case in cases:
         print(f"{PROG}: {case.name}: target {case.target_device}, draft {case.draft_device}, {case.num_prompts} "
-              f"prompts x {case.max_new_tokens} tokens ...", file=sys.stderr, flush=True)
+              f"prompts x {case.max_new_tokens} tokens, compile {case.compile} ...", file=sys.stderr, flush=True)
         results.append(spawn_case(case))
         print(f"{PROG}: {case.name}: {results[-1].status} ({results[-1].seconds:.0f} s)", file=sys.stderr, flush=True)
     if real and skip is not None:

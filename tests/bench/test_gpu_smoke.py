@@ -40,6 +40,17 @@ def test_the_families_case_runs_a_tiny_pair_of_every_family_on_the_case_devices(
     for family, target, draft, prompts in pairs:
         assert dict(target.tiny)["family"] == family == dict(draft.tiny)["family"] and dict(draft.tiny)["noise"] > 0
         assert target.device == draft.device == "cuda:0" and len(prompts) == case.num_prompts
+        assert target.compile == draft.compile == "cuda-graphs"  # as ssd-run's default on CUDA
+
+
+def test_the_mixed_case_captures_graphs_on_the_gpu_side_only_and_off_turns_them_off():
+    import dataclasses
+
+    mixed = next(c for c in GS.plan_cases("cuda", 1, False, None, None, "float32") if c.name == "tiny mixed")
+    (_, target, draft, _), = GS.case_pairs(mixed)
+    assert (target.compile, draft.compile) == ("cuda-graphs", "off")
+    (_, target, draft, _), = GS.case_pairs(dataclasses.replace(mixed, compile="off"))
+    assert target.compile == draft.compile == "off"
 
 
 def test_the_shell_script_names_missing_packages_in_one_line_and_installs_nothing(tmp_path):

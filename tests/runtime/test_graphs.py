@@ -16,7 +16,7 @@ from ssd_runtime.draft import Drafter
 from ssd_runtime.graphs import BUCKET, GraphCache, bucket, row_bucket
 from ssd_runtime.kv import StaticKV
 from ssd_runtime.models import load_model, tiny_model
-from ssd_runtime.specs import ModelSpec
+from ssd_runtime.specs import FAMILIES, ModelSpec, tiny_pair
 from ssd_runtime.target import Target, TargetConfig
 from ssd_runtime.transport import LocalLink
 from ssd_sim.io.errors import ConfigError
@@ -27,8 +27,9 @@ PROMPTS = make_prompts([3, 11, 6, 8], TARGET["vocab"], seed=0)
 N_NEW = 20
 
 
-def pair(graphs: bool) -> tuple[torch.nn.Module, torch.nn.Module]:
-    target, draft = tiny_model(**TARGET), tiny_model(**DRAFT)
+def pair(graphs: bool, family: str | None = None) -> tuple[torch.nn.Module, torch.nn.Module]:
+    kwargs = tiny_pair(family) if family else (TARGET, DRAFT)
+    target, draft = (tiny_model(**kw) for kw in kwargs)
     if graphs:
         target._ssd_graphs = draft._ssd_graphs = "emulate"
     return target, draft
@@ -90,6 +91,17 @@ def test_padding_rows_leave_the_real_rows_alone(mode):
     for model in (target, draft):  # rows finish at different rounds at T = 1: 3 rows run as 4, 1 as 1
         rows = {key[1] for key in model._ssd_kv.graphs.graphs if key[0] == 0}  # forwards over rows 0..n-1
         assert 4 in rows and rows <= {1, 2, 4}
+
+
+@pytest.mark.parametrize("family", FAMILIES)
+def test_every_family_gives_the_same_tokens_replayed(family):
+    """Sliding windows (5 tokens, the contexts reach ~30), softcapping, MoE routing; 3 sequences in a batch of 4."""
+    plan = Plan(num_speculative_tokens=3, fan_out=(2, 1, 1, 1), batch_size=4, mode="ssd", backup="jit",
+                temperature=1.0)
+    eager = generate(*pair(False, family), plan, prompts=PROMPTS[:3])
+    target, draft = pair(True, family)
+    assert generate(target, draft, plan, prompts=PROMPTS[:3]) == eager
+    assert target._ssd_kv.graphs.replays > 0 and draft._ssd_kv.graphs.replays > 0
 
 
 def test_a_second_job_reuses_the_cache_and_its_graphs():
