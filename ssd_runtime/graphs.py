@@ -101,7 +101,7 @@ class GraphCache:
         self._run = run  # StaticKV's eager forward: run(rows, ids, pos, slots, seen, keep, width) -> logits
         self.graphs: dict[tuple, _Graph] = {}
         self.failed: dict[tuple, str] = {}
-        self.seen: dict[tuple, int] = {}  # forwards per shape not yet captured
+        self.sightings: dict[tuple, int] = {}  # forwards per shape not yet captured
         self.captures = self.replays = 0
         self._pool = None
 
@@ -115,7 +115,7 @@ class GraphCache:
         """Drop every graph (the K/V buffers they point at were reallocated)."""
         self.graphs.clear()
         self.failed.clear()
-        self.seen.clear()
+        self.sightings.clear()
         self._pool = None
 
     def run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
@@ -137,8 +137,8 @@ class GraphCache:
             return None
         graph = self.graphs.get(key)
         if graph is None:
-            self.seen[key] = self.seen.get(key, 0) + 1
-            if self.seen[key] < 2 or len(self.graphs) >= MAX_GRAPHS:  # a shape seen once (a prefill) stays eager
+            self.sightings[key] = self.sightings.get(key, 0) + 1
+            if self.sightings[key] < 2 or len(self.graphs) >= MAX_GRAPHS:  # a shape seen once (a prefill) stays eager
                 return None
             try:
                 graph = self.graphs[key] = self._capture(rows, ids, pos, slots, seen, keep, width)
@@ -184,11 +184,13 @@ class GraphCache:
             return _Graph(ids_s, pos_s, slots_s, static, holder["out"], replay)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
-        with torch.cuda.stream(stream):  # warm-up off the capture: cuBLAS handles, allocator, lazy inits
-            forward()
-            with _host_reads_raise():  # a forward that reads the device (a MoE router's nonzero, say) cannot be
-                forward()  # captured: refused here, before a capture starts, and run eager
-        torch.cuda.current_stream().wait_stream(stream)
+        try:
+            with torch.cuda.stream(stream):  # warm-up off the capture: cuBLAS handles, allocator, lazy inits
+                forward()
+                with _host_reads_raise():  # a forward that reads the device (a MoE router's nonzero, say)
+                    forward()  # cannot be captured: refused here, before a capture starts, and run eager
+        finally:
+            torch.cuda.current_stream().wait_stream(stream)  # the eager forward after a refusal waits too
         if self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
         graph = torch.cuda.CUDAGraph()
