@@ -93,6 +93,20 @@ def test_padding_rows_leave_the_real_rows_alone(mode):
         assert 4 in rows and rows <= {1, 2, 4}
 
 
+def test_widths_move_through_several_buckets_and_the_tokens_stay_the_same(monkeypatch):
+    """With 8-slot buckets the tiny contexts (3-11 prompt tokens + 20) run through widths of 32 slots and then the
+    capacity (38): each is its own graph, whose extra columns hold stale or zero K/V that must stay masked."""
+    from ssd_runtime import graphs
+
+    monkeypatch.setattr(graphs, "BUCKET", 8)
+    plan = PLANS["sd K=4 b=3"]
+    eager = generate(*pair(False), plan)
+    target, draft = pair(True)
+    assert generate(target, draft, plan) == eager
+    widths = {key[-1] for key in target._ssd_kv.graphs.graphs}
+    assert 32 in widths and len(widths) >= 2, widths
+
+
 @pytest.mark.parametrize("family", FAMILIES)
 def test_every_family_gives_the_same_tokens_replayed(family):
     """Sliding windows (5 tokens, the contexts reach ~30), softcapping, MoE routing; 3 sequences in a batch of 4."""
