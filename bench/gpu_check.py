@@ -141,7 +141,7 @@ class Ctx:
     @property
     def compile_modes(self) -> list[str]:
         """Eager and the compiled mode asked for (if any); on CUDA the compiled one first (eager's forwards are
-        bound by the host there, 10x slower: its numbers matter less if the budget runs out)."""
+        bound by the host there, 3-9x slower: its numbers matter less if the budget runs out)."""
         modes = ["off"] + ([self.compile] if self.compile != "off" else [])
         return modes[::-1] if self.cuda else modes
 
@@ -501,7 +501,7 @@ def warmups(cmode: str) -> int:
 
 
 def per_compile_mode(ctx: Ctx, section: str, run: Callable[[Ctx, str], None]) -> None:
-    """run(ctx, mode) for eager, then the compiled mode; a failure is one FAIL row, the device freed after each."""
+    """run(ctx, mode) for each mode in compile_modes' order; a failure is one FAIL row, the device freed after each."""
     for cmode in ctx.compile_modes:
         try:
             run(ctx, cmode)
