@@ -98,7 +98,7 @@ def print_residuals(paths: list[Path], traces) -> None:
     if total is None or len(parts) < 3:
         print("fewer than 3 calibrations have enough AR / SD runs (model.residual.MIN_RUNS)")
         return
-    lo, hi = (total.sd * math.sqrt(total.dof / chi2.ppf(q, total.dof)) for q in (0.95, 0.05))
+    lo, hi = interval90(total.sd, total.dof)
     print(f"pooled spread around the fit SD {total.sd:.1%} over {total.groups} calibrations, {total.runs} runs, "
           f"{total.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%} were they one spread")
     p = bartlett(*samples).pvalue
@@ -107,11 +107,16 @@ def print_residuals(paths: list[Path], traces) -> None:
           f"weight of the project's spread against a calibration's own")
 
 
+def interval90(sd: float, dof: int) -> tuple[float, float]:
+    """The 90% chi-square interval of an SD measured with `dof` degrees of freedom."""
+    return sd * math.sqrt(dof / chi2.ppf(0.95, dof)), sd * math.sqrt(dof / chi2.ppf(0.05, dof))
+
+
 def print_pooled(label: str, ms) -> None:
     """The pooled SD of these groups' ln ms with its 90% chi-square interval, and what it rests on."""
     dof = sum(map(len, ms)) - len(ms)
     sd = pooled_log_sd(ms)
-    lo, hi = sd * math.sqrt(dof / chi2.ppf(0.95, dof)), sd * math.sqrt(dof / chi2.ppf(0.05, dof))
+    lo, hi = interval90(sd, dof)
     print(f"{label} SD {sd:.1%} over {len(ms)} setups, {sum(map(len, ms))} runs, {dof} degrees of freedom; "
           f"90% interval {lo:.1%}-{hi:.1%}")
 

@@ -56,7 +56,7 @@ class StaticKV:
         previous cache emptied when that is big enough (its buffers and captured graphs stay valid, so the next
         job replays them at once); otherwise a new cache."""
         old = getattr(model, "_ssd_kv", None)
-        if old is not None and old.max_rows >= rows and old.capacity >= max(int(capacity), 8):
+        if old is not None and old.max_rows >= rows and old.capacity >= capacity:
             old.lengths = []
             return old
         kv = cls(model, rows, capacity)
