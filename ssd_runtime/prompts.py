@@ -74,11 +74,81 @@ CHAT_PROMPTS: tuple[str, ...] = (
     "Explain how to change a flat tyre on a bicycle, step by step.\n\nStep 1:",
 )
 
-# The issue-26 pool: every code prompt, then every chat prompt (`pool:i`, i = 0..47); random halves of it are the
-# text hold-outs of bench/fidelity.py.
-POOL_PROMPTS: tuple[str, ...] = CODE_PROMPTS + CHAT_PROMPTS
+# 24 more of each class for the 96-prompt pool (`pool96`): random halves of 48 requests instead of 24, so that one
+# half's measured rate is a less noisy truth (bench/fidelity.py's class floor). Written in the style of the sets above;
+# no shipped trace before traces/cpu-fp32-epyc-pool96i uses them.
+MORE_CODE_PROMPTS: tuple[str, ...] = (
+    "def factorial(n: int) -> int:\n    \"\"\"Return n! for a non-negative integer n.\"\"\"\n",
+    "def rotate_list(items: list, k: int) -> list:\n    \"\"\"Rotate items to the right by k positions.\"\"\"\n",
+    "def unique_sorted(items: list[int]) -> list[int]:\n    \"\"\"Return the distinct values of items in ascending order.\"\"\"\n",
+    "class Counter:\n    \"\"\"Count hashable items as they are added.\"\"\"\n\n    def __init__(self):\n",
+    "def celsius_to_fahrenheit(celsius: float) -> float:\n    \"\"\"Convert a temperature from Celsius to Fahrenheit.\"\"\"\n",
+    "def merge_sorted(a: list[int], b: list[int]) -> list[int]:\n    \"\"\"Merge two sorted lists into one sorted list.\"\"\"\n",
+    "import os\n\n\ndef list_python_files(root: str) -> list[str]:\n"
+    "    \"\"\"Return the paths of every .py file below root.\"\"\"\n",
+    "def bubble_sort(items: list[int]) -> list[int]:\n    \"\"\"Sort a list of integers with bubble sort.\"\"\"\n",
+    "def anagrams(a: str, b: str) -> bool:\n    \"\"\"True if a and b are anagrams of each other, ignoring case.\"\"\"\n",
+    "class BankAccount:\n    \"\"\"A bank account with deposits, withdrawals and a balance.\"\"\"\n\n"
+    "    def __init__(self, owner: str):\n",
+    "def power_set(items: list) -> list[list]:\n    \"\"\"Return every subset of items.\"\"\"\n",
+    "def roman_to_int(numeral: str) -> int:\n    \"\"\"Convert a Roman numeral such as 'XIV' to an integer.\"\"\"\n",
+    "def running_max(values: list[float]) -> list[float]:\n    \"\"\"The maximum of values seen so far, at each index.\"\"\"\n",
+    "def validate_email(address: str) -> bool:\n    \"\"\"Return True if address looks like a valid email address.\"\"\"\n",
+    "class Node:\n    \"\"\"A node of a binary search tree.\"\"\"\n\n    def __init__(self, key: int):\n",
+    "def histogram(values: list[int]) -> dict[int, int]:\n    \"\"\"How many times each value occurs.\"\"\"\n",
+    "def dot_product(a: list[float], b: list[float]) -> float:\n    \"\"\"Dot product of two equal-length vectors.\"\"\"\n",
+    "import datetime\n\n\ndef days_between(start: str, end: str) -> int:\n"
+    "    \"\"\"Number of days between two ISO dates (YYYY-MM-DD).\"\"\"\n",
+    "def camel_to_snake(name: str) -> str:\n    \"\"\"Convert a camelCase name to snake_case.\"\"\"\n",
+    "def top_k(values: list[float], k: int) -> list[float]:\n    \"\"\"The k largest values, largest first.\"\"\"\n",
+    "def breadth_first_search(graph: dict[str, list[str]], start: str) -> list[str]:\n"
+    "    \"\"\"Nodes reachable from start, in breadth-first order.\"\"\"\n",
+    "def caesar_cipher(text: str, shift: int) -> str:\n    \"\"\"Shift every letter of text by shift places.\"\"\"\n",
+    "def sum_of_digits(n: int) -> int:\n    \"\"\"Sum of the decimal digits of a non-negative integer.\"\"\"\n",
+    "class Matrix:\n    \"\"\"A small dense matrix of floats.\"\"\"\n\n    def __init__(self, rows: int, cols: int):\n",
+)
 
-PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS, "chat": CHAT_PROMPTS, "pool": POOL_PROMPTS}
+MORE_CHAT_PROMPTS: tuple[str, ...] = (
+    "Question: Why does bread go stale?\nAnswer:",
+    "Write a short invitation to a birthday picnic in the park on Saturday.\n\nHi everyone,\n",
+    "Question: How do bees make honey?\nAnswer:",
+    "Explain to a beginner what a budget is and why it helps.\n\nA budget",
+    "Give four tips for staying focused while studying.\n\n1.",
+    "Question: What causes the seasons on Earth?\nAnswer:",
+    "Describe a busy market on a Saturday morning in a few sentences.\n\nThe market",
+    "Write a short apology to a friend for missing their call yesterday.\n\nHey Alex,\n",
+    "Question: Why is exercise good for mental health?\nAnswer:",
+    "Summarise the story of Cinderella in a few sentences.\n\nSummary:",
+    "Question: How does a refrigerator keep food cold?\nAnswer:",
+    "List some ways to save water at home.\n\n1.",
+    "Question: What is photosynthesis?\nAnswer:",
+    "Write a short review of a cosy neighbourhood cafe.\n\n",
+    "Explain how to plant a tomato seedling, step by step.\n\nStep 1:",
+    "Question: Why do cats purr?\nAnswer:",
+    "Give a simple recipe for a vegetable soup.\n\nIngredients:\n-",
+    "Question: What are the benefits of drinking enough water?\nAnswer: 1.",
+    "Write the opening paragraph of an adventure story set in the mountains.\n\n",
+    "Question: How do tides work?\nAnswer:",
+    "Write a short message welcoming a new member to a book club.\n\nDear Priya,\n",
+    "Explain in simple terms how a credit card works.\n\nA credit card",
+    "Question: What makes a good night-time routine for young children?\nAnswer:",
+    "Describe the sounds of a forest after rain in a few sentences.\n\nThe forest",
+)
+
+# The issue-26 pool: every code prompt, then every chat prompt (`pool:i`, i = 0..47); random halves of it are the
+# text hold-outs of bench/fidelity.py. `pool96` adds the 24 + 24 above: code 0-47 (`code`, then `more_code`), then
+# chat 48-95 (`chat`, then `more_chat`). ssd_sim.io.overlap.COMPOSITE_SETS names the same parts.
+POOL_PROMPTS: tuple[str, ...] = CODE_PROMPTS + CHAT_PROMPTS
+POOL96_PROMPTS: tuple[str, ...] = CODE_PROMPTS + MORE_CODE_PROMPTS + CHAT_PROMPTS + MORE_CHAT_PROMPTS
+
+PROMPT_SETS: dict[str, tuple[str, ...]] = {"code": CODE_PROMPTS, "chat": CHAT_PROMPTS, "pool": POOL_PROMPTS,
+                                           "more_code": MORE_CODE_PROMPTS, "more_chat": MORE_CHAT_PROMPTS,
+                                           "pool96": POOL96_PROMPTS}
+# The workload class of each set's prompts (the trace's request_tags); a set not named here is its own class.
+PROMPT_CLASS: dict[str, str] = {"more_code": "code", "more_chat": "chat"}
+# Sets made of others, in order (their prompts keep the class of the part they come from).
+COMPOSITE_PARTS: dict[str, tuple[str, ...]] = {"pool": ("code", "chat"),
+                                               "pool96": ("code", "more_code", "chat", "more_chat")}
 
 
 MAX_TAG_CHARS = 64  # a workload class label ("code", "chat", a user's own), not free text
@@ -96,12 +166,12 @@ class Prompt:
 
 
 def prompt_set(name: str) -> list[Prompt]:
-    """A built-in set's prompts, each tagged with the set it comes from (`pool`: "code", then "chat")."""
+    """A built-in set's prompts, each tagged with its workload class (`pool`, `pool96`: "code", then "chat")."""
     if name not in PROMPT_SETS:
         raise ConfigError("prompt_set", f"unknown prompt set {name!r}; known: {', '.join(PROMPT_SETS)}")
-    if name == "pool":  # CODE_PROMPTS + CHAT_PROMPTS: each prompt keeps the class of its own set
-        return prompt_set("code") + prompt_set("chat")
-    return [Prompt(text=t, tag=name) for t in PROMPT_SETS[name]]
+    if name in COMPOSITE_PARTS:
+        return [p for part in COMPOSITE_PARTS[name] for p in prompt_set(part)]
+    return [Prompt(text=t, tag=PROMPT_CLASS.get(name, name)) for t in PROMPT_SETS[name]]
 
 
 MAX_TOKEN_ID = 2**31 - 1  # token ids are int32 in every tokenizer; larger ones are a mistake, not a vocabulary

@@ -26,7 +26,10 @@ _LP_DIGITS = 3
 
 # Built-in sets made of others (ssd_runtime.prompts.PROMPT_SETS, which ssd_sim does not import; a test keeps the two
 # in step): `pool:i` is the i-th prompt of these parts in order, so the same text has one label in every set.
-COMPOSITE_SETS: dict[str, tuple[tuple[str, int], ...]] = {"pool": (("code", 24), ("chat", 24))}
+COMPOSITE_SETS: dict[str, tuple[tuple[str, int], ...]] = {
+    "pool": (("code", 24), ("chat", 24)),
+    "pool96": (("code", 24), ("more_code", 24), ("chat", 24), ("more_chat", 24)),
+}
 
 
 def canonical_prompt(name: str, index: int) -> str:

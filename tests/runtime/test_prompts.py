@@ -18,6 +18,14 @@ def test_the_built_in_sets_tag_each_prompt_with_its_class():
     assert [p.text for p in pool] == list(CODE_PROMPTS + CHAT_PROMPTS)
 
 
+def test_the_96_prompt_pool_holds_the_48_pool_prompts_and_48_new_ones_each_tagged_with_its_class():
+    pool96 = prompt_set("pool96")
+    assert [p.tag for p in pool96] == ["code"] * 48 + ["chat"] * 48
+    assert len({p.text for p in pool96}) == 96  # no prompt twice
+    assert [p.text for p in pool96[:24] + pool96[48:72]] == [p.text for p in prompt_set("pool")]
+    assert {p.tag for p in prompt_set("more_code")} == {"code"} and {p.tag for p in prompt_set("more_chat")} == {"chat"}
+
+
 def test_a_prompt_file_s_tags_are_read_and_lines_without_one_are_untagged(tmp_path):
     path = tmp_path / "p.jsonl"
     lines = [{"prompt": "Hi", "tag": "chat"}, {"prompt_ids": [1, 2]}, {"prompt_ids": [3], "tag": "My_class-2.v1"},
