@@ -31,7 +31,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
-from ssd_sim.io.sanity import distinct_traces
+from ssd_sim.io.sanity import distinct_traces, stall_warning
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.drift import Drift, calibration_drift, timed_span
@@ -778,6 +778,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     setup = check_setup(traces)
     host, host_note = common_host(traces)
     report = CalibrationReport([str(p) for p in paths], duplicates=duplicates)
+    report.warnings.extend(w for p, t in zip(paths, traces, strict=True) if (w := stall_warning(t, str(p))))
     if probe is not None:
         check_probe(probe, setup, host)
     with _fitting("latency"):

@@ -46,7 +46,7 @@ def test_every_split_named_by_the_issue_is_there():
     assert {"config", "prompts", "ar-sd-to-ssd", "t0-to-t1", "c1-to-c", "b2-to-b4", "code-to-chat", "halves-t0",
             "halves-t1", "halves-probe", "avx512-odd", "pool-halves", "pool-halves-configs", "pool-halves-ar-sd"} <= set(SPLITS)
     pool = [n for n, s in SPLITS.items() if "halves" in s]
-    assert sorted(pool) == ["pool-halves", "pool-halves-ar-sd", "pool-halves-configs", "pool40-halves",
+    assert sorted(pool) == ["epyc-pool96i-halves", "pool-halves", "pool-halves-ar-sd", "pool-halves-configs", "pool40-halves",
                             "pool40-to-pool40i", "pool40i-halves", "pool64i-halves", "xeon-pool32i-halves",
                             "xeon-pool32i-later", "xeon-pool32i-later-halves"]
     assert sorted(n for n, s in SPLITS.items() if "workload_from" in s) == [
@@ -182,7 +182,12 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (8.5, 11.0), "c1-to-c": (5.5, 10.0)
           # the same grid 3.9 h later (traces/cpu-fp32-xeon-pool32i-later/README.md), both splits committed before
           # its runs: the first session's halves A -> this one's halves B 1.2% / 7.1% on these draws (10 draws: 1.5% /
           # 9.9%; the host ran within 1% of the first session), random halves within it 1.3% / 6.4% (1.8% / 9.9%)
-          "xeon-pool32i-later": (1.5, 7.5), "xeon-pool32i-later-halves": (1.5, 7.0)}
+          "xeon-pool32i-later": (1.5, 7.5), "xeon-pool32i-later-halves": (1.5, 7.0),
+          # random halves of the 96-prompt pool (48 requests per half) on the AVX2 EPYC host, interleaved, the split
+          # committed before its runs (traces/cpu-fp32-epyc-pool96i/README.md): 3.6% / 16.2% on these draws (10 draws:
+          # 3.0% / 16.2%). The worst is SD K = 2's half B holding the one request whose two rounds stalled 22 s and 13 s
+          # (the only rounds above 5x their run's median in 40,347 shipped fp32 rounds); its class floor misses by 15.2%
+          "epyc-pool96i-halves": (4.0, 16.5)}
 
 
 def test_every_split_has_a_limit():
@@ -228,20 +233,22 @@ def test_interval_coverage_counts_text_hold_outs_only():
                          "pool-halves-configs", "pool-halves-ar-sd", "pool40-halves", "pool40i-halves",
                          "pool40-to-pool40i", "pool64i-halves", "pool-to-avx2", "avx2-to-pool", "avx2-to-pool40i",
                          "xeon-here", "pool-to-xeon", "avx2-to-xeon", "xeon-idle-here", "xeon-earlier",
-                         "xeon-pool32i-halves", "xeon-pool32i-later", "xeon-pool32i-later-halves"}
+                         "xeon-pool32i-halves", "xeon-pool32i-later", "xeon-pool32i-later-halves",
+                         "epyc-pool96i-halves"}
     goal_runs = [r for res in goal.values() for r in res["runs"]]
-    assert len(goal_runs) == 184 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
+    assert len(goal_runs) == 196 and all(r["shared_text"].startswith("0% shared") for r in goal_runs)
     # measured (3 draws per pool split) with the drift of each run's horizon (model.drift: 4.8% for a run within the
     # hour of the timed forwards, 15.4% later) and the runs' spread around the latency fit (model.residual: the
     # project's 5.2%, or a calibration's own with 3+ AR / SD runs moderated by it), both measured without the split's
-    # predicted runs (held_out_drifts, held_out_residual): 167 of 184 inside their 90% intervals (91%; the goal is
+    # predicted runs (held_out_drifts, held_out_residual): 177 of 196 inside their 90% intervals (90%; the goal is
     # 85-95%). Within the hour everything holds but the AVX2 halves whose host drifted 12% in 30 minutes (0 of 4), the
     # cross-host acceptance (avx2-to-pool 5 of 8, into the Xeon 3 and 4 of 5), the Xeon's first hour (4 of 5) and two
-    # configuration draws of the pool; later, xeon-earlier holds 2 of 6: without its own pair the later drift is 11.4%,
+    # configuration draws of the pool, and the 96-prompt pool's SD K = 2 in the two draws whose half B holds a 35-s
+    # host stall (10 of 12); later, xeon-earlier holds 2 of 6: without its own pair the later drift is 11.4%,
     # and that host ran 21-30% faster 2.5 h later. With the residual assumed 8% where a calibration had fewer than 3
     # AR / SD runs (and a calibration's own alone where it had more) it was 168 of 184; with the drift measured on every
-    # run (its own pair included) 172; before the 3.9 h repeat, 148 of 160
-    assert sum(r["inside"] for r in goal_runs) == 167
+    # run (its own pair included) 172; before the 3.9 h repeat, 148 of 160; before the 96-prompt pool, 167 of 184
+    assert sum(r["inside"] for r in goal_runs) == 177
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
     assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 12
     horizons = {name: {r["horizon"] for r in res["runs"]} for name, res in goal.items()}
@@ -250,7 +257,7 @@ def test_interval_coverage_counts_text_hold_outs_only():
     assert [sum(not r["inside"] for r in goal[n]["runs"]) for n in sorted(later)] == [0, 0, 0, 4, 0]
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
-    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (49, 48)
+    assert (len(picks), sum(c["recommended_ok"] for c in picks)) == (52, 51)
 
 
 def test_the_shipped_residual_is_what_the_shipped_calibrations_measure():

@@ -1,7 +1,9 @@
-"""io.sanity: arrival times past the float clock refused; arrivals over hours of idling and traces given twice warned."""
+"""io.sanity: arrival times past the float clock refused; arrivals over hours of idling, traces given twice and
+stalled rounds warned."""
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 
@@ -10,12 +12,14 @@ import pytest
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.limits import MAX_ARRIVAL_MS
 from ssd_sim.io.sanity import (
+    STALL_FACTOR,
     arrivals_warning,
     check_arrival_ms,
     check_rate,
     distinct_traces,
     duration,
     rate_warning,
+    stall_warning,
 )
 from ssd_sim.io.trace import read_trace
 from ssd_sim.plan.plan import Plan
@@ -85,3 +89,41 @@ def test_the_same_trace_twice_a_copy_and_links_are_counted_once(tmp_path):
     assert lines[0] == (f"trace {t} is given twice: counted once (a second copy would double its samples and narrow "
                         "the intervals)")
     assert lines[1].startswith(f"trace {tmp_path / 'copy.jsonl'} has the same records as {t}: counted once")
+
+
+def _stalled(path, factor: float):
+    """A synthetic SD trace whose round 7 took `factor` x its own time (the verify took the extra)."""
+    write_trace(path, Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
+    lines = path.read_text().splitlines()
+    recs = [json.loads(x) for x in lines]
+    for r in recs:
+        if r.get("round") == 7 and "timings_ms" in r:
+            extra = (factor - 1) * r["timings_ms"]["round"]
+            r["timings_ms"]["round"] += extra
+            r["timings_ms"]["verify"] += extra
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    return read_trace(path)
+
+
+def test_a_round_over_five_times_the_median_warns_with_its_extra_time_and_share(tmp_path):
+    t = _stalled(tmp_path / "t.jsonl", 20.0)
+    ms = sorted(r.timings_ms["round"] for r in t.rounds)
+    median, total = ms[len(ms) // 2], sum(ms)
+    line = stall_warning(t, "t.jsonl")
+    extra = max(ms) - median
+    assert line.startswith(f"t.jsonl: 1 of 40 rounds stalled (over {STALL_FACTOR:g}x the median round of ")
+    assert f"{extra / total:.1%} of the run's time" in line and "record that run again" in line
+
+
+def test_rounds_under_five_times_the_median_do_not_warn(tmp_path):
+    assert stall_warning(_stalled(tmp_path / "t.jsonl", 4.5), "t.jsonl") is None
+
+
+def test_calibration_reports_the_stalled_trace(tmp_path):
+    from ssd_sim.model.calibrate import calibrate
+
+    _stalled(tmp_path / "sd.jsonl", 20.0)
+    write_trace(tmp_path / "ar.jsonl", Plan(mode="ar"), rounds=40, seed=4)
+    _, report = calibrate([tmp_path / "sd.jsonl", tmp_path / "ar.jsonl"])
+    stalls = [w for w in report.warnings if "stalled" in w]
+    assert len(stalls) == 1 and stalls[0].startswith(f"{tmp_path / 'sd.jsonl'}: 1 of 40 rounds stalled")
