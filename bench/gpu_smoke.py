@@ -85,6 +85,7 @@ class ModeResult:
     mean_accept_len: float | None = None
     faults: list[str] = field(default_factory=list)
     fallback_rounds: int = 0
+    graph_warnings: list[str] = field(default_factory=list)  # ssd-run's warnings from the summary's graph counts
 
 
 @dataclass
@@ -153,6 +154,7 @@ def case_pairs(case: Case) -> list[tuple[str, object, object, list[list[int]]]]:
 def run_case(case: Case) -> CaseResult:
     """Load each pair on the case's devices in one Session, warm up, run AR / SD / SSD, compare outputs."""
     from ssd_runtime.run import Job, Session
+    from ssd_runtime.runlog import graph_warnings
     from ssd_runtime.transport import backend_for
     from ssd_sim.plan.plan import Plan
 
@@ -178,7 +180,8 @@ def run_case(case: Case) -> CaseResult:
                 tokens = sum(len(o) for o in r.outputs)
                 res.modes.append(ModeResult(mode, label, s.tok_s, tokens / wall if wall > 0 else 0.0,
                                             tokens, s.mean_accept_len if mode != "ar" else None,
-                                            list(r.faults), sum(1 for rd in r.rounds if rd.fallback)))
+                                            list(r.faults), sum(1 for rd in r.rounds if rd.fallback),
+                                            graph_warnings(s)))
             status, detail = judge(outputs, res.modes[-len(MODES):], case.max_new_tokens, len(prompts))
             if status != "ok":
                 res.status, res.detail = status, f"{label}: {detail}"
@@ -190,10 +193,13 @@ def run_case(case: Case) -> CaseResult:
 
 def judge(outputs: dict[str, list[list[int]]], modes: list[ModeResult], max_new_tokens: int,
           num_prompts: int) -> tuple[str, str]:
-    """(status, detail): FAIL on faults, fallbacks or wrong token counts; DIFF when SD or SSD differs from AR."""
+    """(status, detail): FAIL on faults, fallbacks, wrong token counts or a side whose CUDA graph captures all
+    failed (it ran eager); DIFF when SD or SSD differs from AR."""
     for m in modes:
         if m.faults or m.fallback_rounds:
             return "FAIL", f"{m.mode}: " + ("; ".join(m.faults) or f"{m.fallback_rounds} rounds fell back to AR")
+        if failed := [w for w in m.graph_warnings if w.startswith("every CUDA graph capture")]:
+            return "FAIL", f"{m.mode}: {failed[0]}"
         if m.tokens != max_new_tokens * num_prompts:
             return "FAIL", f"{m.mode}: {m.tokens} tokens, expected {max_new_tokens * num_prompts}"
     ref = outputs.get("ar", [])

@@ -603,6 +603,8 @@ def print_summary(s, mode: str, trace_path: str | None) -> None:  # records.Summ
     from rich.console import Console
     from rich.table import Table
 
+    from .runlog import graph_sides, graph_warnings
+
     t = Table(title=f"ssd-run {mode}", show_header=True)
     t.add_column("metric")
     t.add_column("value", justify="right")
@@ -622,11 +624,15 @@ def print_summary(s, mode: str, trace_path: str | None) -> None:  # records.Summ
     if s.tpot_ms_p50 is not None:  # None when every request produced one token (e.g. EOS first)
         rows += [("TPOT p50 / p90 / p99 (ms)", f"{s.tpot_ms_p50:.1f} / {s.tpot_ms_p90:.1f} / {s.tpot_ms_p99:.1f}")]
     rows += [(f"{ph} (ms/round)", f"{v:.1f}") for ph, v in s.phase_ms.items() if v]
+    rows += [(f"CUDA graphs, {side} (held / replays / eager shapes)",
+              f"{g['graphs']} / {g['replays']} / {g['eager_shapes']}") for side, g in graph_sides(s)]
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)
     if s.faults:
         print("faults: " + "; ".join(s.faults))
+    for line in graph_warnings(s):
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
     if trace_path:
         print(f"trace: {trace_path}")
 

@@ -111,6 +111,11 @@ class GraphCache:
         why = f"; {len(self.failed)} shapes eager ({next(iter(self.failed.values()))})" if self.failed else ""
         return f"{self.backend} graphs: {len(self.graphs)} captured, {self.replays} replays{why}"
 
+    def counts(self) -> dict:
+        """{"graphs": captured shapes held, "replays": forwards replayed, "eager_shapes": shapes whose capture
+        failed (they run eager)}: what a trace summary records per side (records.Summary.graphs_target / _draft)."""
+        return {"graphs": len(self.graphs), "replays": self.replays, "eager_shapes": len(self.failed)}
+
     def clear(self) -> None:
         """Drop every graph (the K/V buffers they point at were reallocated)."""
         self.graphs.clear()

@@ -119,7 +119,8 @@ class Reply(Message):
     the cache), lookup_hit (found in the cache, even if jit_redraft = "batch" threw it away) and backup (its
     kind); hit and backup are None outside SSD. The trace's bookkeeping (draft_trace.DraftRecorder): ranks
     {seq: bonus rank or None}, timings and prev_timings {phase: ms}, dists {seq: top-N per stopping position},
-    syncs (the draft's host reads since its previous reply: the speculation after it and this reply).
+    syncs (the draft's host reads since its previous reply: the speculation after it and this reply), graphs (its
+    CUDA graphs' counts, GraphCache.counts; None when it runs without graphs).
     """
 
     tokens: Any  # torch.Tensor | None
@@ -133,3 +134,4 @@ class Reply(Message):
     prev_timings: dict[str, float] = field(default_factory=dict)
     dists: dict[int, list] = field(default_factory=dict)
     syncs: int | None = None  # the draft's host reads of device tensors since its last reply (syncs.SYNCS)
+    graphs: dict | None = None  # the draft's GraphCache.counts() (three ints); None without CUDA graphs

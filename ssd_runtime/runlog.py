@@ -111,7 +111,7 @@ def job_summary(header, rounds: list, target, outputs: list[list[int]]):
     job_s = max((r.finish_ms for r in target.requests), default=0.0) / 1e3
     return Summary.of(summarize(Trace(header, rounds)), faults=tuple(target.faults), prefill_ms=target.prefill_ms,
                       generated_tokens=generated, job_s=job_s, e2e_tok_s=generated / job_s if job_s else 0.0,
-                      **request_percentiles(target.requests), **host_syncs(target),
+                      **request_percentiles(target.requests), **host_syncs(target), **graph_counts(target),
                       requests=tuple(sorted(target.requests, key=lambda r: r.seq)))
 
 
@@ -121,6 +121,32 @@ def host_syncs(target) -> dict:
 
     return {f"host_syncs_{side}": statistics.median(xs) if xs else None
             for side, xs in (("target", target.syncs), ("draft", target.draft_syncs))}
+
+
+def graph_counts(target) -> dict:
+    """Each side's CUDA graphs at the job's end (GraphCache.counts; Summary fields, None where a side ran without
+    graphs): a side whose captures all failed ran eager, and the summary says so."""
+    kv = getattr(target, "kv", None)
+    own = kv.graphs.counts() if kv is not None and kv.graphs is not None else None
+    return {"graphs_target": own, "graphs_draft": target.draft_graphs}
+
+
+def graph_sides(s) -> list[tuple[str, dict]]:
+    """(side, GraphCache.counts) of each side of a records.Summary that ran CUDA graphs."""
+    return [(side, g) for side, g in (("target", s.graphs_target), ("draft", s.graphs_draft)) if g]
+
+
+def graph_warnings(s) -> list[str]:
+    """One line per side whose CUDA graph captures failed: all of them (it ran eager) or some shapes."""
+    out = []
+    for side, g in graph_sides(s):
+        if g["eager_shapes"] and not g["graphs"]:
+            out.append(f"every CUDA graph capture of the {side} failed ({g['eager_shapes']} shapes): it ran eager, "
+                       f"at eager speed; --{side}-compile off says so up front (bench/gpu_check.py shows why)")
+        elif g["eager_shapes"]:
+            out.append(f"{g['eager_shapes']} forward shapes of the {side} could not be captured in CUDA graphs and "
+                       f"ran eager ({g['graphs']} shapes replayed)")
+    return out
 
 
 def request_percentiles(requests: list) -> dict:

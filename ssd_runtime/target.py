@@ -109,6 +109,7 @@ class Target:
         self._pending_marks: tuple = ()  # the pending record's phase boundaries (read when it is emitted)
         self.syncs: list[int] = []  # host reads of device tensors per round, this side (syncs.SYNCS)
         self.draft_syncs: list[int] = []  # the draft's, per reply (its speculation before it included)
+        self.draft_graphs: dict | None = None  # the draft's GraphCache.counts() at its last reply
 
     @property
     def speculative(self) -> bool:
@@ -203,6 +204,8 @@ class Target:
         self.syncs.append(SYNCS.counts["target"] - syncs_before)
         if reply is not None and reply.syncs is not None:
             self.draft_syncs.append(reply.syncs)
+        if reply is not None and reply.graphs is not None:
+            self.draft_graphs = reply.graphs
         self.rounds += 1
         return finished
 

@@ -367,6 +367,9 @@ class Summary(TraceMetrics):
     # host reads of device tensors per round (median; each one a sync on a GPU), the target's and the draft's
     host_syncs_target: float | None = None
     host_syncs_draft: float | None = None
+    # CUDA graphs at the job's end per side ({"graphs", "replays", "eager_shapes"}); None: that side ran without
+    graphs_target: dict | None = None
+    graphs_draft: dict | None = None
     extra: dict = field(default_factory=dict)  # fields this version does not know
 
     @property

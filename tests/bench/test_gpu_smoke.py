@@ -76,6 +76,11 @@ def test_judge_equal_outputs_faults_and_differences():
     assert GS.judge(diff, modes, 4, 2) == ("DIFF", "ssd differs from ar on prompt 1 at token 2")
     assert GS.judge(same, [mode("ar"), mode("sd", fallback_rounds=3), mode("ssd")], 4, 2)[0] == "FAIL"
     assert GS.judge(same, [mode("ar", tokens=7), mode("sd"), mode("ssd")], 4, 2)[0] == "FAIL"
+    # a side whose CUDA graph captures all failed ran eager: FAIL; some shapes eager (a MoE router, say) is not
+    eager = "every CUDA graph capture of the draft failed (3 shapes): it ran eager"
+    assert GS.judge(same, [mode("ar"), mode("sd", graph_warnings=[eager]), mode("ssd")], 4, 2) == ("FAIL", f"sd: {eager}")
+    some = "2 forward shapes of the target could not be captured in CUDA graphs and ran eager (5 shapes replayed)"
+    assert GS.judge(same, [mode("ar", graph_warnings=[some]), mode("sd"), mode("ssd")], 4, 2)[0] == "ok"
 
 
 def test_table_has_a_row_per_mode_and_one_row_for_a_failed_case():

@@ -217,3 +217,56 @@ def test_host_reads_raise_only_inside_the_block_and_the_old_mode_comes_back(monk
         assert modes[-1] == "error"
         raise RuntimeError("called a synchronizing CUDA operation")
     assert modes == ["warn", "error", "warn"]
+
+
+def _recorded(target, draft, plan: Plan) -> Target:
+    """A finished SD / SSD job whose draft replies as in ssd-run (a DraftRecorder: ranks, timings, counts)."""
+    from ssd_runtime.draft_trace import DraftRecorder
+
+    link = LocalLink(lambda msg: DraftRecorder(Drafter(draft, plan, 0, TARGET["vocab"])))
+    link.job({})
+    job = Target(target, TargetConfig(plan, N_NEW), link)
+    job.generate(PROMPTS)
+    return job
+
+
+def test_the_summary_records_each_sides_graphs_and_none_without_them():
+    from ssd_runtime.runlog import graph_counts
+
+    counts = graph_counts(_recorded(*pair(True), PLANS["sd K=4 b=3"]))
+    for side in ("graphs_target", "graphs_draft"):
+        g = counts[side]
+        assert g["graphs"] > 0 and g["replays"] > g["graphs"] and g["eager_shapes"] == 0, (side, g)
+    assert graph_counts(_recorded(*pair(False), PLANS["sd K=4 b=3"])) == {"graphs_target": None, "graphs_draft": None}
+
+
+def test_ssd_run_warns_when_a_sides_captures_fail():
+    from types import SimpleNamespace
+
+    from ssd_runtime.runlog import graph_warnings
+
+    def summary(target, draft):  # the two records.Summary fields graph_warnings reads
+        return SimpleNamespace(graphs_target=target, graphs_draft=draft)
+
+    ok = {"graphs": 9, "replays": 400, "eager_shapes": 0}
+    assert graph_warnings(summary(ok, ok)) == [] and graph_warnings(summary(None, None)) == []
+    failed = graph_warnings(summary(ok, {"graphs": 0, "replays": 0, "eager_shapes": 4}))
+    assert len(failed) == 1 and failed[0].startswith("every CUDA graph capture of the draft failed (4 shapes): it ran eager")
+    some = graph_warnings(summary({"graphs": 5, "replays": 90, "eager_shapes": 2}, None))
+    assert some == ["2 forward shapes of the target could not be captured in CUDA graphs and ran eager (5 shapes replayed)"]
+
+
+def test_the_summary_line_keeps_the_graph_counts_and_older_lines_read_none():
+    import json
+
+    from ssd_sim.io.records import Summary, TraceMetrics
+
+    metrics = TraceMetrics(rounds=1, tokens=2, wall_ms=1.0, tok_s=2000.0, mean_accept_len=2.0, acceptance_rate=0.5,
+                           hit_rate=None, primary_hit_rate=None, backup_hit_rate=None, tokens_per_round_hit=None,
+                           tokens_per_round_miss=None, per_position_acceptance=(0.5,))
+    g = {"graphs": 3, "replays": 40, "eager_shapes": 1}
+    line = json.loads(json.dumps(Summary.of(metrics, graphs_target=g).to_json()))
+    back = Summary.from_json(line, "summary")
+    assert back.graphs_target == g and back.graphs_draft is None and back.extra == {}
+    older = {k: v for k, v in line.items() if not k.startswith("graphs_")}
+    assert Summary.from_json(older, "summary").graphs_target is None
