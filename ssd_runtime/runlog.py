@@ -142,7 +142,8 @@ def graph_warnings(s) -> list[str]:
     for side, g in graph_sides(s):
         if g["eager_shapes"] and not g["graphs"]:
             out.append(f"every CUDA graph capture of the {side} failed ({g['eager_shapes']} shapes): it ran eager, "
-                       f"at eager speed; --{side}-compile off says so up front (bench/gpu_check.py shows why)")
+                       f"at eager speed; bench/gpu_check.py prints why, and --{side}-compile off runs eager without "
+                       f"trying")
         elif g["eager_shapes"]:
             out.append(f"{g['eager_shapes']} forward shapes of the {side} could not be captured in CUDA graphs and "
                        f"ran eager ({g['graphs']} shapes replayed)")

@@ -5,8 +5,8 @@
   less than 1 / IDLE_RATIO of that span get a warning (a rate meant per minute, times in us or epoch ms); where the
   decoding is not known (ssd-run, which really waits), the hour alone warns;
 - the same trace given twice (the same path, a copy, a link) is counted once, with a warning naming both;
-- a trace whose rounds stalled (over STALL_FACTOR x its median round: the host stopped both processes, as when a
-  guest is not scheduled) gets a warning with the time they took, which calibration's latency level counts.
+- a trace whose rounds stalled (over STALL_FACTOR x its median round: the host stopped the run for a while, e.g. a
+  guest that was not scheduled) gets a warning with the time they took, which calibration's latency level counts.
 
 Each warning is one line of text; the CLIs print it as `PROG: warning: ...` and the dashboard shows it.
 Units: ms, requests per second. Imports only io (limits, errors, trace).
