@@ -195,10 +195,12 @@ def judge(outputs: dict[str, list[list[int]]], modes: list[ModeResult], max_new_
           num_prompts: int) -> tuple[str, str]:
     """(status, detail): FAIL on faults, fallbacks, wrong token counts or a side whose CUDA graph captures all
     failed (it ran eager); DIFF when SD or SSD differs from AR."""
+    from ssd_runtime.runlog import ALL_FAILED
+
     for m in modes:
         if m.faults or m.fallback_rounds:
             return "FAIL", f"{m.mode}: " + ("; ".join(m.faults) or f"{m.fallback_rounds} rounds fell back to AR")
-        if failed := [w for w in m.graph_warnings if w.startswith("every CUDA graph capture")]:
+        if failed := [w for w in m.graph_warnings if w.startswith(ALL_FAILED)]:
             return "FAIL", f"{m.mode}: {failed[0]}"
         if m.tokens != max_new_tokens * num_prompts:
             return "FAIL", f"{m.mode}: {m.tokens} tokens, expected {max_new_tokens * num_prompts}"

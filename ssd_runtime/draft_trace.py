@@ -75,8 +75,7 @@ class DraftRecorder:
             timings = {Phase.DRAFT_LOOKUP: self.phases.between(t0, t1),
                        d.decoding.draft_phase: self.phases.between(t1, t2)}
         syncs, self.syncs_seen = SYNCS.counts.get("draft", 0) - self.syncs_seen, SYNCS.counts.get("draft", 0)
-        kv = d.kv
-        graphs = kv.graphs.counts() if kv is not None and kv.graphs is not None else None
+        graphs = d.kv.graph_counts() if d.kv is not None else None
         return replace(reply, ranks=ranks, timings=timings, prev_timings=prev, dists=dists, syncs=syncs, graphs=graphs)
 
     def _spec_timings(self) -> dict[str, float]:

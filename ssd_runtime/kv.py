@@ -69,6 +69,10 @@ class StaticKV:
         """Active rows (rows 0..n-1)."""
         return len(self.lengths)
 
+    def graph_counts(self) -> dict | None:
+        """GraphCache.counts() of this cache's CUDA graphs; None where the model runs without them."""
+        return self.graphs.counts() if self.graphs is not None else None
+
     # ---- rows ----------------------------------------------------------------------------------
     def add_rows(self, count: int) -> range:
         """Append `count` empty rows; returns their indices (prefill them with an append forward)."""

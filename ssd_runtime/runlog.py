@@ -126,8 +126,7 @@ def host_syncs(target) -> dict:
 def graph_counts(target) -> dict:
     """Each side's CUDA graphs at the job's end (GraphCache.counts; Summary fields, None where a side ran without
     graphs): a side whose captures all failed ran eager, and the summary says so."""
-    kv = getattr(target, "kv", None)
-    own = kv.graphs.counts() if kv is not None and kv.graphs is not None else None
+    own = target.kv.graph_counts() if target.kv is not None else None
     return {"graphs_target": own, "graphs_draft": target.draft_graphs}
 
 
@@ -136,12 +135,16 @@ def graph_sides(s) -> list[tuple[str, dict]]:
     return [(side, g) for side, g in (("target", s.graphs_target), ("draft", s.graphs_draft)) if g]
 
 
+ALL_FAILED = "every CUDA graph capture"  # how graph_warnings' line for a side that ran all eager begins
+
+
 def graph_warnings(s) -> list[str]:
-    """One line per side whose CUDA graph captures failed: all of them (it ran eager) or some shapes."""
+    """One line per side whose CUDA graph captures failed: all of them (it ran eager; the line begins with
+    ALL_FAILED) or some shapes."""
     out = []
     for side, g in graph_sides(s):
         if g["eager_shapes"] and not g["graphs"]:
-            out.append(f"every CUDA graph capture of the {side} failed ({g['eager_shapes']} shapes): it ran eager, "
+            out.append(f"{ALL_FAILED} of the {side} failed ({g['eager_shapes']} shapes): it ran eager, "
                        f"at eager speed; bench/gpu_check.py prints why, and --{side}-compile off runs eager without "
                        f"trying")
         elif g["eager_shapes"]:
