@@ -31,7 +31,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
-from ssd_sim.io.sanity import distinct_traces, stall_warning
+from ssd_sim.io.sanity import distinct_traces, stall_warning, without_stalls
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.drift import Drift, calibration_drift, timed_span
@@ -781,10 +781,11 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     report.warnings.extend(w for p, t in zip(paths, traces, strict=True) if (w := stall_warning(t, str(p))))
     if probe is not None:
         check_probe(probe, setup, host)
+    timed = [without_stalls(t) for t in traces]  # latency from the rounds the host did not stall; tokens from all
     with _fitting("latency"):
-        latency = fit_latency(traces, report)
+        latency = fit_latency(timed, report)
         if probe is not None:
-            latency = apply_probe(latency, probe, traces, report)
+            latency = apply_probe(latency, probe, timed, report)
     chosen = {str(p) for p in acceptance_from} if acceptance_from is not None else None
     unknown = sorted(chosen - {str(p) for p in paths}) if chosen is not None else []
     if unknown:
@@ -796,7 +797,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     if mix is not None and (line := left_out(mix, drafted)):
         report.left_out = line
         report.warnings.append(line)
-    uncertainty = estimate_uncertainty(traces, drafted, latency.target, report, mix, drifts, residual)
+    uncertainty = estimate_uncertainty(timed, drafted, latency.target, report, mix, drifts, residual)
     models = setup.get("models") or {}
     max_b = max(int(t.header.batch_size) for t in traces)
     prov = {"latency": "measured: least-squares fits to the target and the draft over "

@@ -1,5 +1,5 @@
 """io.sanity: arrival times past the float clock refused; arrivals over hours of idling, traces given twice and
-stalled rounds warned."""
+stalled rounds warned and left out of latency."""
 
 from __future__ import annotations
 
@@ -20,6 +20,8 @@ from ssd_sim.io.sanity import (
     duration,
     rate_warning,
     stall_warning,
+    stalled_rounds,
+    without_stalls,
 )
 from ssd_sim.io.trace import read_trace
 from ssd_sim.plan.plan import Plan
@@ -112,7 +114,7 @@ def test_a_round_over_five_times_the_median_warns_with_its_extra_time_and_share(
     line = stall_warning(t, "t.jsonl")
     extra = max(ms) - median
     assert line.startswith(f"t.jsonl: 1 of 40 rounds stalled (over {STALL_FACTOR:g}x the median round of ")
-    assert f"{extra / total:.1%} of the run's time" in line and "record that run again" in line
+    assert f"{extra / total:.1%} of the run's time" in line and "left out of the latency fit" in line
 
 
 def test_rounds_under_five_times_the_median_do_not_warn(tmp_path):
@@ -127,3 +129,27 @@ def test_calibration_reports_the_stalled_trace(tmp_path):
     _, report = calibrate([tmp_path / "sd.jsonl", tmp_path / "ar.jsonl"])
     stalls = [w for w in report.warnings if "stalled" in w]
     assert len(stalls) == 1 and stalls[0].startswith(f"{tmp_path / 'sd.jsonl'}: 1 of 40 rounds stalled")
+
+
+def test_without_stalls_drops_exactly_the_stalled_round_and_keeps_a_clean_trace_as_it_is(tmp_path):
+    t = _stalled(tmp_path / "t.jsonl", 20.0)
+    stalled, median = stalled_rounds(t)
+    assert [t.rounds[i].round for i in stalled] == [7] and median > 0
+    kept = without_stalls(t)
+    assert len(kept.rounds) == 39 and 7 not in {r.round for r in kept.rounds} and len(t.rounds) == 40
+    clean = _stalled(tmp_path / "c.jsonl", 4.5)
+    assert stalled_rounds(clean)[0] == [] and without_stalls(clean) is clean
+
+
+def test_calibration_times_latency_without_the_stalled_round_and_reads_acceptance_from_all(tmp_path):
+    from ssd_sim.model.calibrate import calibrate
+
+    _stalled(tmp_path / "sd.jsonl", 20.0)
+    write_trace(tmp_path / "clean.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
+    write_trace(tmp_path / "ar.jsonl", Plan(mode="ar"), rounds=40, seed=4)
+    stalled, _ = calibrate([tmp_path / "sd.jsonl", tmp_path / "ar.jsonl"])
+    clean, _ = calibrate([tmp_path / "clean.jsonl", tmp_path / "ar.jsonl"])
+    for rows, tokens in ((1, 1), (1, 3)):  # the stall (19 verifies' worth in one round) would lift them by ~50%
+        assert stalled.latency.target(rows, tokens) == pytest.approx(clean.latency.target(rows, tokens), rel=0.005)
+    assert stalled.latency.draft(1, 1) == pytest.approx(clean.latency.draft(1, 1), rel=0.005)
+    assert stalled.acceptance.at(0.0) == clean.acceptance.at(0.0)
