@@ -5,9 +5,9 @@
   less than 1 / IDLE_RATIO of that span get a warning (a rate meant per minute, times in us or epoch ms); where the
   decoding is not known (ssd-run, which really waits), the hour alone warns;
 - the same trace given twice (the same path, a copy, a link) is counted once, with a warning naming both;
-- a trace whose rounds stalled (over STALL_FACTOR x its median round: the host stopped the run for a while, e.g. a
-  guest that was not scheduled) gets a warning with the time they took; calibration times latency without them
-  (without_stalls), so a profile predicts runs that do not stall.
+- a trace whose rounds stalled (over STALL_FACTOR x the median round of their rows and K: the host stopped the run
+  for a while, e.g. a guest that was not scheduled) gets a warning with the time they took; calibration times
+  latency without them (without_stalls), so a profile predicts runs that do not stall.
 
 Each warning is one line of text; the CLIs print it as `PROG: warning: ...` and the dashboard shows it.
 Units: ms, requests per second. Imports only io (limits, errors, trace).
@@ -26,11 +26,12 @@ from ssd_sim.io.limits import MAX_ARRIVAL_MS
 from ssd_sim.io.trace import Trace
 
 LONG_SPAN_MS = 3_600_000.0  # an hour of arrivals: shorter spans never warn
-# A stated rule, not a fitted one: in the 153 shipped traces every round but three is under 3.1x its run's median;
-# the three are two rounds of one request that stopped for ~35 s (cpu-fp32-epyc-pool96i, 20x) and one int8-draft SD
-# round at 5.7x (cpu-int8draft-bench). Any factor from 3.1 to 20 sorts the fidelity splits' rounds alike.
-# Such stalls are rare and short against a run: those two events (~35 s and ~3 s extra) in over 8.6 h of shipped
-# rounds, under 0.25 an hour. A stall moves a run's tok/s past its 90% interval (half-width ~10% or more) only when it
+# A stated rule, not a fitted one: in the 163 shipped traces (9.7 h of rounds) every round but three is under 3.1x
+# the median round of its rows and K; the three are two rounds of one request that stopped for ~35 s
+# (cpu-fp32-epyc-pool96i, 20x and 12x) and one int8-draft SD round at 5.7x (cpu-int8draft-bench). Any factor from
+# 3.1 to 11 sorts the fidelity splits' rounds alike.
+# Such stalls are rare and short against a run: those two events (~33 s and ~3 s extra) in 9.7 h of shipped
+# rounds, about 0.2 an hour. A stall moves a run's tok/s past its 90% interval (half-width ~10% or more) only when it
 # is over a tenth of the run, i.e. for runs under ~6 min, which meet one with a probability under 2.5%: inside the 5%
 # a 90% interval leaves out on each side. So calibration times latency without them and the intervals add no term.
 STALL_FACTOR = 5.0
@@ -125,42 +126,42 @@ def distinct_traces(traces: Sequence[Trace], names: Sequence[str]) -> tuple[list
     return kept, twin, lines
 
 
-def _round_ms(trace: Trace) -> list[float | None]:
-    return [float(r.timings_ms["round"]) if r.timings_ms and "round" in r.timings_ms else None for r in trace.rounds]
-
-
-def stalled_rounds(trace: Trace) -> tuple[list[int], float]:
-    """(indices of the trace's rounds that took over STALL_FACTOR x its median round, that median in ms); no
-    indices for a trace with fewer than 3 timed rounds."""
-    ms = _round_ms(trace)
-    timed = sorted(m for m in ms if m is not None)
-    if len(timed) < 3:
-        return [], 0.0
-    median = timed[len(timed) // 2]
-    if median <= 0:
-        return [], median
-    return [i for i, m in enumerate(ms) if m is not None and m > STALL_FACTOR * median], median
+def stalled_rounds(trace: Trace) -> dict[int, float]:
+    """{index of a stalled round: the median ms of its kind}: rounds that took over STALL_FACTOR x the median round
+    of the same kind (rows and K) in the trace, so a burst of wide rounds in a mostly narrow run is not a stall.
+    Kinds with fewer than 3 timed rounds are not judged."""
+    kinds: dict[tuple[int, int], list[int]] = {}
+    for i, r in enumerate(trace.rounds):
+        if r.timings_ms and "round" in r.timings_ms:
+            kinds.setdefault((len(r.seqs), r.K), []).append(i)
+    out = {}
+    for idx in kinds.values():
+        ms = [float(trace.rounds[i].timings_ms["round"]) for i in idx]
+        median = float(sorted(ms)[len(ms) // 2])
+        if len(ms) >= 3 and median > 0:
+            out.update({i: median for i, m in zip(idx, ms, strict=True) if m > STALL_FACTOR * median})
+    return out
 
 
 def without_stalls(trace: Trace) -> Trace:
     """The trace without its stalled rounds (stalled_rounds), for timing latency; the trace itself when none
     stalled. Its tokens are the whole run's: acceptance and hits are read from the trace as recorded."""
-    stalled, _ = stalled_rounds(trace)
+    stalled = stalled_rounds(trace)
     if not stalled:
         return trace
-    drop = set(stalled)
-    return replace(trace, rounds=[r for i, r in enumerate(trace.rounds) if i not in drop])
+    return replace(trace, rounds=[r for i, r in enumerate(trace.rounds) if i not in stalled])
 
 
 def stall_warning(trace: Trace, name: str) -> str | None:
-    """One line when some of the trace's rounds took over STALL_FACTOR x its median round (ms), else None: they
-    are left out of the latency fit and its level (without_stalls), so the profile predicts runs without stalls."""
-    stalled, median = stalled_rounds(trace)
+    """One line when some of the trace's rounds took over STALL_FACTOR x the median round of their kind (ms), else
+    None: they are left out of the latency fit and its level (without_stalls), so the profile predicts runs without
+    stalls."""
+    stalled = stalled_rounds(trace)
     if not stalled:
         return None
-    ms = _round_ms(trace)
-    timed = [m for m in ms if m is not None]
-    extra = sum(ms[i] for i in stalled) - len(stalled) * median
-    return (f"{name}: {len(stalled)} of {len(timed)} rounds stalled (over {STALL_FACTOR:g}x the median round of "
-            f"{duration(median)}; {duration(extra)} extra, {extra / sum(timed):.1%} of the run's time): left out of the "
-            f"latency fit, so the profile predicts runs without such stalls; if the host stalls often, find why")
+    ms = {i: float(r.timings_ms["round"]) for i, r in enumerate(trace.rounds) if r.timings_ms and "round" in r.timings_ms}
+    extra = sum(ms[i] - median for i, median in stalled.items())
+    typical = duration(min(stalled.values()))
+    return (f"{name}: {len(stalled)} of {len(ms)} rounds stalled (over {STALL_FACTOR:g}x the median round of their "
+            f"rows and K, {typical}; {duration(extra)} extra, {extra / sum(ms.values()):.1%} of the run's time): left "
+            "out of the latency fit, so the profile predicts runs without such stalls; if the host stalls often, find why")

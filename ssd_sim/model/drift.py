@@ -47,18 +47,20 @@ class Drift:
         return self.runs - self.groups
 
 
-# bench/drift.py over traces/ on 2026-12-04 (12:40 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pair
-# added): 30 setups run 2-3 times (63 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
-# apart): 4.8%, 90% interval 3.7-7.1%. Later (20 setups, 64-235 min apart): 15.4%, 90% interval 12.3-21.0%; most of
+# bench/drift.py over traces/ on 2026-12-04 (23:25 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
+# added): 33 setups run 2-3 times (69 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
+# apart): 4.8%, 90% interval 3.7-7.1%. Later (23 setups, 64-235 min apart): 14.5%, 90% interval 11.7-19.2%; most of
 # it is two sessions repeated 2.5 h later: traces/cpu-fp32-pool40i repeating cpu-fp32-pool40 (6% and 16-19% slower)
 # and traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon (0.70-0.87x the verify ms), while
 # traces/cpu-fp32-xeon-pool32i-later repeated cpu-fp32-xeon-pool32i 3.9 h later within 1% (its four groups took the
-# later drift from 17.3% over 16 setups to 15.4%). Pooled over both horizons: 12.4% (13.2% before the later pair).
+# later drift from 17.3% over 16 setups to 15.4%) and traces/cpu-fp32-epyc-pool96i-later repeated
+# cpu-fp32-epyc-pool96i 2.8 h later 3-4% faster per verify (its three T = 0 groups: 15.4% -> 14.5%; its T = 1 run
+# has another seed). Pooled over both horizons: 12.0% (12.4% before the EPYC pair, 13.2% before the Xeon pair).
 SHIPPED_DRIFTS = {
     "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
                                     "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
-    "later": Drift(0.154, 20, 40, "measured over the repeat runs in this project's traces/ more than an hour apart "
-                                  "(bench/drift.py: 20 setups, 40 runs 64-235 min apart; 90% interval 12.3-21.0%; "
+    "later": Drift(0.145, 23, 46, "measured over the repeat runs in this project's traces/ more than an hour apart "
+                                  "(bench/drift.py: 23 setups, 46 runs 64-235 min apart; 90% interval 11.7-19.2%; "
                                   "beyond 3.9 h assumed the same)"),
 }
 

@@ -226,6 +226,10 @@ _ISSUE_26_LATER_DRIFT = ("issue 26: the later drift measured again with the Xeon
                          "(model.drift: 20 setups, 64-235 min apart: 15.4%, was 17.3% over 16 setups; the within-hour "
                          "drift unchanged)")
 _document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_LATER_DRIFT)
+_ISSUE_26_EPYC_DRIFT = ("issue 26: the later drift measured again with the EPYC pool grid repeated 2.8 h later "
+                        "(model.drift: 23 setups, 64-235 min apart: 14.5%, was 15.4% over 20 setups; the within-hour "
+                        "drift unchanged)")
+_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_EPYC_DRIFT)
 _ISSUE_26_RESIDUAL = ("issue 26: the runs' spread around the latency fit is measured (model.residual: 5.2% pooled "
                       "over the 10 shipped calibrations with 3+ AR / SD runs), no longer assumed 8% where a "
                       "calibration has fewer than 3 AR / SD runs (these two have 2)")
