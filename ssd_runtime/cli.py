@@ -26,7 +26,7 @@ import signal
 import sys
 import tempfile
 import threading
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from pathlib import Path
 
 from ssd_sim.cli.args import (
@@ -519,7 +519,7 @@ def _execute(args, plan, job_kw, specs, files: _Files) -> int:
         lost = save_outputs(Path(args.output), outputs_text(job_kw, result.outputs))
         files.output_written = lost is None
         problems += [f"output: {lost}"] if lost else []
-    print_summary(result.summary, plan.mode, result.trace_path)
+    print_summary(result.summary, plan.mode, result.trace_path, result.rounds)
     if problems:  # the run itself finished; say in one line what could not be written and where it went
         print(f"{PROG}: error: {one_line('; '.join(problems))}", file=sys.stderr)
         return 1
@@ -598,10 +598,13 @@ class _progress:
             self.bar.stop()
 
 
-def print_summary(s, mode: str, trace_path: str | None) -> None:  # records.Summary
-    """The summary table: tok/s, acceptance, hit rate and mean per-round phase times (ms)."""
+def print_summary(s, mode: str, trace_path: str | None, rounds: Sequence = ()) -> None:  # records.Summary
+    """The summary table: tok/s, acceptance, hit rate and mean per-round phase times (ms); warnings on stderr for
+    failed CUDA graph captures and for `rounds` (the run's RoundRecords) that stalled."""
     from rich.console import Console
     from rich.table import Table
+
+    from ssd_sim.io.sanity import stall_warning
 
     from .runlog import graph_sides, graph_warnings
 
@@ -631,7 +634,8 @@ def print_summary(s, mode: str, trace_path: str | None) -> None:  # records.Summ
     Console().print(t)
     if s.faults:
         print("faults: " + "; ".join(s.faults))
-    for line in graph_warnings(s):
+    stalled = stall_warning(rounds, trace_path or "this run")
+    for line in graph_warnings(s) + ([stalled] if stalled else []):
         print(f"{PROG}: warning: {line}", file=sys.stderr)
     if trace_path:
         print(f"trace: {trace_path}")

@@ -10,7 +10,7 @@
   latency without them (without_stalls), so a profile predicts runs that do not stall.
 
 Each warning is one line of text; the CLIs print it as `PROG: warning: ...` and the dashboard shows it.
-Units: ms, requests per second. Imports only io (limits, errors, trace).
+Units: ms, requests per second. Imports only io (limits, errors, records, trace).
 """
 
 from __future__ import annotations
@@ -23,6 +23,7 @@ from dataclasses import replace
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.limits import MAX_ARRIVAL_MS
+from ssd_sim.io.records import RoundRecord
 from ssd_sim.io.trace import Trace
 
 LONG_SPAN_MS = 3_600_000.0  # an hour of arrivals: shorter spans never warn
@@ -126,17 +127,17 @@ def distinct_traces(traces: Sequence[Trace], names: Sequence[str]) -> tuple[list
     return kept, twin, lines
 
 
-def stalled_rounds(trace: Trace) -> dict[int, float]:
+def stalled_rounds(rounds: Sequence[RoundRecord]) -> dict[int, float]:
     """{index of a stalled round: the median ms of its kind}: rounds that took over STALL_FACTOR x the median round
-    of the same kind (rows and K) in the trace, so a burst of wide rounds in a mostly narrow run is not a stall.
+    of the same kind (rows and K) in the run, so a burst of wide rounds in a mostly narrow run is not a stall.
     Kinds with fewer than 3 timed rounds are not judged."""
     kinds: dict[tuple[int, int], list[int]] = {}
-    for i, r in enumerate(trace.rounds):
+    for i, r in enumerate(rounds):
         if r.timings_ms and "round" in r.timings_ms:
             kinds.setdefault((len(r.seqs), r.K), []).append(i)
     out = {}
     for idx in kinds.values():
-        ms = [float(trace.rounds[i].timings_ms["round"]) for i in idx]
+        ms = [float(rounds[i].timings_ms["round"]) for i in idx]
         median = float(sorted(ms)[len(ms) // 2])
         if len(ms) >= 3 and median > 0:
             out.update({i: median for i, m in zip(idx, ms, strict=True) if m > STALL_FACTOR * median})
@@ -146,22 +147,23 @@ def stalled_rounds(trace: Trace) -> dict[int, float]:
 def without_stalls(trace: Trace) -> Trace:
     """The trace without its stalled rounds (stalled_rounds), for timing latency; the trace itself when none
     stalled. Its tokens are the whole run's: acceptance and hits are read from the trace as recorded."""
-    stalled = stalled_rounds(trace)
+    stalled = stalled_rounds(trace.rounds)
     if not stalled:
         return trace
     return replace(trace, rounds=[r for i, r in enumerate(trace.rounds) if i not in stalled])
 
 
-def stall_warning(trace: Trace, name: str) -> str | None:
-    """One line when some of the trace's rounds took over STALL_FACTOR x the median round of their kind (ms), else
-    None: they are left out of the latency fit and its level (without_stalls), so the profile predicts runs without
-    stalls."""
-    stalled = stalled_rounds(trace)
+def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
+    """One line when some of a run's rounds (a trace's, or a run's just finished) took over STALL_FACTOR x the median
+    round of their kind (ms), else None: calibration leaves them out of the latency fit and its level
+    (without_stalls), so a profile predicts runs without stalls."""
+    stalled = stalled_rounds(rounds)
     if not stalled:
         return None
-    ms = {i: float(r.timings_ms["round"]) for i, r in enumerate(trace.rounds) if r.timings_ms and "round" in r.timings_ms}
+    ms = {i: float(r.timings_ms["round"]) for i, r in enumerate(rounds) if r.timings_ms and "round" in r.timings_ms}
     extra = sum(ms[i] - median for i, median in stalled.items())
     typical = duration(min(stalled.values()))
     return (f"{name}: {len(stalled)} of {len(ms)} rounds stalled (over {STALL_FACTOR:g}x the median round of their "
-            f"rows and K, {typical}; {duration(extra)} extra, {extra / sum(ms.values()):.1%} of the run's time): left "
-            "out of the latency fit, so the profile predicts runs without such stalls; if the host stalls often, find why")
+            f"rows and K, {typical}; {duration(extra)} extra, {extra / sum(ms.values()):.1%} of the run's time): "
+            "calibration leaves them out of the latency fit, so a profile predicts runs without such stalls; if the "
+            "host stalls often, find why")

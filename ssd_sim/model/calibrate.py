@@ -778,7 +778,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     setup = check_setup(traces)
     host, host_note = common_host(traces)
     report = CalibrationReport([str(p) for p in paths], duplicates=duplicates)
-    report.warnings.extend(w for p, t in zip(paths, traces, strict=True) if (w := stall_warning(t, str(p))))
+    report.warnings.extend(w for p, t in zip(paths, traces, strict=True) if (w := stall_warning(t.rounds, str(p))))
     if probe is not None:
         check_probe(probe, setup, host)
     timed = [without_stalls(t) for t in traces]  # latency from the rounds the host did not stall; tokens from all

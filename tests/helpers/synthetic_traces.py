@@ -2,12 +2,13 @@
 
 from __future__ import annotations
 
+import json
 from pathlib import Path
 
 import numpy as np
 
 from ssd_sim.io.records import Header, RoundRecord
-from ssd_sim.io.trace import TraceWriter
+from ssd_sim.io.trace import TraceWriter, read_trace
 from ssd_sim.model.latency import ForwardLatency, overlapped_ms
 from ssd_sim.plan.plan import Plan
 from tests.helpers.trace_samples import summary_of
@@ -150,3 +151,17 @@ def add_greedy_dists(path: Path, n_top: int = 8, seed: int = 0) -> Path:
         lines.append(json.dumps(rec))
     path.write_text("\n".join(lines) + "\n")
     return path
+
+
+def stalled_trace(path: Path, factor: float):
+    """A synthetic SD trace (K = 2, 40 rounds, no noise) whose round 7 took `factor` x its own time (the verify took
+    the extra), read back."""
+    write_trace(path, Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
+    recs = [json.loads(x) for x in path.read_text().splitlines()]
+    for r in recs:
+        if r.get("round") == 7 and "timings_ms" in r:
+            extra = (factor - 1) * r["timings_ms"]["round"]
+            r["timings_ms"]["round"] += extra
+            r["timings_ms"]["verify"] += extra
+    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
+    return read_trace(path)

@@ -25,7 +25,7 @@ from ssd_sim.io.sanity import (
 )
 from ssd_sim.io.trace import read_trace
 from ssd_sim.plan.plan import Plan
-from tests.helpers.synthetic_traces import write_trace
+from tests.helpers.synthetic_traces import stalled_trace, write_trace
 
 
 def test_the_arrival_bound_is_2_42_ms_where_the_clock_still_resolves_a_microsecond():
@@ -93,38 +93,24 @@ def test_the_same_trace_twice_a_copy_and_links_are_counted_once(tmp_path):
     assert lines[1].startswith(f"trace {tmp_path / 'copy.jsonl'} has the same records as {t}: counted once")
 
 
-def _stalled(path, factor: float):
-    """A synthetic SD trace whose round 7 took `factor` x its own time (the verify took the extra)."""
-    write_trace(path, Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
-    lines = path.read_text().splitlines()
-    recs = [json.loads(x) for x in lines]
-    for r in recs:
-        if r.get("round") == 7 and "timings_ms" in r:
-            extra = (factor - 1) * r["timings_ms"]["round"]
-            r["timings_ms"]["round"] += extra
-            r["timings_ms"]["verify"] += extra
-    path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
-    return read_trace(path)
-
-
 def test_a_round_over_five_times_the_median_warns_with_its_extra_time_and_share(tmp_path):
-    t = _stalled(tmp_path / "t.jsonl", 20.0)
+    t = stalled_trace(tmp_path / "t.jsonl", 20.0)
     ms = sorted(r.timings_ms["round"] for r in t.rounds)
     median, total = ms[len(ms) // 2], sum(ms)
-    line = stall_warning(t, "t.jsonl")
+    line = stall_warning(t.rounds, "t.jsonl")
     extra = max(ms) - median
     assert line.startswith(f"t.jsonl: 1 of 40 rounds stalled (over {STALL_FACTOR:g}x the median round of their rows ")
-    assert f"{extra / total:.1%} of the run's time" in line and "left out of the latency fit" in line
+    assert f"{extra / total:.1%} of the run's time" in line and "leaves them out of the latency fit" in line
 
 
 def test_rounds_under_five_times_the_median_do_not_warn(tmp_path):
-    assert stall_warning(_stalled(tmp_path / "t.jsonl", 4.5), "t.jsonl") is None
+    assert stall_warning(stalled_trace(tmp_path / "t.jsonl", 4.5).rounds, "t.jsonl") is None
 
 
 def test_calibration_reports_the_stalled_trace(tmp_path):
     from ssd_sim.model.calibrate import calibrate
 
-    _stalled(tmp_path / "sd.jsonl", 20.0)
+    stalled_trace(tmp_path / "sd.jsonl", 20.0)
     write_trace(tmp_path / "ar.jsonl", Plan(mode="ar"), rounds=40, seed=4)
     _, report = calibrate([tmp_path / "sd.jsonl", tmp_path / "ar.jsonl"])
     stalls = [w for w in report.warnings if "stalled" in w]
@@ -132,19 +118,19 @@ def test_calibration_reports_the_stalled_trace(tmp_path):
 
 
 def test_without_stalls_drops_exactly_the_stalled_round_and_keeps_a_clean_trace_as_it_is(tmp_path):
-    t = _stalled(tmp_path / "t.jsonl", 20.0)
-    stalled = stalled_rounds(t)
+    t = stalled_trace(tmp_path / "t.jsonl", 20.0)
+    stalled = stalled_rounds(t.rounds)
     assert [t.rounds[i].round for i in stalled] == [7] and stalled[next(iter(stalled))] > 0
     kept = without_stalls(t)
     assert len(kept.rounds) == 39 and 7 not in {r.round for r in kept.rounds} and len(t.rounds) == 40
-    clean = _stalled(tmp_path / "c.jsonl", 4.5)
-    assert stalled_rounds(clean) == {} and without_stalls(clean) is clean
+    clean = stalled_trace(tmp_path / "c.jsonl", 4.5)
+    assert stalled_rounds(clean.rounds) == {} and without_stalls(clean) is clean
 
 
 def test_calibration_times_latency_without_the_stalled_round_and_reads_acceptance_from_all(tmp_path):
     from ssd_sim.model.calibrate import calibrate
 
-    _stalled(tmp_path / "sd.jsonl", 20.0)
+    stalled_trace(tmp_path / "sd.jsonl", 20.0)
     write_trace(tmp_path / "clean.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
     write_trace(tmp_path / "ar.jsonl", Plan(mode="ar"), rounds=40, seed=4)
     stalled, _ = calibrate([tmp_path / "sd.jsonl", tmp_path / "ar.jsonl"])
@@ -167,4 +153,4 @@ def test_a_burst_of_wide_rounds_in_a_mostly_narrow_run_is_not_a_stall(tmp_path):
     path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     t = read_trace(path)
     assert sorted({len(r.seqs) for r in t.rounds}) == [1, 4]
-    assert stalled_rounds(t) == {} and stall_warning(t, "mixed.jsonl") is None
+    assert stalled_rounds(t.rounds) == {} and stall_warning(t.rounds, "mixed.jsonl") is None

@@ -395,6 +395,18 @@ def test_the_summary_prints_when_every_request_produced_one_token(capsys):
     assert "TTFT p50 / p90 / p99 (ms)" in out and "TPOT" not in out
 
 
+def test_the_summary_warns_of_rounds_that_stalled(tmp_path, capsys):
+    from ssd_runtime.cli import print_summary
+    from tests.helpers.synthetic_traces import stalled_trace
+    from tests.helpers.trace_samples import EMPTY_SUMMARY
+
+    print_summary(EMPTY_SUMMARY, "sd", "t.jsonl", stalled_trace(tmp_path / "t.jsonl", 20.0).rounds)
+    err = capsys.readouterr().err.splitlines()
+    assert len(err) == 1 and err[0].startswith("ssd-run: warning: t.jsonl: 1 of 40 rounds stalled (over 5x")
+    print_summary(EMPTY_SUMMARY, "sd", "t.jsonl", stalled_trace(tmp_path / "c.jsonl", 4.5).rounds)
+    assert capsys.readouterr().err == ""
+
+
 # ---- outputs never destroy inputs; concurrent runs never share a file (issue 29) ----------------------------
 bad_inputs = load_bench("bad_inputs")
 RUN_CASES = {name: (args, expect) for name, args, expect in bad_inputs.RUN_CASES}
