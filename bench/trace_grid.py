@@ -31,6 +31,7 @@ from ssd_runtime.cli import slice_label
 from ssd_runtime.models import ModelSpec, load_tokenizer, resolve_path
 from ssd_runtime.prompts import encode, prompt_set
 from ssd_runtime.run import Job, Session
+from ssd_sim.io.sanity import stall_warning
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.plan.plan import Plan, load_plan
 
@@ -136,14 +137,16 @@ def job_for(grid: dict, spec: dict, prompts: list, path: Path, header: dict) -> 
                header={"bench": "bench/trace_grid.py", "grid_run": spec["name"], **header}), plan, mode
 
 
-def record(summaries: dict, out: Path, spec: dict, plan: Plan, mode: str, s, wall_s: float) -> None:
-    """Add a run's summary to <out>/grid.json and print its line."""
+def record(summaries: dict, out: Path, spec: dict, plan: Plan, mode: str, s, wall_s: float, rounds) -> None:
+    """Add a run's summary to <out>/grid.json and print its line, and a warning when its rounds stalled."""
     summaries[spec["name"]] = {"plan": plan.to_dict(), "mode": mode, "tok_s": s.tok_s,
                                "mean_accept_len": s.mean_accept_len, "hit_rate": s.hit_rate, "wall_s": wall_s}
     (out / "grid.json").write_text(json.dumps(summaries, indent=2) + "\n")
     hit = "-" if s.hit_rate is None else f"{s.hit_rate:.2f}"
     print(f"{spec['name']:28s} {s.tok_s:6.3f} tok/s  acc.len {s.mean_accept_len:.2f}  hit {hit}  ({wall_s:.0f} s)",
           flush=True)
+    if stalled := stall_warning(rounds, spec["name"]):
+        print(f"  warning: {stalled}", flush=True)
 
 
 def one_run(session, grid: dict, spec: dict, tokenizer, out: Path, summaries: dict) -> None:
@@ -152,7 +155,8 @@ def one_run(session, grid: dict, spec: dict, tokenizer, out: Path, summaries: di
     job, plan, mode = job_for(grid, spec, prompts, out / f"{spec['name']}.jsonl",
                               {"prompt_source": label, **({"request_tags": tags} if any(tags) else {})})
     t = time.time()
-    record(summaries, out, spec, plan, mode, session.run(job).summary, time.time() - t)
+    result = session.run(job)
+    record(summaries, out, spec, plan, mode, result.summary, time.time() - t, result.rounds)
 
 
 def interleaved(session, grid: dict, todo: list[dict], tokenizer, out: Path, summaries: dict) -> None:
@@ -177,7 +181,8 @@ def interleaved(session, grid: dict, todo: list[dict], tokenizer, out: Path, sum
         merge_chunks(parts[name], path, {"prompt_source": label, "interleave": int(grid["interleave"]),
                                          **({"request_tags": tags} if any(tags) else {})})
         plan, mode = run_plan(spec)
-        record(summaries, out, spec, plan, mode, summarize(read_trace(path)), walls[name])
+        merged = read_trace(path)
+        record(summaries, out, spec, plan, mode, summarize(merged), walls[name], merged.rounds)
     shutil.rmtree(out / "chunks")
 
 

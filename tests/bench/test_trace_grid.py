@@ -7,7 +7,7 @@ import pytest
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.plan.plan import Plan
 from tests.helpers.bench import load_bench
-from tests.helpers.synthetic_traces import write_trace
+from tests.helpers.synthetic_traces import stalled_trace, write_trace
 
 GRID = load_bench("trace_grid")
 
@@ -34,3 +34,14 @@ def test_merged_chunks_are_one_run_in_prompt_order(tmp_path):
         assert (cut.tokens, cut.rounds) == (alone.tokens, alone.rounds)
         assert cut.tok_s == pytest.approx(alone.tok_s)
     assert json.loads(merged.read_text().splitlines()[0])["num_prompts"] == 3
+
+
+def test_a_runs_line_is_followed_by_a_warning_when_its_rounds_stalled(tmp_path, capsys):
+    summaries, plan = {}, Plan(mode="sd", num_speculative_tokens=2)
+    for name, factor in (("stalled", 20.0), ("steady", 4.5)):
+        t = stalled_trace(tmp_path / f"{name}.jsonl", factor)
+        GRID.record(summaries, tmp_path, {"name": name}, plan, "sd", summarize(t), 1.0, t.rounds)
+    out = capsys.readouterr().out.splitlines()
+    assert [line.split()[0] for line in out] == ["stalled", "warning:", "steady"]
+    assert out[1].startswith("  warning: stalled: 1 of 40 rounds stalled")
+    assert set(json.loads((tmp_path / "grid.json").read_text())) == {"stalled", "steady"}
