@@ -54,7 +54,7 @@ class Drift:
 # and traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon (0.70-0.87x the verify ms), while
 # traces/cpu-fp32-xeon-pool32i-later repeated cpu-fp32-xeon-pool32i 3.9 h later within 1% (its four groups took the
 # later drift from 17.3% over 16 setups to 15.4%) and traces/cpu-fp32-epyc-pool96i-later repeated
-# cpu-fp32-epyc-pool96i 2.8 h later 3-4% faster per verify (its three T = 0 groups: 15.4% -> 14.5%; its T = 1 run
+# cpu-fp32-epyc-pool96i 2.8 h later 5-8% faster per verify (its three T = 0 groups: 15.4% -> 14.5%; its T = 1 run
 # has another seed). Pooled over both horizons: 12.0% (12.4% before the EPYC pair, 13.2% before the Xeon pair).
 SHIPPED_DRIFTS = {
     "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
