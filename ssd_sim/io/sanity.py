@@ -6,8 +6,9 @@
   decoding is not known (ssd-run, which really waits), the hour alone warns;
 - the same trace given twice (the same path, a copy, a link) is counted once, with a warning naming both;
 - a trace whose rounds stalled (over STALL_FACTOR x the median round of their rows and K: the host stopped the run
-  for a while, e.g. a guest that was not scheduled) gets a warning with the time they took; calibration times
-  latency without them (without_stalls), so a profile predicts runs that do not stall.
+  for a while, e.g. a guest that was not scheduled, or one-time work such as a CUDA graph capture ran) gets a warning
+  with the time they took; calibration times latency without them (without_stalls), so a profile predicts steady
+  rounds.
 
 Each warning is one line of text; the CLIs print it as `PROG: warning: ...` and the dashboard shows it.
 Units: ms, requests per second. Imports only io (limits, errors, records, trace).
@@ -156,7 +157,7 @@ def without_stalls(trace: Trace) -> Trace:
 def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
     """One line when some of a run's rounds (a trace's, or a run's just finished) took over STALL_FACTOR x the median
     round of their kind (ms), else None: calibration leaves them out of the latency fit and its level
-    (without_stalls), so a profile predicts runs without stalls."""
+    (without_stalls), so a profile predicts steady rounds."""
     stalled = stalled_rounds(rounds)
     if not stalled:
         return None
@@ -164,6 +165,6 @@ def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
     extra = sum(ms[i] - median for i, median in stalled.items())
     typical = duration(min(stalled.values()))
     return (f"{name}: {len(stalled)} of {len(ms)} rounds stalled (over {STALL_FACTOR:g}x the median round of their "
-            f"rows and K, {typical}; {duration(extra)} extra, {extra / sum(ms.values()):.1%} of the run's time): "
-            "calibration leaves them out of the latency fit, so a profile predicts runs without such stalls; if the "
-            "host stalls often, find why")
+            f"rows and K, {typical}; {duration(extra)} extra, {extra / sum(ms.values()):.1%} of the run's time: a host "
+            "stall, or one-time work such as a CUDA graph capture): calibration leaves them out of the latency fit, so a "
+            "profile predicts steady rounds")
