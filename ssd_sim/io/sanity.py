@@ -128,20 +128,23 @@ def distinct_traces(traces: Sequence[Trace], names: Sequence[str]) -> tuple[list
     return kept, twin, lines
 
 
+def _round_ms(rounds: Sequence[RoundRecord]) -> dict[int, float]:
+    """{index: the round's time (ms)} of the rounds that were timed."""
+    return {i: float(r.timings_ms["round"]) for i, r in enumerate(rounds) if r.timings_ms and "round" in r.timings_ms}
+
+
 def stalled_rounds(rounds: Sequence[RoundRecord]) -> dict[int, float]:
     """{index of a stalled round: the median ms of its kind}: rounds that took over STALL_FACTOR x the median round
     of the same kind (rows and K) in the run, so a burst of wide rounds in a mostly narrow run is not a stall.
     Kinds with fewer than 3 timed rounds are not judged."""
-    kinds: dict[tuple[int, int], list[int]] = {}
-    for i, r in enumerate(rounds):
-        if r.timings_ms and "round" in r.timings_ms:
-            kinds.setdefault((len(r.seqs), r.K), []).append(i)
+    kinds: dict[tuple[int, int], dict[int, float]] = {}
+    for i, ms in _round_ms(rounds).items():
+        kinds.setdefault((len(rounds[i].seqs), rounds[i].K), {})[i] = ms
     out = {}
-    for idx in kinds.values():
-        ms = [float(rounds[i].timings_ms["round"]) for i in idx]
-        median = float(sorted(ms)[len(ms) // 2])
-        if len(ms) >= 3 and median > 0:
-            out.update({i: median for i, m in zip(idx, ms, strict=True) if m > STALL_FACTOR * median})
+    for kind in kinds.values():
+        median = sorted(kind.values())[len(kind) // 2]
+        if len(kind) >= 3 and median > 0:
+            out.update({i: median for i, ms in kind.items() if ms > STALL_FACTOR * median})
     return out
 
 
@@ -161,7 +164,7 @@ def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
     stalled = stalled_rounds(rounds)
     if not stalled:
         return None
-    ms = {i: float(r.timings_ms["round"]) for i, r in enumerate(rounds) if r.timings_ms and "round" in r.timings_ms}
+    ms = _round_ms(rounds)
     extra = sum(ms[i] - median for i, median in stalled.items())
     typical = duration(min(stalled.values()))
     return (f"{name}: {len(stalled)} of {len(ms)} rounds stalled (over {STALL_FACTOR:g}x the median round of their "
