@@ -604,7 +604,7 @@ def print_summary(s, mode: str, trace_path: str | None, rounds: Sequence = ()) -
     from rich.console import Console
     from rich.table import Table
 
-    from ssd_sim.io.sanity import stall_warning
+    from ssd_sim.io.sanity import stall_warning, warmup_rounds
 
     from .runlog import graph_sides, graph_warnings
 
@@ -629,6 +629,8 @@ def print_summary(s, mode: str, trace_path: str | None, rounds: Sequence = ()) -
     rows += [(f"{ph} (ms/round)", f"{v:.1f}") for ph, v in s.phase_ms.items() if v]
     rows += [(f"CUDA graphs, {side} (held / replays / eager shapes)",
               f"{g['graphs']} / {g['replays']} / {g['eager_shapes']}") for side, g in graph_sides(s)]
+    if graph_sides(s) and rounds:  # rounds a graph warmed in: calibration leaves them out of the latency fit
+        rows += [("CUDA graph warm-up rounds", f"{len(warmup_rounds(rounds))} of {len(rounds)}")]
     for k, v in rows:
         t.add_row(k, v)
     Console().print(t)

@@ -8,6 +8,9 @@ reply what the target writes into the trace:
   timings       this reply's phases in ms: draft_lookup, then draft_backup (SSD) or draft_sd (SD);
   prev_timings  the phases of the speculation that followed the previous reply: draft_glue, draft_branch
                 (zeros when nothing was speculated);
+  warmups       the draft's forwards since its previous reply that ran before their CUDA graph replayed (a shape's
+                first sighting or capture; GraphCache.warmups), prefills of new sequences left out: the target marks
+                the round they delay (RoundRecord.warmup); None without graphs;
   dists         with log_topn = N: {seq: the draft's top-N [ids, log-probs, rest] at T = 1 at each stopping
                 position 0..k of the previous round} (the target adds its own and writes them to the trace).
 """
@@ -42,6 +45,7 @@ class DraftRecorder:
         self.phases = PhaseClock(self.device)
         self.spec_marks: tuple = ()  # (before glue, after glue, after branch) of the last speculate()
         self.syncs_seen = SYNCS.counts.get("draft", 0)  # the draft's reads counted up to the last reply
+        self.warm_seen = 0  # the draft's graph warm-ups counted up to the last reply, prefills included
         self.tops: dict[int, list] = {}  # seq -> the draft's top-N per stopping position (log_topn)
         self.early_ranks: dict[int, int | None] = {}  # of sequences add() freed before the SPEC that reports them
         self.early_dists: dict[int, list] = {}
@@ -49,12 +53,19 @@ class DraftRecorder:
     def start_batch(self, seqs: list[tuple[int, list[int]]]) -> None:
         self.drafter.start_batch(seqs)
         self.spec_marks = ()
+        self.warm_seen = self._warmups()  # the prefill's sightings are no round's
 
     def add(self, seqs: list[tuple[int, list[int]]], done: list[Key] = ()) -> None:
         """Drafter.add; the bonus ranks and dists of the sequences it frees are kept for the next reply."""
         self.early_ranks.update(self.bonus_ranks([key for key in done if key[0] in self.drafter.seqs]))
         self.early_dists.update(self.draft_dists(SpecMsg(-1, [], list(done))))
+        before = self._warmups()
         self.drafter.add(seqs, done)
+        self.warm_seen += self._warmups() - before  # a prefill overlaps the target's, outside any round
+
+    def _warmups(self) -> int:
+        """GraphCache.warmups of the draft's cache (0 before it has one or without graphs)."""
+        return self.drafter.kv.graph_warmups() if self.drafter.kv is not None else 0
 
     def reply(self, spec: SpecMsg) -> Reply:
         """Drafter.reply(spec) plus ranks, timings and prev_timings (see the module docstring)."""
@@ -76,7 +87,9 @@ class DraftRecorder:
                        d.decoding.draft_phase: self.phases.between(t1, t2)}
         syncs, self.syncs_seen = SYNCS.counts.get("draft", 0) - self.syncs_seen, SYNCS.counts.get("draft", 0)
         graphs = d.kv.graph_counts() if d.kv is not None else None
-        return replace(reply, ranks=ranks, timings=timings, prev_timings=prev, dists=dists, syncs=syncs, graphs=graphs)
+        warm, self.warm_seen = self._warmups() - self.warm_seen, self._warmups()
+        return replace(reply, ranks=ranks, timings=timings, prev_timings=prev, dists=dists, syncs=syncs, graphs=graphs,
+                       warmups=warm if graphs is not None else None)
 
     def _spec_timings(self) -> dict[str, float]:
         """The glue and branch phases (ms) of the last speculate(), read once; zeros when nothing was speculated."""

@@ -20,6 +20,11 @@ is captured the second time it is seen, so one-off prefills stay eager, as do wi
 whose forward reads the device from the host (found before capturing, with torch.cuda.set_sync_debug_mode) or
 whose capture fails is remembered and runs eager; `GraphCache.note` says why.
 
+A shape's first sighting (eager) and its capture cost several replays (on the H200 above 22-37 ms eager against
+4.3 ms replayed; a capture more): `GraphCache.warmups` counts those forwards, so the trace can mark the rounds they
+fall in (records.RoundRecord.warmup) and calibration can leave them out of steady latency (io.sanity.steady). Shapes
+that stay eager for good (failed, over MAX_GRAPHS, too wide) are steady and not counted.
+
 `backend="emulate"` runs the same static-buffer path on any device without capturing: "replay" calls the forward
 again on the static buffers. Tests use it to check that bucketing and static buffers leave every output unchanged.
 """
@@ -103,6 +108,7 @@ class GraphCache:
         self.failed: dict[tuple, str] = {}
         self.sightings: dict[tuple, int] = {}  # forwards per shape not yet captured
         self.captures = self.replays = 0
+        self.warmups = 0  # forwards of a capturable shape that ran before its graph replayed: sighting + capture
         self._pool = None
 
     @property
@@ -143,7 +149,10 @@ class GraphCache:
         graph = self.graphs.get(key)
         if graph is None:
             self.sightings[key] = self.sightings.get(key, 0) + 1
-            if self.sightings[key] < 2 or len(self.graphs) >= MAX_GRAPHS:  # a shape seen once (a prefill) stays eager
+            if len(self.graphs) >= MAX_GRAPHS:
+                return None
+            self.warmups += 1
+            if self.sightings[key] < 2:  # a shape seen once (a prefill) stays eager
                 return None
             try:
                 graph = self.graphs[key] = self._capture(rows, ids, pos, slots, seen, keep, width)

@@ -73,6 +73,11 @@ class StaticKV:
         """GraphCache.counts() of this cache's CUDA graphs; None where the model runs without them."""
         return self.graphs.counts() if self.graphs is not None else None
 
+    def graph_warmups(self) -> int:
+        """Forwards of this cache that ran before their shape's graph replayed (GraphCache.warmups; 0 without
+        graphs): the rounds they fall in are not steady."""
+        return self.graphs.warmups if self.graphs is not None else 0
+
     # ---- rows ----------------------------------------------------------------------------------
     def add_rows(self, count: int) -> range:
         """Append `count` empty rows; returns their indices (prefill them with an append forward)."""

@@ -120,7 +120,8 @@ class Reply(Message):
     kind); hit and backup are None outside SSD. The trace's bookkeeping (draft_trace.DraftRecorder): ranks
     {seq: bonus rank or None}, timings and prev_timings {phase: ms}, dists {seq: top-N per stopping position},
     syncs (the draft's host reads since its previous reply: the speculation after it and this reply), graphs (its
-    CUDA graphs' counts, GraphCache.counts; None when it runs without graphs).
+    CUDA graphs' counts, GraphCache.counts; None when it runs without graphs), warmups (its forwards since its previous
+    reply that ran before their graph replayed, prefills left out; None without graphs).
     """
 
     tokens: Any  # torch.Tensor | None
@@ -135,3 +136,4 @@ class Reply(Message):
     dists: dict[int, list] = field(default_factory=dict)
     syncs: int | None = None  # the draft's host reads of device tensors since its last reply (syncs.SYNCS)
     graphs: dict | None = None  # the draft's GraphCache.counts() (three ints); None without CUDA graphs
+    warmups: int | None = None  # the draft's graph warm-up forwards since its last reply (GraphCache.warmups)

@@ -171,7 +171,7 @@ class Target:
 
     def round(self, active: list[Seq], just_done: list[Key]) -> list[Key]:
         """One verification round for the active sequences (finished ones leave `active`); returns their keys."""
-        syncs_before = SYNCS.counts["target"]
+        syncs_before, warm_before = SYNCS.counts["target"], self.kv.graph_warmups()
         t0 = self.phases.mark()
         reply = None
         if self.speculative:
@@ -199,7 +199,8 @@ class Target:
         if reply is not None:
             timings.update(reply.timings)
         self._log_top()
-        self._pending = self._record(record_seqs, K, accepted, bonus, committed, first, reply, timings)
+        warmup = self.kv.graph_warmups() > warm_before or bool(reply is not None and reply.warmups)
+        self._pending = self._record(record_seqs, K, accepted, bonus, committed, first, reply, timings, warmup)
         self._pending_marks = (t0, t1, t2, t3)
         self.syncs.append(SYNCS.counts["target"] - syncs_before)
         if reply is not None and reply.syncs is not None:
@@ -297,7 +298,7 @@ class Target:
             self.link = None
             return None
 
-    def _record(self, active, K, accepted, bonus, committed, first, reply, timings) -> RoundRecord:
+    def _record(self, active, K, accepted, bonus, committed, first, reply, timings, warmup) -> RoundRecord:
         seqs = []
         for i, s in enumerate(active):
             k = accepted[i]
@@ -312,7 +313,7 @@ class Target:
             seqs.append(entry)
         self._top = None
         fallback = "ar" if K == 0 and self.decoding.uses_draft else None  # after a draft fault
-        return RoundRecord(self.rounds, K, len(active), seqs, timings, fallback)
+        return RoundRecord(self.rounds, K, len(active), seqs, timings, fallback, warmup)
 
     def _finish_pending(self, reply: Reply | None) -> None:
         """Complete the waiting record with the draft's speculation timings and bonus ranks; emit it."""

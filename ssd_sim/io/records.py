@@ -171,12 +171,17 @@ class RoundRecord:
     seqs: list[SeqRecord]
     timings_ms: dict[str, float] = field(default_factory=no_timings)  # every Phase; 0 = did not run
     fallback: str | None = None  # "ar": the draft failed earlier, this round ran without it
+    # A forward of the round (either side's) ran before its CUDA graph replayed: a shape's first sighting or its
+    # capture (ssd_runtime.graphs), one-time work that makes the round no steady one (io.sanity.steady).
+    warmup: bool = False
 
     def to_json(self) -> dict[str, Any]:
         out = {"round": self.round, "K": self.K, "batch": self.batch, "seqs": [s.to_json() for s in self.seqs],
                "timings_ms": {k: v for k, v in self.timings_ms.items() if v}}
         if self.fallback is not None:
             out["fallback"] = self.fallback
+        if self.warmup:
+            out["warmup"] = True  # steady rounds (every round without graphs) keep the line they always had
         return out
 
     @classmethod
@@ -199,8 +204,11 @@ class RoundRecord:
             if not (_is_number(v) and math.isfinite(v) and (v == 0 or MIN_PHASE_MS <= v <= MAX_PHASE_MS)):
                 raise _bad(where, f"timings_ms.{key}", v,
                            f"must be 0 (did not run) or a number of ms in {MIN_PHASE_MS:g}..{MAX_PHASE_MS:g}")
+        warmup = d.get("warmup", False)
+        if not isinstance(warmup, bool):
+            raise _bad(where, "warmup", warmup, "must be true or false (a CUDA graph warm-up ran in the round)")
         entries = [SeqRecord.from_json(s, K, f"{where} seqs[{j}]") for j, s in enumerate(seqs)]
-        return cls(d["round"], K, batch, entries, {**no_timings(), **ms}, d.get("fallback"))
+        return cls(d["round"], K, batch, entries, {**no_timings(), **ms}, d.get("fallback"), warmup)
 
 
 @dataclass(slots=True)

@@ -6,9 +6,10 @@
   decoding is not known (ssd-run, which really waits), the hour alone warns;
 - the same trace given twice (the same path, a copy, a link) is counted once, with a warning naming both;
 - a trace whose rounds stalled (over STALL_FACTOR x the median round of their rows and K: the host stopped the run
-  for a while, e.g. a guest that was not scheduled, or one-time work such as a CUDA graph capture ran) gets a warning
-  with the time they took; calibration times latency without them (without_stalls), so a profile predicts steady
-  rounds.
+  for a while, e.g. a guest that was not scheduled, or one-time work the runtime does not mark ran) gets a warning
+  with the time they took; calibration times latency without them (steady), so a profile predicts steady rounds;
+- rounds the runtime marked as CUDA graph warm-up (RoundRecord.warmup: a forward shape's first, eager sighting or its
+  capture) are one-time work it knows of: never called a stall, and left out of the latency fit alike (steady).
 
 Each warning is one line of text; the CLIs print it as `PROG: warning: ...` and the dashboard shows it.
 Units: ms, requests per second. Imports only io (limits, errors, records, trace).
@@ -129,14 +130,20 @@ def distinct_traces(traces: Sequence[Trace], names: Sequence[str]) -> tuple[list
 
 
 def _round_ms(rounds: Sequence[RoundRecord]) -> dict[int, float]:
-    """{index: the round's time (ms)} of the rounds that were timed."""
-    return {i: float(r.timings_ms["round"]) for i, r in enumerate(rounds) if r.timings_ms and "round" in r.timings_ms}
+    """{index: the round's time (ms)} of the rounds that were timed, CUDA graph warm-ups left out."""
+    return {i: float(r.timings_ms["round"]) for i, r in enumerate(rounds)
+            if r.timings_ms and "round" in r.timings_ms and not r.warmup}
+
+
+def warmup_rounds(rounds: Sequence[RoundRecord]) -> list[int]:
+    """Indices of the rounds the runtime marked as CUDA graph warm-up (RoundRecord.warmup)."""
+    return [i for i, r in enumerate(rounds) if r.warmup]
 
 
 def stalled_rounds(rounds: Sequence[RoundRecord]) -> dict[int, float]:
     """{index of a stalled round: the median ms of its kind}: rounds that took over STALL_FACTOR x the median round
     of the same kind (rows and K) in the run, so a burst of wide rounds in a mostly narrow run is not a stall.
-    Kinds with fewer than 3 timed rounds are not judged."""
+    Kinds with fewer than 3 timed rounds are not judged; graph warm-up rounds are neither judged nor counted."""
     kinds: dict[tuple[int, int], dict[int, float]] = {}
     for i, ms in _round_ms(rounds).items():
         kinds.setdefault((len(rounds[i].seqs), rounds[i].K), {})[i] = ms
@@ -148,19 +155,20 @@ def stalled_rounds(rounds: Sequence[RoundRecord]) -> dict[int, float]:
     return out
 
 
-def without_stalls(trace: Trace) -> Trace:
-    """The trace without its stalled rounds (stalled_rounds), for timing latency; the trace itself when none
-    stalled. Its tokens are the whole run's: acceptance and hits are read from the trace as recorded."""
-    stalled = stalled_rounds(trace.rounds)
-    if not stalled:
+def steady(trace: Trace) -> Trace:
+    """The trace without its stalled rounds (stalled_rounds) and its CUDA graph warm-up rounds (warmup_rounds), for
+    timing latency; the trace itself when it has neither. Its tokens are the whole run's: acceptance and hits are
+    read from the trace as recorded."""
+    drop = set(stalled_rounds(trace.rounds)) | set(warmup_rounds(trace.rounds))
+    if not drop:
         return trace
-    return replace(trace, rounds=[r for i, r in enumerate(trace.rounds) if i not in stalled])
+    return replace(trace, rounds=[r for i, r in enumerate(trace.rounds) if i not in drop])
 
 
 def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
     """One line when some of a run's rounds (a trace's, or a run's just finished) took over STALL_FACTOR x the median
     round of their kind (ms), else None: calibration leaves them out of the latency fit and its level
-    (without_stalls), so a profile predicts steady rounds."""
+    (steady), so a profile predicts steady rounds. Rounds marked as CUDA graph warm-up are not stalls."""
     stalled = stalled_rounds(rounds)
     if not stalled:
         return None
@@ -169,5 +177,5 @@ def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
     typical = duration(min(stalled.values()))
     return (f"{name}: {len(stalled)} of {len(ms)} rounds stalled (over {STALL_FACTOR:g}x the median round of their "
             f"rows and K, {typical}; {duration(extra)} extra, {extra / sum(ms.values()):.1%} of the run's time: a host "
-            "stall, or one-time work such as a CUDA graph capture): calibration leaves them out of the latency fit, so a "
+            "stall, or one-time work the runtime does not mark, such as an allocator growing): calibration leaves them out of the latency fit, so a "
             "profile predicts steady rounds")

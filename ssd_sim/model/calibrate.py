@@ -31,7 +31,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
-from ssd_sim.io.sanity import distinct_traces, stall_warning, without_stalls
+from ssd_sim.io.sanity import distinct_traces, stall_warning, steady
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.drift import Drift, calibration_drift, timed_span
@@ -781,7 +781,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     report.warnings.extend(w for p, t in zip(paths, traces, strict=True) if (w := stall_warning(t.rounds, str(p))))
     if probe is not None:
         check_probe(probe, setup, host)
-    timed = [without_stalls(t) for t in traces]  # latency from the rounds the host did not stall; tokens from all
+    timed = [steady(t) for t in traces]  # latency from steady rounds (no stall, no graph warm-up); tokens from all
     with _fitting("latency"):
         latency = fit_latency(timed, report)
         if probe is not None:

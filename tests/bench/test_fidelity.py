@@ -187,7 +187,7 @@ LIMITS = {"config": (5.0, 10.0), "t0-to-t1": (8.5, 11.0), "c1-to-c": (5.5, 10.0)
           # committed before its runs (traces/cpu-fp32-epyc-pool96i/README.md): 3.0% / 16.2% on these draws (10 draws:
           # 2.4% / 16.2%). The worst is SD K = 2's half B holding the one request whose two rounds stalled 22 s and 13 s
           # (the only rounds above 5x the median of their kind in 9.7 h of shipped rounds); its class floor misses by
-          # 15.2%. Calibration times latency without stalled rounds (io.sanity.without_stalls): 3.6% / 16.2% before
+          # 15.2%. Calibration times latency without stalled rounds (io.sanity.steady): 3.6% / 16.2% before
           "epyc-pool96i-halves": (3.5, 16.5),
           # the same grid 2.8 h later (traces/cpu-fp32-epyc-pool96i-later/README.md), both splits committed before its
           # runs: random halves within it 2.1% / 5.1% on these draws (10 draws: 2.0% / 8.0%); the first session's

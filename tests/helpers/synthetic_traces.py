@@ -153,9 +153,9 @@ def add_greedy_dists(path: Path, n_top: int = 8, seed: int = 0) -> Path:
     return path
 
 
-def stalled_trace(path: Path, factor: float):
+def stalled_trace(path: Path, factor: float, warmup: bool = False):
     """A synthetic SD trace (K = 2, 40 rounds, no noise) whose round 7 took `factor` x its own time (the verify took
-    the extra), read back."""
+    the extra), read back; with warmup the runtime marked that round as CUDA graph warm-up (RoundRecord.warmup)."""
     write_trace(path, Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
     recs = [json.loads(x) for x in path.read_text().splitlines()]
     for r in recs:
@@ -163,5 +163,7 @@ def stalled_trace(path: Path, factor: float):
             extra = (factor - 1) * r["timings_ms"]["round"]
             r["timings_ms"]["round"] += extra
             r["timings_ms"]["verify"] += extra
+            if warmup:
+                r["warmup"] = True
     path.write_text("\n".join(json.dumps(r) for r in recs) + "\n")
     return read_trace(path)

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import json
 from pathlib import Path
 
@@ -89,3 +90,15 @@ def test_a_summary_without_metrics_takes_them_from_the_rounds():
     t = parse_trace(lines)
     assert t.summary.tok_s == pytest.approx(summarize(t).tok_s) and t.summary.faults == ("x",)
     assert t.summary.extra == {"note": "hand-written"}
+
+
+def test_a_graph_warmup_round_is_marked_in_its_line_and_a_steady_round_keeps_the_line_it_had():
+    head = {"type": "header", "schema": SCHEMA, "mode": "ssd", "plan": {}, "batch_size": 2}
+    warm = dataclasses.replace(ssd_round(1), warmup=True)
+    line = {"type": "round", **warm.to_json()}
+    assert line["warmup"] is True and "warmup" not in ssd_round(1).to_json()
+    assert parse_trace([json.dumps(head), json.dumps(line)]).rounds == [warm]
+    line["warmup"] = "yes"
+    with pytest.raises(ConfigError) as e:
+        parse_trace([json.dumps(head), json.dumps(line)], source="t.jsonl")
+    assert e.value.field == "warmup" and str(e.value).startswith("warmup: t.jsonl line 2: warmup = 'yes' must be true")

@@ -21,7 +21,8 @@ from ssd_sim.io.sanity import (
     rate_warning,
     stall_warning,
     stalled_rounds,
-    without_stalls,
+    steady,
+    warmup_rounds,
 )
 from ssd_sim.io.trace import read_trace
 from ssd_sim.plan.plan import Plan
@@ -117,14 +118,38 @@ def test_calibration_reports_the_stalled_trace(tmp_path):
     assert len(stalls) == 1 and stalls[0].startswith(f"{tmp_path / 'sd.jsonl'}: 1 of 40 rounds stalled")
 
 
-def test_without_stalls_drops_exactly_the_stalled_round_and_keeps_a_clean_trace_as_it_is(tmp_path):
+def test_steady_drops_exactly_the_stalled_round_and_keeps_a_clean_trace_as_it_is(tmp_path):
     t = stalled_trace(tmp_path / "t.jsonl", 20.0)
     stalled = stalled_rounds(t.rounds)
     assert [t.rounds[i].round for i in stalled] == [7] and stalled[next(iter(stalled))] > 0
-    kept = without_stalls(t)
+    kept = steady(t)
     assert len(kept.rounds) == 39 and 7 not in {r.round for r in kept.rounds} and len(t.rounds) == 40
     clean = stalled_trace(tmp_path / "c.jsonl", 4.5)
-    assert stalled_rounds(clean.rounds) == {} and without_stalls(clean) is clean
+    assert stalled_rounds(clean.rounds) == {} and steady(clean) is clean
+
+
+def test_a_graph_warmup_round_is_no_stall_and_steady_drops_it_at_any_length(tmp_path):
+    for factor in (20.0, 2.5):  # a capture (far over the stall factor) and a first eager sighting (under it)
+        t = stalled_trace(tmp_path / f"w{factor}.jsonl", factor, warmup=True)
+        assert warmup_rounds(t.rounds) == [7]
+        assert stalled_rounds(t.rounds) == {} and stall_warning(t.rounds, "w.jsonl") is None
+        kept = steady(t)
+        assert len(kept.rounds) == 39 and 7 not in {r.round for r in kept.rounds}
+
+
+def test_calibration_times_latency_without_the_warmup_rounds_it_would_otherwise_keep(tmp_path):
+    from ssd_sim.model.calibrate import calibrate
+
+    ar = write_trace(tmp_path / "ar.jsonl", Plan(mode="ar"), rounds=40, seed=4)
+    write_trace(tmp_path / "clean.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
+    clean, _ = calibrate([tmp_path / "clean.jsonl", ar])
+    fits = {}
+    for warmup in (False, True):  # one round at 4x: under the stall factor, so only the runtime's mark removes it
+        stalled_trace(tmp_path / f"sd{warmup}.jsonl", 4.0, warmup=warmup)
+        fits[warmup], report = calibrate([tmp_path / f"sd{warmup}.jsonl", ar])
+        assert not [w for w in report.warnings if "stalled" in w]
+    assert fits[True].latency.target(1, 3) == pytest.approx(clean.latency.target(1, 3), rel=0.005)
+    assert fits[False].latency.target(1, 3) > 1.03 * clean.latency.target(1, 3)
 
 
 def test_calibration_times_latency_without_the_stalled_round_and_reads_acceptance_from_all(tmp_path):

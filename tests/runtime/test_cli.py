@@ -407,6 +407,19 @@ def test_the_summary_warns_of_rounds_that_stalled(tmp_path, capsys):
     assert capsys.readouterr().err == ""
 
 
+def test_the_summary_counts_graph_warmup_rounds_and_calls_none_a_stall(tmp_path, capsys):
+    from ssd_runtime.cli import print_summary
+    from tests.helpers.synthetic_traces import stalled_trace
+    from tests.helpers.trace_samples import EMPTY_SUMMARY
+
+    graphs = dataclasses.replace(EMPTY_SUMMARY, graphs_target={"graphs": 4, "replays": 90, "eager_shapes": 0})
+    print_summary(graphs, "sd", "t.jsonl", stalled_trace(tmp_path / "t.jsonl", 20.0, warmup=True).rounds)
+    out, err = capsys.readouterr()
+    assert err == "" and "CUDA graph warm-up rounds" in out and "1 of 40" in out
+    print_summary(EMPTY_SUMMARY, "sd", "t.jsonl", stalled_trace(tmp_path / "c.jsonl", 4.5).rounds)
+    assert "warm-up" not in capsys.readouterr().out  # no graphs, no row
+
+
 # ---- outputs never destroy inputs; concurrent runs never share a file (issue 29) ----------------------------
 bad_inputs = load_bench("bad_inputs")
 RUN_CASES = {name: (args, expect) for name, args, expect in bad_inputs.RUN_CASES}

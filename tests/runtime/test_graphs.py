@@ -270,3 +270,43 @@ def test_the_summary_line_keeps_the_graph_counts_and_older_lines_read_none():
     assert back.graphs_target == g and back.graphs_draft is None and back.extra == {}
     older = {k: v for k, v in line.items() if not k.startswith("graphs_")}
     assert Summary.from_json(older, "summary").graphs_target is None
+
+
+def _rounds(target, draft, plan: Plan) -> list:
+    """The RoundRecords of one job as ssd-run records it (a DraftRecorder on the draft side)."""
+    from ssd_runtime.draft_trace import DraftRecorder
+
+    link = None
+    if plan.mode != "ar":
+        link = LocalLink(lambda msg: DraftRecorder(Drafter(draft, plan, 0, TARGET["vocab"])))
+        link.job({})
+    rounds = []
+    Target(target, TargetConfig(plan, N_NEW), link, on_round=rounds.append).generate(PROMPTS)
+    return rounds
+
+
+@pytest.mark.parametrize("name", ["ar b=2", "sd K=4 b=3", "ssd K=3 b=2"])
+def test_rounds_that_warm_a_graph_are_marked_and_a_warm_cache_runs_steady_rounds(name):
+    """A shape's first (eager) sighting and its capture fall in the first rounds and where the batch shrinks; once
+    every shape is captured (the fourth job on the same caches) no round is warm-up. Without graphs none is."""
+    plan = PLANS[name]
+    target, draft = pair(True)
+    first = _rounds(target, draft, plan)
+    warm = [r.round for r in first if r.warmup]
+    assert warm[:2] == [0, 1] and len(warm) < len(first), warm  # the verify shape: sighting, then capture
+    for _ in range(2):
+        _rounds(target, draft, plan)
+    assert not [r.round for r in _rounds(target, draft, plan) if r.warmup]
+    assert not [r for r in _rounds(*pair(False), plan) if r.warmup]
+
+
+def test_the_drafts_warmups_mark_the_rounds_they_delay():
+    """Graphs on the draft only: the target's forwards are all eager, so every mark comes from the draft's replies
+    (its decode steps, glue and tree shapes; its prefills of new rows are left out)."""
+    target, draft = pair(False)
+    draft._ssd_graphs = "emulate"
+    rounds = _rounds(target, draft, PLANS["ssd K=3 b=2"])
+    warm = [r.round for r in rounds if r.warmup]
+    assert warm and warm[0] <= 1 and len(warm) < len(rounds), warm
+    target2, draft2 = pair(False)
+    assert not [r for r in _rounds(target2, draft2, PLANS["ssd K=3 b=2"]) if r.warmup]
