@@ -37,7 +37,10 @@ it before eager (eager is host-bound there, 3-9x slower: its rows matter less if
             sequences) at forced acceptance 0.7 and 1.0 (TargetConfig.forced_acceptance), b = 1 and 8, greedy, EOS
             ignored. SSD uses the fast backup: under forced acceptance a proposal's content does not matter, so a
             miss served by random tokens costs what a cache hit does and the timing is that of a pipeline that
-            always hits (random weights would otherwise never hit). One Session per compile mode.
+            always hits (random weights would otherwise never hit). One Session per compile mode. Its line "graph
+            warm-up rounds" counts the rounds the trace marks as CUDA graph warm-up (RoundRecord.warmup) and those
+            io.sanity calls stalled, in the first warm-up pass and in the timed runs (FAIL if a timed round is
+            marked: warm caches must capture nothing).
 Every measurement is warmed up first (untimed; with CUDA graphs twice, at full length, so that every shape the timed
 runs meet is captured before them), repeats are interleaved across configurations, medians reported.
 Each measurement is one JSON line in --out as soon as it exists (default runs/gpu_check.jsonl, git-ignored); the
@@ -583,9 +586,12 @@ def toks_session(ctx: Ctx, cmode: str) -> None:
                    draft_timeout_s=600.0)
 
     with Session(tspec, dspec, draft_timeout_s=600.0) as session:
-        for _ in range(warmups(cmode)):  # warm-up: every side, every shape (with graphs at full length, twice)
+        for i in range(warmups(cmode)):  # warm-up: every side, every shape (with graphs at full length, twice)
             for mode, b, acc in configs:
-                session.run(job(mode, b, acc, ctx.new_tokens if cmode == CUDA_GRAPHS else min(8, ctx.new_tokens)))
+                r = session.run(job(mode, b, acc, ctx.new_tokens if cmode == CUDA_GRAPHS else min(8, ctx.new_tokens)))
+                if i == 0:  # the rounds that captured graphs: marked, and none of them called a stall
+                    ctx.emit({"section": "toks-warmup", "mode": mode, "b": b, "acceptance": acc, "compile": cmode,
+                              **round_marks(r.rounds)})
         for rep in range(ctx.repeats):
             for mode, b, acc in configs:
                 r = session.run(job(mode, b, acc, ctx.new_tokens))
@@ -598,8 +604,16 @@ def toks_session(ctx: Ctx, cmode: str) -> None:
                           "compile": cmode, "tok_s": s.tok_s, "per_seq_tok_s": s.tok_s / b,
                           "accept_len": s.mean_accept_len if mode != "ar" else None,
                           "hit_rate": s.hit_rate if mode == "ssd" else None,
-                          "target": tspec.device, "draft": dspec.device, "backend": backend,
+                          "target": tspec.device, "draft": dspec.device, "backend": backend, **round_marks(r.rounds),
                           "status": "FAIL" if problem else "ok", **({"detail": problem} if problem else {})})
+
+
+def round_marks(rounds: list) -> dict:
+    """A job's rounds, those marked as CUDA graph warm-up (RoundRecord.warmup) and those io.sanity calls stalled."""
+    from ssd_sim.io.sanity import stalled_rounds, warmup_rounds
+
+    return {"rounds": len(rounds), "warmup_rounds": len(warmup_rounds(rounds)),
+            "stalled_rounds": len(stalled_rounds(rounds))}
 
 
 # ---- the table ----------------------------------------------------------------------------------------------------
@@ -660,9 +674,29 @@ def table_rows(rows: list[dict]) -> list[tuple[str, str, str, str, str]]:
         out.append(("toks", f"{mode} b={b}" + (f" acc={acc:g}" if acc is not None else "") + f", {cmode}",
                     f"{fmt(tok_s, '.1f')} tok/s ({fmt(tok_s / b, '.1f')} per seq){extra}", ", ".join(vs) or "-",
                     status + (f": {g[0].get('detail', '')}" if status != "ok" else "")))
+    out += warmup_lines(rows)
     for r in plain:
         if r["section"] != "exact":
             out.append((r["section"], r["case"], r.get("detail", ""), "-", r["status"]))
+    return out
+
+
+def warmup_lines(rows: list[dict]) -> list[tuple[str, str, str, str, str]]:
+    """Per compile mode: the first warm-up pass's rounds marked as graph warm-up and called stalls, against the timed
+    runs' (on warm caches a round must capture nothing: FAIL when one is marked)."""
+    out = []
+    for cmode in dict.fromkeys(r["compile"] for r in rows if r.get("section") == "toks-warmup"):
+        first = [r for r in rows if r.get("section") == "toks-warmup" and r["compile"] == cmode]
+        timed = [r for r in rows if r.get("section") == "toks" and "tok_s" in r and r["compile"] == cmode]
+
+        def count(g: list[dict], key: str) -> int:
+            return sum(r.get(key, 0) for r in g)
+
+        result = (f"first pass: {count(first, 'warmup_rounds')} of {count(first, 'rounds')} rounds marked warm-up, "
+                  f"{count(first, 'stalled_rounds')} stalled; timed runs: {count(timed, 'warmup_rounds')} of "
+                  f"{count(timed, 'rounds')} marked, {count(timed, 'stalled_rounds')} stalled")
+        out.append(("toks", f"graph warm-up rounds, {cmode}", result, "timed runs: 0 marked",
+                    "FAIL" if count(timed, "warmup_rounds") else "ok"))
     return out
 
 

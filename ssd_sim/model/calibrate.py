@@ -626,8 +626,9 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
         sd, src["acceptance_logit_sd"] = 0.5, "assumed 0.5: no trace with 2+ sequences of drafted rounds"
     else:
         within = ", and within classes: the mix fixes how many requests of each a run holds" if mix else ""
+        worth = f"sequences' worth under the mix {mix.describe()}" if mix else "sequences"
         src["acceptance_logit_sd"] = (f"measured: SD {sd:.2f} of logit per-sequence acceptance (within traces{within}) "
-                                      f"over {n_cal} sequences")
+                                      f"over {n_cal} {worth}")
     own = measured_residual(traces, target)  # AR / SD runs only (model.residual.run_residuals)
     fit = moderated(own, residual or SHIPPED_RESIDUAL)
     how = (f"the runs' spread around the fit {fit.source} = {fit.sd:.1%}" if own is not None else
@@ -683,8 +684,9 @@ def _max_rows_tokens(traces: Sequence[Trace]) -> tuple[int, int]:
 def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None) -> tuple[float | None, int, int]:
     """(SD of logit per-sequence acceptance pooled within traces, distinct sequences, median sequences per trace).
     Under a workload mix the spread is pooled within classes too: a run of the mix holds its classes' shares of
-    requests, so only the spread inside a class varies from run to run."""
-    within, dof, sizes = 0.0, 0, []
+    requests, so only the spread inside a class varies from run to run; and the distinct sequences are what the
+    largest trace's requests are worth to the mix's weighted mean (RequestMix.effective_requests), not their count."""
+    within, dof, sizes, runs = 0.0, 0, [], []
     for t in drafted:
         counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
         for r in t.rounds:
@@ -693,7 +695,9 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
                     c = counts[s.seq]
                     c[0] += min(s.accepted + 1, _k(r))
                     c[1] += s.accepted
-        sizes.append(len(counts))
+        # the calibration's sample size: its requests, or under a mix what they are worth to the mix's mean
+        sizes.append(len(counts) if mix is None else mix.effective_requests([t.tag(seq) for seq in counts]))
+        runs.append(len(counts))
         classes: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for seq, (tried, passed) in counts.items():
             if tried >= 5 and (mix is None or t.tag(seq) in mix.tags):
@@ -709,7 +713,7 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
             dof += len(seqs) - 1
     if not sizes:
         return None, 1, 1
-    return (math.sqrt(within / dof) if dof else None), max(sizes), int(np.median(sizes))
+    return (math.sqrt(within / dof) if dof else None), max(round(max(sizes)), 1), int(np.median(runs))
 
 
 @contextmanager

@@ -10,7 +10,9 @@ run records its prompts' classes (trace header `request_tags`, from ssd-run's ta
 class c among the traces averaged together, so the rates are those of the mix, not of the calibration's sample
 (post-stratification). Within a class a request keeps its natural weight of rounds: a hard request has more rounds,
 exactly as it would in the predicted traffic. The between-request spread of acceptance is then taken within
-classes (calibrate._between_sequence_sd), since the mix fixes how many requests of each class a run holds.
+classes (calibrate._between_sequence_sd), since the mix fixes how many requests of each class a run holds, and the
+calibration's sample size is what its requests are worth to the weighted mean (Kish's effective size,
+RequestMix.effective_requests): 12 code and 24 chat requests calibrate a code-only mix as 12 requests, not 36.
 
 What a mix cannot do: classes the calibration never ran (refused), or text of a class unlike the calibration's
 prompts of that class (the spread within the class is what the intervals carry for that).
@@ -107,6 +109,16 @@ class RequestMix:
             raise ConfigError("mix", f"class {missing[0]!r} has no request in {what} (its requests: {held}); "
                                      "calibrate on runs of that class or leave it out of --mix")
         return np.array([self.share(t) / counts[t] if t in self.tags else 0.0 for t in tags])
+
+    def effective_requests(self, tags: Sequence[str]) -> float:
+        """How many requests of the mix these (one tag each) are worth in a mean weighted by `weights`: Kish's
+        (sum w)^2 / sum w^2 = 1 / sum_c share_c^2 / n_c (the variance of the weighted mean is the within-class
+        variance over this); 0 when a class of the mix has no request here. Requests of classes the mix leaves out
+        add nothing: 12 code and 24 chat requests under code 100% are worth 12."""
+        counts = Counter(tags)
+        if any(counts.get(t, 0) == 0 for t in self.tags):
+            return 0.0
+        return 1.0 / sum(share * share / counts[t] for t, share in self.shares)
 
 
 def tags_by_range(text: str) -> list[str]:

@@ -55,10 +55,26 @@ def test_the_cpu_fallback_measures_every_section_and_passes_exactness(tmp_path, 
                                                             for a in (0.7, 1.0)}
     assert all(r["tok_s"] > 0 and r["status"] == "ok" for r in toks)
     assert len(toks) == len(configs) * header["repeats"]  # interleaved repeats, each its own row
+    first = [r for r in rows if r["section"] == "toks-warmup"]
+    assert {(r["mode"], r["b"], r["acceptance"]) for r in first} == configs and len(first) == len(configs)
+    assert all(r["rounds"] > 0 and r["warmup_rounds"] == 0 for r in first + toks)  # eager on a CPU: nothing to mark
 
     table = capsys.readouterr().out
     for text in ("forward", "overhead", "toks", "identical", "tok/s", "roofline", "every check that ran passed"):
         assert text in table, text
+    assert "graph warm-up rounds, off" in table
+
+
+def test_the_warmup_line_counts_marked_and_stalled_rounds_and_fails_when_a_timed_round_still_warms_a_graph():
+    def row(section: str, marked: int, stalled: int = 0) -> dict:
+        return {"section": section, "mode": "sd", "b": 1, "acceptance": 0.7, "compile": "cuda-graphs", "tok_s": 9.0,
+                "rounds": 40, "warmup_rounds": marked, "stalled_rounds": stalled}
+
+    first = [row("toks-warmup", 3, 1), row("toks-warmup", 2)]
+    (line,) = GC.warmup_lines(first + [row("toks", 0), row("toks", 0)])
+    assert line == ("toks", "graph warm-up rounds, cuda-graphs", "first pass: 5 of 80 rounds marked warm-up, 1 stalled; "
+                    "timed runs: 0 of 80 marked, 0 stalled", "timed runs: 0 marked", "ok")
+    assert GC.warmup_lines(first + [row("toks", 1)])[0][-1] == "FAIL"
 
 
 @pytest.mark.parametrize("argv, flag", [

@@ -51,6 +51,27 @@ def test_each_request_weighs_its_class_share_over_its_class_count():
     assert request_weights(None, np.array([0, 1]), ["a", "b"]) is None
 
 
+def test_requests_are_worth_what_they_add_to_the_mixs_weighted_mean():
+    """Kish's effective size: the weighted mean's variance is the within-class variance over it."""
+    code = RequestMix.parse("code=1")
+    assert code.effective_requests(["code"] * 12 + ["chat"] * 24) == pytest.approx(12.0)
+    halves = RequestMix.parse("code=1,chat=1")
+    assert halves.effective_requests(["code"] * 12 + ["chat"] * 12) == pytest.approx(24.0)
+    # half A holds 13 code and 11 chat, half B the other way round: 1 / ((11/24)^2 / 13 + (13/24)^2 / 11)
+    b = RequestMix.of_requests(["code"] * 11 + ["chat"] * 13)
+    assert b.effective_requests(["code"] * 13 + ["chat"] * 11) == pytest.approx(23.35, abs=0.01)
+    assert code.effective_requests(["chat"] * 5) == 0.0  # no request of the mix's class
+
+
+def test_the_calibrations_sample_size_is_what_its_requests_are_worth_to_the_mix(pool40):
+    code, _ = calibrated("code=1")
+    both, _ = calibrated("code=1,chat=1")
+    plain, _ = calibrated(None)
+    assert (code.uncertainty.sequences, both.uncertainty.sequences, plain.uncertainty.sequences) == (24, 48, 48)
+    assert code.uncertainty.run_sequences == 48  # a predicted run's default size stays a calibration run's
+    assert "over 24 sequences' worth under the mix code 100%" in code.uncertainty.sources["acceptance_logit_sd"]
+
+
 def two_classes(n_a: int, n_b: int):
     """A trace of n_a contexts of class a and n_b of class b (one request each), drawn from different pairs."""
     pa, qa = pairs(n_a, seed=1)
