@@ -19,7 +19,8 @@ target on core 0, the draft on core 1, one thread each; or each on its CUDA devi
              and +27% for the draft's step on one Intel Xeon host, bench/idle_wake.py, which also shows a wait in
              the runtime's gloo receive costing what a sleep costs: +1.2% against +1.0% on another)
 
-Every shape is timed `repeats` times, interleaved (round-robin over the shapes, after one untimed warm-up pass)
+Every shape is timed `repeats` times, interleaved (round-robin over the shapes, after untimed warm-up passes: one,
+or with CUDA graphs until a pass warms no graph, since a shape's first sighting runs eager and its second captures)
 so that drift spreads over all of them; each row of the result keeps every sample. Rows sit at `context`
 cached tokens (the workload's prompt + half its output), so the KV reads are a real run's.
 The result is a probe file (ssd-probe/1) that `ssd-plan calibrate --probe` turns into measured latency tables
@@ -42,6 +43,7 @@ from .protocol import Ctl
 from .protocol import ProbeCtl as P
 
 Shape = tuple[str, int, int]  # (kind "append" | "tree", rows, tokens per row)
+WARM_PASSES = 3  # untimed passes at most: a graph's shape runs eager once, is captured the next time, then replays
 
 
 def check_idle_gaps(gaps) -> None:
@@ -188,10 +190,24 @@ class _Bench:
             p = probs_from_logits(logits, T)
             verify_sample(p, drafts, p[:, :-1], self.gen)
 
+    def _warmups(self) -> int:
+        """CUDA graph warm-up forwards of this bench's caches so far (StaticKV.graph_warmups; 0 without graphs)."""
+        return sum(kv.graph_warmups() for kv in (self.kv, self.tree_kv) if kv is not None)
+
+    def warm(self, shapes: list[Shape]) -> None:
+        """Untimed passes over `shapes` until one warms no CUDA graph (at most WARM_PASSES): without graphs one pass;
+        with them the eager first sighting, the capture, then a pass that replays. A timed forward is then a
+        steady one, never a capture."""
+        for _ in range(WARM_PASSES):
+            before = self._warmups()
+            for s in shapes:
+                self.forward(s)
+            if self._warmups() == before:
+                return
+
     def time(self, shapes: list[Shape], repeats: int) -> dict[Shape, list[float]]:
-        """Every shape `repeats` times, round-robin, after one untimed pass."""
-        for s in shapes:
-            self.forward(s)
+        """Every shape `repeats` times, round-robin, after the untimed passes of `warm`."""
+        self.warm(shapes)
         out: dict[Shape, list[float]] = {s: [] for s in shapes}
         for _ in range(repeats):
             for s in shapes:
@@ -200,10 +216,9 @@ class _Bench:
 
     def after_sleep(self, shapes: list[Shape], gaps_ms: list[float], repeats: int) -> dict:
         """{"back": {shape: [ms]}, "after": {gap ms: {shape: [ms]}}}: per repeat and shape, one forward after each
-        sleep, then one right after that forward (back to back), so that drift spreads over both; after one untimed
-        pass."""
-        for s in shapes:
-            self.forward(s)
+        sleep, then one right after that forward (back to back), so that drift spreads over both; after the untimed
+        passes of `warm`."""
+        self.warm(shapes)
         back: dict[Shape, list[float]] = {s: [] for s in shapes}
         after: dict[float, dict[Shape, list[float]]] = {g: {s: [] for s in shapes} for g in gaps_ms}
         for _ in range(repeats):
@@ -215,8 +230,8 @@ class _Bench:
         return {"back": back, "after": after}
 
     def loop(self, shape: Shape, conn) -> list[float]:
-        """Forwards of `shape` until the controller sends anything; their ms."""
-        self.forward(shape)
+        """Forwards of `shape` until the controller sends anything; their ms (after the untimed passes of `warm`)."""
+        self.warm([shape])
         conn.send((P.LOOPING, None))
         out = []
         while not conn.poll():

@@ -64,7 +64,7 @@ def test_the_sleeps_come_before_their_forwards_and_back_to_back_right_after_one(
 
     class Stub(_Bench):
         def __init__(self):
-            pass
+            self.kv = self.tree_kv = None
 
         def forward(self, shape):
             events.append(("forward", shape))
@@ -82,6 +82,38 @@ def test_the_sleeps_come_before_their_forwards_and_back_to_back_right_after_one(
     assert events == [("forward", shape), ("sleep", 5.0), ("forward", shape), ("sleep", 50.0), ("forward", shape),
                       ("forward", shape)]
     assert out == {"back": {shape: [1.0]}, "after": {5.0: {shape: [1.0]}, 50.0: {shape: [1.0]}}}
+
+
+@pytest.mark.parametrize("role", ["target", "draft"])
+def test_with_graphs_no_timed_forward_is_a_shapes_first_sighting_or_its_capture(role):
+    """The "emulate" graph backend (ssd_runtime.graphs) counts warm-ups as CUDA graphs would: every shape is warmed
+    (sighting, capture, a replay) before its first timed sample; one untimed pass would leave the capture timed."""
+    from types import SimpleNamespace
+
+    from ssd_runtime.models import tiny_model
+    from ssd_runtime.probe import _Bench
+
+    model = tiny_model(**TARGET)
+    model._ssd_graphs = "emulate"
+    bench = _Bench(SimpleNamespace(model=model, vocab_size=TARGET["vocab"], spec=SimpleNamespace(device="cpu")),
+                   GRID, role)
+    shapes = GRID.draft_shapes() if role == "draft" else GRID.target_shapes()
+    timed_warmups, passes = [], []
+    forward, warm = bench.forward, bench.warm
+
+    def counted(shape):
+        if passes:  # after warm(): a timed forward
+            before = bench._warmups()
+            ms = forward(shape)
+            timed_warmups.append(bench._warmups() - before)
+            return ms
+        return forward(shape)
+
+    bench.forward = counted
+    bench.warm = lambda s: (warm(s), passes.append(bench._warmups()))
+    out = bench.time(shapes, 2)
+    assert passes[0] > 0 and len(timed_warmups) == 2 * len(shapes) and not any(timed_warmups)
+    assert all(len(v) == 2 for v in out.values())
 
 
 @pytest.mark.parametrize("flag,value", [("--probe-batch", "2,1"), ("--probe-idle-gaps", "50,5")])
