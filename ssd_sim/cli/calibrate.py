@@ -117,6 +117,8 @@ def print_report(profile: Profile, report: CalibrationReport) -> None:
                      "draft tokens at T > 0)" if lg.get("truncation_counted") else ""))
     if "acceptance.mix" in profile.provenance:
         con.print(f"workload mix: {profile.provenance['acceptance.mix']}")
+    if line := report.unsteady_line():
+        con.print(line)
     for w in report.warnings:
         con.print(f"warning: {w}")
     con.print(f"profile {profile.name}: max batch {profile.max_batch_size}")

@@ -165,6 +165,15 @@ def steady(trace: Trace) -> Trace:
     return replace(trace, rounds=[r for i, r in enumerate(trace.rounds) if i not in drop])
 
 
+def unsteady_counts(traces: Sequence[Trace]) -> dict[str, int]:
+    """{"rounds": all, "stalled": n, "warmup": n} over the traces when `steady` leaves any round out, else {}."""
+    stalled = sum(len(stalled_rounds(t.rounds)) for t in traces)
+    warm = sum(len(warmup_rounds(t.rounds)) for t in traces)
+    if not (stalled or warm):
+        return {}
+    return {"rounds": sum(len(t.rounds) for t in traces), "stalled": stalled, "warmup": warm}
+
+
 def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
     """One line when some of a run's rounds (a trace's, or a run's just finished) took over STALL_FACTOR x the median
     round of their kind (ms), else None: calibration leaves them out of the latency fit and its level

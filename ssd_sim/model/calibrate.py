@@ -31,7 +31,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.host import Host, host_differences
 from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
-from ssd_sim.io.sanity import distinct_traces, stall_warning, steady
+from ssd_sim.io.sanity import distinct_traces, stall_warning, steady, unsteady_counts
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.drift import Drift, calibration_drift, timed_span
@@ -74,11 +74,22 @@ class CalibrationReport:
     warnings: list[str] = field(default_factory=list)  # assumed or extrapolated quantities, one line each
     duplicates: list[str] = field(default_factory=list)  # traces given again (same content), counted once: one line each
     left_out: str | None = None  # with a mix: the requests it weighs 0 (mix.left_out), also one of the warnings
+    # rounds the latency fit left out (io.sanity.steady): {"rounds": all, "stalled": n, "warmup": n}; {} when none
+    unsteady: dict[str, int] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"traces": self.traces, "latency": self.latency, "overheads": self.overheads,
                 "acceptance": self.acceptance, "logged": self.logged, "warnings": self.warnings,
-                **({"duplicates": self.duplicates} if self.duplicates else {})}
+                **({"duplicates": self.duplicates} if self.duplicates else {}),
+                **({"unsteady_rounds": self.unsteady} if self.unsteady else {})}
+
+    def unsteady_line(self) -> str | None:
+        """One line naming the rounds the latency fit left out, or None when it timed every round."""
+        u = self.unsteady
+        if not u:
+            return None
+        return (f"latency timed on {u['rounds'] - u['stalled'] - u['warmup']} of {u['rounds']} rounds: "
+                f"{u['stalled']} stalled and {u['warmup']} CUDA graph warm-up rounds left out (io.sanity.steady)")
 
 
 MAX_FIT_ERROR = 1.0  # a median |relative error| of the SSD verifies above 100% means the traces do not fit together
@@ -786,6 +797,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     if probe is not None:
         check_probe(probe, setup, host)
     timed = [steady(t) for t in traces]  # latency from steady rounds (no stall, no graph warm-up); tokens from all
+    report.unsteady = unsteady_counts(traces)
     with _fitting("latency"):
         latency = fit_latency(timed, report)
         if probe is not None:

@@ -128,6 +128,17 @@ def test_the_same_trace_twice_or_a_link_to_it_is_counted_once_with_a_warning(tra
     assert a == b
 
 
+def test_the_report_names_the_rounds_the_latency_fit_left_out(traces, tmp_path, capsys):
+    from tests.helpers.synthetic_traces import stalled_trace
+
+    stalled_trace(tmp_path / "warm.jsonl", 20.0, warmup=True)
+    assert main([str(tmp_path / "warm.jsonl"), str(traces[0]), "-o", str(tmp_path / "p.json")]) == 0
+    out = capsys.readouterr().out
+    assert "latency timed on 339 of 340 rounds: 0 stalled and 1 CUDA graph warm-up rounds left out" in out
+    assert main([str(traces[1]), str(traces[0]), "-o", str(tmp_path / "q.json")]) == 0
+    assert "latency timed on" not in capsys.readouterr().out
+
+
 POOL40 = sorted((Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-pool40").glob("*.jsonl"))
 
 

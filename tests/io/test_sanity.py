@@ -144,10 +144,15 @@ def test_calibration_times_latency_without_the_warmup_rounds_it_would_otherwise_
     write_trace(tmp_path / "clean.jsonl", Plan(mode="sd", num_speculative_tokens=2), rounds=40, seed=3, noise=0.0)
     clean, _ = calibrate([tmp_path / "clean.jsonl", ar])
     fits = {}
+    reports = {}
     for warmup in (False, True):  # one round at 4x: under the stall factor, so only the runtime's mark removes it
         stalled_trace(tmp_path / f"sd{warmup}.jsonl", 4.0, warmup=warmup)
-        fits[warmup], report = calibrate([tmp_path / f"sd{warmup}.jsonl", ar])
-        assert not [w for w in report.warnings if "stalled" in w]
+        fits[warmup], reports[warmup] = calibrate([tmp_path / f"sd{warmup}.jsonl", ar])
+        assert not [w for w in reports[warmup].warnings if "stalled" in w]
+    assert reports[False].unsteady == {} and reports[False].unsteady_line() is None
+    assert reports[True].to_dict()["unsteady_rounds"] == {"rounds": 80, "stalled": 0, "warmup": 1}
+    assert reports[True].unsteady_line() == ("latency timed on 79 of 80 rounds: 0 stalled and 1 CUDA graph warm-up "
+                                             "rounds left out (io.sanity.steady)")
     assert fits[True].latency.target(1, 3) == pytest.approx(clean.latency.target(1, 3), rel=0.005)
     assert fits[False].latency.target(1, 3) > 1.03 * clean.latency.target(1, 3)
 
