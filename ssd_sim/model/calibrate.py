@@ -19,7 +19,7 @@ from __future__ import annotations
 
 import math
 import warnings
-from collections import defaultdict
+from collections import Counter, defaultdict
 from collections.abc import Mapping, Sequence
 from contextlib import contextmanager
 from dataclasses import dataclass, field, replace
@@ -696,8 +696,10 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
     """(SD of logit per-sequence acceptance pooled within traces, distinct sequences, median sequences per trace).
     Under a workload mix the spread is pooled within classes too: a run of the mix holds its classes' shares of
     requests, so only the spread inside a class varies from run to run; and the distinct sequences are what the
-    largest trace's requests are worth to the mix's weighted mean (RequestMix.effective_requests), not their count."""
-    within, dof, sizes, runs = 0.0, 0, [], []
+    requests are worth to the mix's weighted mean (RequestMix.effective_of_counts over the most requests of each
+    class one trace decoded), not their count."""
+    within, dof, runs = 0.0, 0, []
+    held: dict[str, int] = {}  # per class ("" without a mix), the most sequences of it one trace decoded
     for t in drafted:
         counts: dict[int, list[int]] = defaultdict(lambda: [0, 0])
         for r in t.rounds:
@@ -706,9 +708,9 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
                     c = counts[s.seq]
                     c[0] += min(s.accepted + 1, _k(r))
                     c[1] += s.accepted
-        # the calibration's sample size: its requests, or under a mix what they are worth to the mix's mean
-        sizes.append(len(counts) if mix is None else mix.effective_requests([t.tag(seq) for seq in counts]))
         runs.append(len(counts))
+        for tag, n in Counter(t.tag(seq) if mix is not None else "" for seq in counts).items():
+            held[tag] = max(held.get(tag, 0), n)
         classes: dict[str, list[tuple[int, int]]] = defaultdict(list)
         for seq, (tried, passed) in counts.items():
             if tried >= 5 and (mix is None or t.tag(seq) in mix.tags):
@@ -722,9 +724,12 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
             logit = np.log(p / (1 - p))
             within += float(np.var(logit, ddof=1)) * (len(seqs) - 1)
             dof += len(seqs) - 1
-    if not sizes:
+    if not runs:
         return None, 1, 1
-    return (math.sqrt(within / dof) if dof else None), max(round(max(sizes)), 1), int(np.median(runs))
+    # the calibration's sample size: its distinct requests (a trace's, as runs on one pool repeat its prompts), or
+    # under a mix what they are worth to the mix's weighted mean, class by class (traces of one class each add up)
+    n_cal = held.get("", 0) if mix is None else mix.effective_of_counts(held)
+    return (math.sqrt(within / dof) if dof else None), max(round(n_cal), 1), int(np.median(runs))
 
 
 @contextmanager

@@ -23,7 +23,7 @@ from __future__ import annotations
 import math
 import re
 from collections import Counter
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 import numpy as np
@@ -115,7 +115,10 @@ class RequestMix:
         (sum w)^2 / sum w^2 = 1 / sum_c share_c^2 / n_c (the variance of the weighted mean is the within-class
         variance over this); 0 when a class of the mix has no request here. Requests of classes the mix leaves out
         add nothing: 12 code and 24 chat requests under code 100% are worth 12."""
-        counts = Counter(tags)
+        return self.effective_of_counts(Counter(tags))
+
+    def effective_of_counts(self, counts: Mapping[str, int]) -> float:
+        """effective_requests of requests counted by class ({class: requests})."""
         if any(counts.get(t, 0) == 0 for t in self.tags):
             return 0.0
         return 1.0 / sum(share * share / counts[t] for t, share in self.shares)

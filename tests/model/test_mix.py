@@ -71,6 +71,12 @@ def test_the_calibrations_sample_size_is_what_its_requests_are_worth_to_the_mix(
     assert code.uncertainty.run_sequences == 48  # a predicted run's default size stays a calibration run's
     assert "over 24 sequences' worth under the mix code 100%" in code.uncertainty.sources["acceptance_logit_sd"]
 
+    # a code run and a chat run recorded apart: each class counts the requests its own trace decoded
+    runs = [read_trace(p).with_tags(CLASSES) for p in POOL40 if "ar" not in p.name][:1]
+    apart = [runs[0].only_requests(range(24)), runs[0].only_requests(range(24, 48))]
+    split, _ = calibrate_traces(apart, ["code.jsonl", "chat.jsonl"], mix=RequestMix.parse("code=1,chat=1"))
+    assert split.uncertainty.sequences == 48
+
 
 def two_classes(n_a: int, n_b: int):
     """A trace of n_a contexts of class a and n_b of class b (one request each), drawn from different pairs."""
