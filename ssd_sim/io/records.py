@@ -148,12 +148,18 @@ def check_dists(seq: SeqRecord, where: str) -> None:
         for side, (ids, lp, rest) in (("target", d[:3]), ("draft", d[3:])):
             if side == "draft" and ids is None and lp is None and rest is None:
                 continue
-            if not (isinstance(ids, list) and isinstance(lp, list) and ids and len(ids) == len(lp)
-                    and all(_is_int(t) and t >= 0 for t in ids)
-                    and all(_is_number(v) and math.isfinite(v) and v <= 1e-6 for v in lp)
-                    and _is_number(rest) and -1e-6 <= rest <= 1 + 1e-6):
+            if not _top_n_ok(ids, lp, rest):
                 raise bad(f"dists[{i}] {side}: needs equal-length lists of token ids >= 0 and log-probs <= 0, "
                           "and a rest mass in [0, 1]")
+
+
+def _top_n_ok(ids: Any, lp: Any, rest: Any) -> bool:
+    """One side's [ids, log-probs, rest] as JSON gives it: ints >= 0 (not bools), finite numbers <= 0 (1e-6 of
+    rounding allowed), a rest mass in [0, 1]. Set and map checks: a trace holds millions of these numbers."""
+    return (isinstance(ids, list) and isinstance(lp, list) and bool(ids) and len(ids) == len(lp)
+            and {type(t) for t in ids} == {int} and min(ids) >= 0
+            and {type(v) for v in lp} <= {int, float} and all(map(math.isfinite, lp)) and max(lp) <= 1e-6
+            and _is_number(rest) and -1e-6 <= rest <= 1 + 1e-6)
 
 
 def no_timings() -> dict[str, float]:

@@ -32,6 +32,11 @@ def test_well_formed_distributions_parse():
     [GOOD, [[3, 7], [-0.1, -1.0], 1.5, [3], [-0.2], 0.1]],  # rest mass above 1
     [GOOD, [[3, 7], [-0.1, "x"], 0.0, [3], [-0.2], 0.1]],
     [GOOD, [None, None, None, [3], [-0.2], 0.1]],  # only the draft side may be missing
+    [GOOD, [[3, True], [-0.1, -1.0], 0.0, [3], [-0.2], 0.1]],  # a boolean is no token id
+    [GOOD, [[3, 7.0], [-0.1, -1.0], 0.0, [3], [-0.2], 0.1]],  # nor is a float
+    [GOOD, [[3, 7], [-0.1, float("nan")], 0.0, [3], [-0.2], 0.1]],  # a log-prob must be finite
+    [GOOD, [[3, 7], [-0.1, False], 0.0, [3], [-0.2], 0.1]],  # and a number
+    [GOOD, [[], [], 0.0, [3], [-0.2], 0.1]],  # at least one token
     "not a list",
 ])
 def test_malformed_distributions_name_the_line(dists):
