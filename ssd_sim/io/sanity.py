@@ -186,5 +186,5 @@ def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:
     typical = duration(min(stalled.values()))
     return (f"{name}: {len(stalled)} of {len(ms)} rounds stalled (over {STALL_FACTOR:g}x the median round of their "
             f"rows and K, {typical}; {duration(extra)} extra, {extra / sum(ms.values()):.1%} of the run's time: a host "
-            "stall, or one-time work the runtime does not mark, such as an allocator growing): calibration leaves them out of the latency fit, so a "
+            "stall, or one-time work the runtime does not mark): calibration leaves them out of the latency fit, so a "
             "profile predicts steady rounds")
