@@ -165,13 +165,15 @@ def steady(trace: Trace) -> Trace:
     return replace(trace, rounds=[r for i, r in enumerate(trace.rounds) if i not in drop])
 
 
-def unsteady_counts(traces: Sequence[Trace]) -> dict[str, int]:
-    """{"rounds": all, "stalled": n, "warmup": n} over the traces when `steady` leaves any round out, else {}."""
-    stalled = sum(len(stalled_rounds(t.rounds)) for t in traces)
-    warm = sum(len(warmup_rounds(t.rounds)) for t in traces)
-    if not (stalled or warm):
+def unsteady_counts(traces: Sequence[Trace], kept: Sequence[Trace]) -> dict[str, int]:
+    """{"rounds": all, "stalled": n, "warmup": n} over the traces when `steady` left any round out of `kept` (their
+    steady versions), else {}. Stalls are judged without warm-up rounds, so the two sets do not overlap."""
+    rounds = sum(len(t.rounds) for t in traces)
+    dropped = rounds - sum(len(t.rounds) for t in kept)
+    if not dropped:
         return {}
-    return {"rounds": sum(len(t.rounds) for t in traces), "stalled": stalled, "warmup": warm}
+    warm = sum(len(warmup_rounds(t.rounds)) for t in traces)
+    return {"rounds": rounds, "stalled": dropped - warm, "warmup": warm}
 
 
 def stall_warning(rounds: Sequence[RoundRecord], name: str) -> str | None:

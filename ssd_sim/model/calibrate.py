@@ -696,7 +696,7 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
     """(SD of logit per-sequence acceptance pooled within traces, distinct sequences, median sequences per trace).
     Under a workload mix the spread is pooled within classes too: a run of the mix holds its classes' shares of
     requests, so only the spread inside a class varies from run to run; and the distinct sequences are what the
-    requests are worth to the mix's weighted mean (RequestMix.effective_of_counts over the most requests of each
+    requests are worth to the mix's weighted mean (RequestMix.effective_requests over the most requests of each
     class one trace decoded), not their count."""
     within, dof, runs = 0.0, 0, []
     held: dict[str, int] = {}  # per class ("" without a mix), the most sequences of it one trace decoded
@@ -728,7 +728,7 @@ def _between_sequence_sd(drafted: Sequence[Trace], mix: RequestMix | None = None
         return None, 1, 1
     # the calibration's sample size: its distinct requests (a trace's, as runs on one pool repeat its prompts), or
     # under a mix what they are worth to the mix's weighted mean, class by class (traces of one class each add up)
-    n_cal = held.get("", 0) if mix is None else mix.effective_of_counts(held)
+    n_cal = held.get("", 0) if mix is None else mix.effective_requests(held)
     return (math.sqrt(within / dof) if dof else None), max(round(n_cal), 1), int(np.median(runs))
 
 
@@ -802,7 +802,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     if probe is not None:
         check_probe(probe, setup, host)
     timed = [steady(t) for t in traces]  # latency from steady rounds (no stall, no graph warm-up); tokens from all
-    report.unsteady = unsteady_counts(traces)
+    report.unsteady = unsteady_counts(traces, timed)
     with _fitting("latency"):
         latency = fit_latency(timed, report)
         if probe is not None:

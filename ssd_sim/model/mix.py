@@ -110,15 +110,11 @@ class RequestMix:
                                      "calibrate on runs of that class or leave it out of --mix")
         return np.array([self.share(t) / counts[t] if t in self.tags else 0.0 for t in tags])
 
-    def effective_requests(self, tags: Sequence[str]) -> float:
-        """How many requests of the mix these (one tag each) are worth in a mean weighted by `weights`: Kish's
+    def effective_requests(self, counts: Mapping[str, int]) -> float:
+        """How many requests of the mix these ({class: requests}) are worth in a mean weighted by `weights`: Kish's
         (sum w)^2 / sum w^2 = 1 / sum_c share_c^2 / n_c (the variance of the weighted mean is the within-class
         variance over this); 0 when a class of the mix has no request here. Requests of classes the mix leaves out
         add nothing: 12 code and 24 chat requests under code 100% are worth 12."""
-        return self.effective_of_counts(Counter(tags))
-
-    def effective_of_counts(self, counts: Mapping[str, int]) -> float:
-        """effective_requests of requests counted by class ({class: requests})."""
         if any(counts.get(t, 0) == 0 for t in self.tags):
             return 0.0
         return 1.0 / sum(share * share / counts[t] for t, share in self.shares)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import functools
+from collections import Counter
 from pathlib import Path
 
 import numpy as np
@@ -54,13 +55,13 @@ def test_each_request_weighs_its_class_share_over_its_class_count():
 def test_requests_are_worth_what_they_add_to_the_mixs_weighted_mean():
     """Kish's effective size: the weighted mean's variance is the within-class variance over it."""
     code = RequestMix.parse("code=1")
-    assert code.effective_requests(["code"] * 12 + ["chat"] * 24) == pytest.approx(12.0)
+    assert code.effective_requests(Counter(["code"] * 12 + ["chat"] * 24)) == pytest.approx(12.0)
     halves = RequestMix.parse("code=1,chat=1")
-    assert halves.effective_requests(["code"] * 12 + ["chat"] * 12) == pytest.approx(24.0)
+    assert halves.effective_requests(Counter(["code"] * 12 + ["chat"] * 12)) == pytest.approx(24.0)
     # half A holds 13 code and 11 chat, half B the other way round: 1 / ((11/24)^2 / 13 + (13/24)^2 / 11)
     b = RequestMix.of_requests(["code"] * 11 + ["chat"] * 13)
-    assert b.effective_requests(["code"] * 13 + ["chat"] * 11) == pytest.approx(23.35, abs=0.01)
-    assert code.effective_requests(["chat"] * 5) == 0.0  # no request of the mix's class
+    assert b.effective_requests(Counter(["code"] * 13 + ["chat"] * 11)) == pytest.approx(23.35, abs=0.01)
+    assert code.effective_requests(Counter(["chat"] * 5)) == 0.0  # no request of the mix's class
 
 
 def test_the_calibrations_sample_size_is_what_its_requests_are_worth_to_the_mix(pool40):
