@@ -219,13 +219,16 @@ def test_host_reads_raise_only_inside_the_block_and_the_old_mode_comes_back(monk
     assert modes == ["warn", "error", "warn"]
 
 
-def _recorded(target, draft, plan: Plan) -> Target:
-    """A finished SD / SSD job whose draft replies as in ssd-run (a DraftRecorder: ranks, timings, counts)."""
+def _recorded(target, draft, plan: Plan, on_round=None) -> Target:
+    """A finished job whose draft (SD / SSD) replies as in ssd-run (a DraftRecorder: ranks, timings, counts);
+    `on_round` gets each RoundRecord."""
     from ssd_runtime.draft_trace import DraftRecorder
 
-    link = LocalLink(lambda msg: DraftRecorder(Drafter(draft, plan, 0, TARGET["vocab"])))
-    link.job({})
-    job = Target(target, TargetConfig(plan, N_NEW), link)
+    link = None
+    if plan.mode != "ar":
+        link = LocalLink(lambda msg: DraftRecorder(Drafter(draft, plan, 0, TARGET["vocab"])))
+        link.job({})
+    job = Target(target, TargetConfig(plan, N_NEW), link, on_round=on_round)
     job.generate(PROMPTS)
     return job
 
@@ -273,15 +276,9 @@ def test_the_summary_line_keeps_the_graph_counts_and_older_lines_read_none():
 
 
 def _rounds(target, draft, plan: Plan) -> list:
-    """The RoundRecords of one job as ssd-run records it (a DraftRecorder on the draft side)."""
-    from ssd_runtime.draft_trace import DraftRecorder
-
-    link = None
-    if plan.mode != "ar":
-        link = LocalLink(lambda msg: DraftRecorder(Drafter(draft, plan, 0, TARGET["vocab"])))
-        link.job({})
+    """The RoundRecords of one job as ssd-run records it."""
     rounds = []
-    Target(target, TargetConfig(plan, N_NEW), link, on_round=rounds.append).generate(PROMPTS)
+    _recorded(target, draft, plan, rounds.append)
     return rounds
 
 
