@@ -3,6 +3,7 @@
     .venv/bin/python bench/fidelity.py                        # every split, one table each
     .venv/bin/python bench/fidelity.py --split prompts        # one split (repeatable)
     .venv/bin/python bench/fidelity.py --json                 # {"splits": [{"name", "runs", "median_abs_err_pct", ...}]}
+    .venv/bin/python bench/fidelity.py --jobs 2               # two splits at a time (default: one per CPU)
 
 A split names the traces that calibrate a profile (`ssd-plan calibrate`, model.calibrate; optionally only some of
 them for acceptance and hit rates, "acceptance_from") and the runs it must predict; the two lists are disjoint, and each split says what the two sides still share (prompts, temperature,
@@ -56,8 +57,12 @@ from __future__ import annotations
 import argparse
 import functools
 import json
+import multiprocessing
+import os
+import site
 import statistics
 import sys
+from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -249,6 +254,35 @@ def run_split(name: str, split: dict, allow_leaks: bool = False, use_probe: bool
     pred = {p.name: read_trace(p) for p in split["predict"]}
     acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
     return evaluate(name, split, cal, pred, acc, allow_leaks, use_probe)
+
+
+def _run_or_leak(name: str, split: dict, options: dict) -> dict | str:
+    """run_split in a worker process; a LeakingSplit comes back as its message (str), raised again by the caller."""
+    try:
+        return run_split(name, split, **options)
+    except LeakingSplit as e:
+        return str(e)
+
+
+class SplitRuns:
+    """run_split of many splits at once in `jobs` worker processes, started in the given order; `result(name)` waits
+    for one (re-raising its LeakingSplit). Workers are spawned, not forked (a parent that loaded torch must not fork
+    its threads), with bench/ on their path; `close()` cancels the runs nobody waited for. Results are those of
+    run_split in this process: every draw and simulation is seeded."""
+
+    def __init__(self, named: dict[str, dict], jobs: int, **options):
+        self.pool = ProcessPoolExecutor(max(1, jobs), mp_context=multiprocessing.get_context("spawn"),
+                                        initializer=site.addsitedir, initargs=(str(Path(__file__).parent),))
+        self.futures: dict[str, Future] = {n: self.pool.submit(_run_or_leak, n, s, options) for n, s in named.items()}
+
+    def result(self, name: str) -> dict:
+        res = self.futures[name].result()
+        if isinstance(res, str):
+            raise LeakingSplit(res)
+        return res
+
+    def close(self) -> None:
+        self.pool.shutdown(cancel_futures=True)
 
 
 @functools.cache
@@ -657,19 +691,29 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mix", action="store_true",
                     help="halves splits: calibrate on half A as it is, not weighted to half B's request classes")
     ap.add_argument("--draws", type=int, help=f"random halves per halves split (default: the manifest's, else {DRAWS})")
+    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
+                    help="splits run at once, one worker process each (default: the CPU count; the results do not "
+                         "depend on it)")
     args = ap.parse_args(argv)
     if args.draws is not None and args.draws < 1:
         ap.error(f"--draws must be an integer >= 1, got {args.draws}")
+    if args.jobs < 1:
+        ap.error(f"--jobs must be an integer >= 1, got {args.jobs}")
+    names = args.split or list(every)
+    pending = SplitRuns({n: every[n] for n in names}, min(args.jobs, len(names)), allow_leaks=args.allow_leaks,
+                     use_probe=not args.no_probe, draws=args.draws, use_mix=not args.no_mix)
     results = []
-    for n in args.split or every:
-        try:
-            results.append(run_split(n, every[n], args.allow_leaks, use_probe=not args.no_probe, draws=args.draws,
-                                     use_mix=not args.no_mix))
-        except LeakingSplit as e:
-            if args.split:  # asked for by name: refuse in one line
-                raise SystemExit(f"fidelity: {e}; a hold-out must share no text (--allow-leaks reports it anyway)") \
-                    from None
-            print(f"refused: {e}", file=sys.stderr)
+    try:
+        for n in names:
+            try:
+                results.append(pending.result(n))
+            except LeakingSplit as e:
+                if args.split:  # asked for by name: refuse in one line
+                    raise SystemExit(f"fidelity: {e}; a hold-out must share no text (--allow-leaks reports it "
+                                     f"anyway)") from None
+                print(f"refused: {e}", file=sys.stderr)
+    finally:
+        pending.close()
     runs = [r for res in results if res["goal"] for r in res["runs"]]
     picks = [c for res in results if res["goal"] for c in res["choices"]]
     pooled = {"runs": len(runs), "coverage_90": sum(r["inside"] for r in runs) / len(runs),

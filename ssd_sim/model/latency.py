@@ -351,8 +351,13 @@ class FlatWorkloads:
         self.shapes = list(shapes)
         self.index = np.array(index, dtype=int)
         self.counts = np.array(counts, dtype=float)
-        ends = np.cumsum([len(w) for w in workloads]).tolist()
-        self.bounds = list(zip([0, *ends[:-1]], ends, strict=True))
+        # column j holds each workload's j-th forward (or the zero slot past its end): summing column after column
+        # adds each workload's forwards in order, as workload_ms does (a round holds one or two forwards)
+        lengths = [len(w) for w in workloads]
+        starts = np.cumsum([0, *lengths], dtype=int)[:-1]
+        width = max(lengths, default=0)
+        cols = np.arange(width)
+        self.columns = np.where(cols < np.array(lengths)[:, None], starts[:, None] + cols, len(index)).T
 
     def sizes(self) -> tuple[float, ...]:
         """The distinct forward sizes n = rows x tokens among the shapes, ascending."""
@@ -362,11 +367,14 @@ class FlatWorkloads:
         """workload_ms of every workload, bit for bit: the model once per shape (called as workload_ms calls it:
         numpy's vectorised power rounds differently from its scalar one), then each workload's forwards summed in
         order as workload_ms sums them."""
+        total = np.zeros(self.columns.shape[1])
         if not self.shapes:
-            return np.zeros(len(self.bounds))
+            return total
         per_shape = np.array([model(r, t) for r, t in self.shapes], dtype=float)
-        per = (self.counts * per_shape[self.index]).tolist()
-        return np.array([float(sum(per[a:b])) for a, b in self.bounds])
+        per = np.append(self.counts * per_shape[self.index], 0.0)
+        for column in self.columns:
+            total = total + per[column]
+        return total
 
 
 def fit_forward_latency(

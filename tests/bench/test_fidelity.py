@@ -3,9 +3,9 @@ batch size (bench/fidelity.py). Only the prompt splits hold out text: the others
 own prompts (at T = 0 the same tokens), which the overlap check refuses as hold-outs; they are still run with
 allow_leaks, as configuration checks without a goal, so a regression fails."""
 
-import functools
 import json
 import math
+import os
 from pathlib import Path
 
 import pytest
@@ -33,13 +33,19 @@ SPLITS = BENCH.splits()
 
 
 TEST_DRAWS = 3  # random halves per pool split in CI (the bench's default is the manifest's 10; ~10 s per split here)
+JOBS = min(4, os.cpu_count() or 1)  # worker processes for the splits (the results do not depend on it)
 
 
-@functools.cache
-def reported(name: str) -> dict:
-    """run_split of a split with allow_leaks, once per test session (the limit and coverage tests share it); a halves
-    split on its first TEST_DRAWS draws."""
-    return BENCH.run_split(name, SPLITS[name], allow_leaks=True, draws=TEST_DRAWS)
+@pytest.fixture(scope="module")
+def reported():
+    """name -> run_split of that split with allow_leaks, once per module (the limit and coverage tests share it); a
+    halves split on its first TEST_DRAWS draws. Every split starts at the first use, JOBS at a time, in the order the
+    tests ask for them."""
+    first = "b2-to-b4"  # the leak test asks first, then the limit tests in name order
+    runs = BENCH.SplitRuns({n: SPLITS[n] for n in [first, *sorted(set(SPLITS) - {first})]}, JOBS, allow_leaks=True,
+                           draws=TEST_DRAWS)
+    yield runs.result
+    runs.close()
 
 
 def test_every_split_named_by_the_issue_is_there():
@@ -98,11 +104,22 @@ def test_the_overlap_check_refuses_every_split_that_shares_text(name):
             BENCH.check_holdout(name, cal, pred)
 
 
-def test_a_leaking_split_is_refused_unless_asked_and_then_has_no_goal():
+def test_a_leaking_split_is_refused_unless_asked_and_then_has_no_goal(reported):
     with pytest.raises(BENCH.LeakingSplit, match="split b2-to-b4: 2 of 2 predicted runs"):
         BENCH.run_split("b2-to-b4", SPLITS["b2-to-b4"])
     res = reported("b2-to-b4")
     assert res["leak"] and res["goal"] is False  # reported, but never counted toward a goal
+
+
+def test_a_split_run_in_a_worker_process_gives_what_it_gives_here(reported):
+    here = BENCH.run_split("c1-to-c", SPLITS["c1-to-c"], allow_leaks=True, draws=TEST_DRAWS)
+    assert reported("c1-to-c") == here
+    runs = BENCH.SplitRuns({"b2-to-b4": SPLITS["b2-to-b4"]}, 1)  # a leak is raised here, as run_split raises it
+    try:
+        with pytest.raises(BENCH.LeakingSplit, match="split b2-to-b4: 2 of 2 predicted runs"):
+            runs.result("b2-to-b4")
+    finally:
+        runs.close()
 
 
 def test_the_prompt_split_shares_no_logged_context_with_its_calibration():
@@ -201,7 +218,7 @@ def test_every_split_has_a_limit():
 
 
 @pytest.mark.parametrize("name", sorted(LIMITS))
-def test_held_out_runs_are_predicted_within_the_split_limits(name):
+def test_held_out_runs_are_predicted_within_the_split_limits(name, reported):
     res = reported(name)
     median, worst = LIMITS[name]
     assert res["median_abs_err_pct"] <= median and res["worst_abs_err_pct"] <= worst, res
@@ -229,7 +246,7 @@ def test_calibrated_plan_is_the_best_measured_configuration():
     assert (hot.K, hot.fan_out, hot.saguaro_c) == (2, (0, 0, 1), 1.0)  # = ssd-k2-f001-b1-t1
 
 
-def test_interval_coverage_counts_text_hold_outs_only():
+def test_interval_coverage_counts_text_hold_outs_only(reported):
     # Across the configuration splits (which share text) the 90% intervals held 80-95% of the runs; what counts is
     # text the calibration never saw: prompts 8-15, the odd halves (AVX2 host), the odd prompts of the Zen 5 host,
     # the pool's random halves (Zen 4 host) and the odd code prompts predicted across the two hosts
@@ -336,7 +353,7 @@ def test_a_choice_is_judged_by_the_measured_tok_s_it_gives_up():
     assert (c["pick"], c["best"], c["ok"]) == ("a", "b", False) and c["regret_pct"] == pytest.approx(20.0)
 
 
-def test_the_probed_split_takes_its_latencies_from_the_probe():
+def test_the_probed_split_takes_its_latencies_from_the_probe(reported):
     res = reported("halves-probe")
     assert res["probe"].endswith("probe.json")
     traces = BENCH.run_split("halves-probe", SPLITS["halves-probe"], use_probe=False)
@@ -453,7 +470,7 @@ def test_a_workload_split_calibrates_on_prompts_its_predictions_never_used():
         BENCH.check_holdout("pool-to-avx2", whole, pred)
 
 
-def test_a_workload_split_predicts_with_the_workloads_acceptance_on_its_own_latencies():
+def test_a_workload_split_predicts_with_the_workloads_acceptance_on_its_own_latencies(reported):
     res = reported("avx2-to-pool")
     split = SPLITS["avx2-to-pool"]
     two = [p for p in split["predict"] if p.name in ("pool-ar-t0.jsonl", "pool-sd-k2-t0.jsonl")]

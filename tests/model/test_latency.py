@@ -153,6 +153,21 @@ def test_sizes_are_rows_times_tokens_so_a_batch_of_single_tokens_counts_as_its_p
     assert identifiable(FOUR, flat) == (["fixed_ms", "token_ms"], {"token_exponent": 1.0, "multi_token_ms": 0.0})
 
 
+def test_many_workloads_cost_what_each_costs_alone_bit_for_bit():
+    """FlatWorkloads.ms sums each workload's forwards in order, so a fit sees exactly workload_ms (a fit at a bound
+    or a tie must not move with how the sums are vectorised)."""
+    from ssd_sim.model.latency import FlatWorkloads
+
+    rng = np.random.default_rng(7)
+    model = ForwardLatency(fixed_ms=12.3, token_ms=1.7, token_exponent=0.83, multi_token_ms=0.9)
+    for n in (0, 1, 5, 40):
+        workloads = [[(int(rng.integers(1, 5)), int(rng.integers(1, 9)), float(rng.random() * 7))
+                      for _ in range(int(rng.integers(0, 6)))] for _ in range(n)]
+        got = FlatWorkloads(workloads).ms(model)
+        assert got.shape == (n,) and got.tolist() == [workload_ms(model, w) for w in workloads]
+    assert FlatWorkloads([[], [(1, 1, 2.0)], []]).ms(model).tolist() == [0.0, 2 * model(1, 1), 0.0]
+
+
 WAKES = {"target_after_idle": ((5.0, 10.0), (50.0, 40.0), (500.0, 40.0)),
          "draft_after_idle": ((5.0, 5.0), (50.0, 30.0), (500.0, 30.0))}
 
