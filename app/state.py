@@ -44,7 +44,7 @@ def this_host() -> Host:
 
 def profile_host_warning(profile: Profile) -> str | None:
     """ssd_sim.io.host.host_warning for the chosen profile on this host: one line, or None."""
-    return host_warning(profile.name, profile.host, this_host())
+    return host_warning(profile.name, profile.measured_host(), this_host())
 
 
 def keep_widget_state() -> None:

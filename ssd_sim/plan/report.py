@@ -109,7 +109,7 @@ def host_report(profile: Profile) -> dict:
     """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
     here, measured = current_host(), profile.measured_host()  # measured: also a trace machine line without a record
     return {"measured_on": measured.to_dict() if measured is not None else None, "here": here.to_dict(),
-            "warning": host_warning(profile.name, profile.host, here)}
+            "warning": host_warning(profile.name, measured, here)}
 
 
 def _finite(x: float) -> float | None:

@@ -313,6 +313,16 @@ def test_a_profile_from_another_or_an_unrecorded_host_shows_one_warning(at):
     assert "ssd-run calibrate-here" in warning.value
 
 
+def test_a_profile_calibrated_from_traces_without_a_host_record_warns_as_ssd_plan_does():
+    from app import state
+    from ssd_sim.model.profile import load_profile_file
+    from ssd_sim.plan.report import host_report
+
+    prof = load_profile_file(Path(__file__).resolve().parents[2] / "traces" / "cpu-fp32-grid" / "profile.json")
+    warning = state.profile_host_warning(prof)
+    assert warning == host_report(prof)["warning"] and "unrecorded host (x86_64 Linux, 2 cpus" in warning
+
+
 def test_uploads_over_the_cap_get_one_line_and_nothing_is_written(at, traces):
     from app.launch import MAX_UPLOAD_MB
 

@@ -158,6 +158,17 @@ def test_cpu_preset_of_an_unrecorded_host_warns_in_one_line(here, capsys):
     assert rep["warning"] in err and rep["here"]["cpu_id"] == HERE.cpu_id and rep["measured_on"]["cores"] == 2
 
 
+def test_a_profile_calibrated_from_traces_without_a_host_record_warns_in_one_line(here, capsys):
+    """Traces made before ssd-run recorded hosts: their machine line is all the profile knows, which cannot be
+    checked against this host (issue 26: such profiles used to carry no warning at all)."""
+    assert main(["--profile", str(GRID_PROFILE), "--json"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("ssd-plan: warning: profile qwen-coder-cpu-calibrated was "
+                                                   "measured on an unrecorded host (x86_64 Linux, 2 cpus")
+    assert "cannot be checked against this one" in err and "ssd-run calibrate-here" in err
+    assert json.loads(out)["host"]["warning"] in err
+
+
 def test_gpu_preset_is_not_host_specific(here, capsys):
     assert main(["--preset", "llama70b-1b-h100", "--json"]) == 0
     out, err = capsys.readouterr()

@@ -280,7 +280,9 @@ def test_replaying_another_setup_s_trace_warns_with_the_dashboard_s_line(capsys)
     assert capsys.readouterr().err == f"ssd-sim: warning: {line}\n"
     assert main(["--profile", str(GRID / "profile.json"), "-k", "2", "--fan-out", "0,0,1", "--replay", str(trace),
                  "--tokens", "16", "--json"]) == 0
-    assert capsys.readouterr().err == ""  # its own setup: nothing to say
+    err = capsys.readouterr().err  # its own setup: no mismatch, only the host line its unrecorded host gets
+    assert err.count("\n") == 1 and "this trace ran" not in err
+    assert err.startswith("ssd-sim: warning: profile qwen-coder-cpu-calibrated was measured on an unrecorded host")
 
 
 def test_a_refused_replay_of_another_setup_is_one_line_without_the_warning(capsys):
