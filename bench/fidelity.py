@@ -3,7 +3,7 @@
     .venv/bin/python bench/fidelity.py                        # every split, one table each
     .venv/bin/python bench/fidelity.py --split prompts        # one split (repeatable)
     .venv/bin/python bench/fidelity.py --json                 # {"splits": [{"name", "runs", "median_abs_err_pct", ...}]}
-    .venv/bin/python bench/fidelity.py --jobs 2               # two splits at a time (default: one per CPU)
+    .venv/bin/python bench/fidelity.py --jobs 2               # two splits at a time (default: one per CPU, at most 8)
 
 A split names the traces that calibrate a profile (`ssd-plan calibrate`, model.calibrate; optionally only some of
 them for acceptance and hit rates, "acceptance_from") and the runs it must predict; the two lists are disjoint, and each split says what the two sides still share (prompts, temperature,
@@ -691,9 +691,9 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--no-mix", action="store_true",
                     help="halves splits: calibrate on half A as it is, not weighted to half B's request classes")
     ap.add_argument("--draws", type=int, help=f"random halves per halves split (default: the manifest's, else {DRAWS})")
-    ap.add_argument("--jobs", type=int, default=os.cpu_count() or 1,
-                    help="splits run at once, one worker process each (default: the CPU count; the results do not "
-                         "depend on it)")
+    ap.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1),
+                    help="splits run at once, one worker process each (~0.4 GB; default: the CPU count, at most 8); "
+                         "the results do not depend on it")
     args = ap.parse_args(argv)
     if args.draws is not None and args.draws < 1:
         ap.error(f"--draws must be an integer >= 1, got {args.draws}")

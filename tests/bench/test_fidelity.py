@@ -120,6 +120,9 @@ def test_a_split_run_in_a_worker_process_gives_what_it_gives_here(reported):
             runs.result("b2-to-b4")
     finally:
         runs.close()
+    with pytest.raises(SystemExit) as e:
+        BENCH.main(["--split", "prompts", "--jobs", "0"])
+    assert e.value.code == 2
 
 
 def test_the_prompt_split_shares_no_logged_context_with_its_calibration():
