@@ -62,7 +62,6 @@ import os
 import site
 import statistics
 import sys
-from concurrent.futures import Future, ProcessPoolExecutor
 from dataclasses import replace
 from pathlib import Path
 
@@ -267,22 +266,23 @@ def _run_or_leak(name: str, split: dict, options: dict) -> dict | str:
 class SplitRuns:
     """run_split of many splits at once in `jobs` worker processes, started in the given order; `result(name)` waits
     for one (re-raising its LeakingSplit). Workers are spawned, not forked (a parent that loaded torch must not fork
-    its threads), with bench/ on their path; `close()` cancels the runs nobody waited for. Results are those of
-    run_split in this process: every draw and simulation is seeded."""
+    its threads), with bench/ on their path; `close()` stops them at once, finished or not (an interrupt waits for
+    nothing). Results are those of run_split in this process: every draw and simulation is seeded."""
 
     def __init__(self, named: dict[str, dict], jobs: int, **options):
-        self.pool = ProcessPoolExecutor(max(1, jobs), mp_context=multiprocessing.get_context("spawn"),
-                                        initializer=site.addsitedir, initargs=(str(Path(__file__).parent),))
-        self.futures: dict[str, Future] = {n: self.pool.submit(_run_or_leak, n, s, options) for n, s in named.items()}
+        self.pool = multiprocessing.get_context("spawn").Pool(max(1, jobs), initializer=site.addsitedir,
+                                                              initargs=(str(Path(__file__).parent),))
+        self.pending = {n: self.pool.apply_async(_run_or_leak, (n, s, options)) for n, s in named.items()}
 
     def result(self, name: str) -> dict:
-        res = self.futures[name].result()
+        res = self.pending[name].get()
         if isinstance(res, str):
             raise LeakingSplit(res)
         return res
 
     def close(self) -> None:
-        self.pool.shutdown(cancel_futures=True)
+        self.pool.terminate()
+        self.pool.join()
 
 
 @functools.cache
@@ -712,6 +712,8 @@ def main(argv: list[str] | None = None) -> int:
                     raise SystemExit(f"fidelity: {e}; a hold-out must share no text (--allow-leaks reports it "
                                      f"anyway)") from None
                 print(f"refused: {e}", file=sys.stderr)
+    except KeyboardInterrupt:
+        raise SystemExit("fidelity: interrupted; no table printed") from None
     finally:
         pending.close()
     runs = [r for res in results if res["goal"] for r in res["runs"]]
