@@ -19,7 +19,6 @@ from __future__ import annotations
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
-from contextvars import ContextVar
 from dataclasses import dataclass, field
 
 import torch
@@ -73,13 +72,21 @@ class _Active:
     base: str  # the model's own implementation: sdpa or eager
 
 
-_ACTIVE: ContextVar[_Active | None] = ContextVar("ssd_static_attention", default=None)
+class _Current:
+    """The StaticKV forward in progress: one at a time per process (each model runs in its own process, no threads).
+    A plain attribute, not a ContextVar: Dynamo cannot trace ContextVar.get, so a compiled forward broke its graph
+    at every layer's attention (10 graphs for the 2-layer tiny model; 1 with this)."""
+
+    active: _Active | None = None
+
+
+_CURRENT = _Current()
 
 
 def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, value: torch.Tensor,
                attention_mask, **kwargs):
     """The registered attention function: the layer's own mask, then the model's own implementation."""
-    active = _ACTIVE.get()
+    active = _CURRENT.active
     if active is None:
         raise RuntimeError("ssd_static attention was called outside a StaticKV forward")
     window = kwargs.get("sliding_window")
@@ -146,7 +153,7 @@ class StaticAttention:
     @contextmanager
     def active(self, visibility: Visibility) -> Iterator[None]:
         """Within the block, the model's attention layers use `visibility` (and transformers builds no masks)."""
-        token = _ACTIVE.set(_Active(visibility, self.base))
+        previous, _CURRENT.active = _CURRENT.active, _Active(visibility, self.base)
         before = [c._attn_implementation_internal for c in self.configs]
         for c in self.configs:
             c._attn_implementation_internal = NAME
@@ -155,7 +162,7 @@ class StaticAttention:
         finally:
             for c, impl in zip(self.configs, before, strict=True):
                 c._attn_implementation_internal = impl
-            _ACTIVE.reset(token)
+            _CURRENT.active = previous
 
 
 def _configs(model: torch.nn.Module) -> list:

@@ -149,10 +149,10 @@ def test_an_unknown_compile_mode_is_refused_naming_the_flag():
         load_model(replace(ModelSpec.tiny_spec(**TARGET), compile="fast"), "target")
 
 
-@pytest.mark.slow  # ~40 s of Dynamo tracing and Inductor codegen on a 2-core host: outside CI's 15 minutes
+@pytest.mark.slow  # ~20 s of Dynamo tracing and Inductor codegen on a 2-core host: outside CI's 15 minutes
 def test_a_compiled_forward_gives_the_eager_logits_through_the_static_cache():
     """torch.compile (dynamic shapes) of the forward, on this CPU: the same logits as eager within float noise,
-    through StaticKV's slot writes and the runtime's own attention function. One shape kind (~40 s to compile;
+    through StaticKV's slot writes and the runtime's own attention function. One shape kind (~20 s to compile;
     `pytest -m slow` runs it). The compile flag's parsing and refusals are tested in CI above."""
     from ssd_runtime.kv import StaticKV
     from ssd_runtime.models import ModelSpec, load_model
@@ -167,6 +167,29 @@ def test_a_compiled_forward_gives_the_eager_logits_through_the_static_cache():
         logits.append([kv.append([[1, 2, 3], [4, 5, 6, 7]], keep=2), kv.append([[8, 9], [10, 11]], keep=2)])
     for want, got in zip(*logits, strict=True):
         torch.testing.assert_close(got, want, atol=1e-4, rtol=1e-4)
+
+
+def test_dynamo_traces_a_static_cache_forward_as_one_graph():
+    """The attention hook reads the forward's visibility from a plain attribute: no graph break per layer (a
+    ContextVar there broke the graph at every layer's attention)."""
+    import torch._dynamo as dynamo
+
+    from ssd_runtime.kv import StaticKV
+    from ssd_runtime.models import ModelSpec, load_model
+
+    lm = load_model(replace(ModelSpec.tiny_spec(**TARGET), linear="dense"), "target")  # oneDNN prepacks are opaque
+    kv = StaticKV(lm.model, 2, 64)
+    kv.add_rows(2)
+    kv.append([[1, 2, 3], [4, 5, 6, 7]], keep=2)  # allocates the layers
+    forward, seen = lm.model.forward, []
+
+    def explained(*args, **kwargs):
+        seen.append(dynamo.explain(forward)(*args, **kwargs))
+        return forward(*args, **kwargs)
+
+    lm.model.forward = explained
+    kv.append([[8, 9], [10, 11]], keep=2)
+    assert [(e.graph_count, e.graph_break_count) for e in seen] == [(1, 0)], [e.break_reasons for e in seen]
 
 
 def _hf_cache(root, repo_id: str, model, ref: bool = True):
