@@ -16,13 +16,14 @@ import streamlit as st
 
 from app.launch import MAX_UPLOAD_MB
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.host import Host, current_host, host_warning
+from ssd_sim.io.host import Host, current_host
 from ssd_sim.io.jsonfile import parse_json
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.presets import get_preset, list_presets
 from ssd_sim.model.profile import PROFILE_SCHEMA, Profile, profile_from_dict
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import BStar, PlanRequest, SearchLimits, make_plan
+from ssd_sim.plan.report import host_report
 from ssd_sim.plan.whatif import build_plan, profile_values, with_overrides
 
 REPO = Path(__file__).resolve().parent.parent
@@ -43,8 +44,8 @@ def this_host() -> Host:
 
 
 def profile_host_warning(profile: Profile) -> str | None:
-    """ssd_sim.io.host.host_warning for the chosen profile on this host: one line, or None."""
-    return host_warning(profile.name, profile.measured_host(), this_host())
+    """ssd-plan's host warning (plan.report.host_report) for the chosen profile on this host: one line, or None."""
+    return host_report(profile, this_host())["warning"]
 
 
 def keep_widget_state() -> None:

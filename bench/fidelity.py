@@ -264,13 +264,14 @@ def _run_or_leak(name: str, split: dict, options: dict) -> dict | str:
 
 
 class SplitRuns:
-    """run_split of many splits at once in `jobs` worker processes, started in the given order; `result(name)` waits
+    """run_split of many splits at once in `jobs` worker processes (no more than there are splits), started in the given order; `result(name)` waits
     for one (re-raising its LeakingSplit). Workers are spawned, not forked (a parent that loaded torch must not fork
     its threads), with bench/ on their path; `close()` stops them at once, finished or not (an interrupt waits for
     nothing). Results are those of run_split in this process: every draw and simulation is seeded."""
 
     def __init__(self, named: dict[str, dict], jobs: int, **options):
-        self.pool = multiprocessing.get_context("spawn").Pool(max(1, jobs), initializer=site.addsitedir,
+        workers = max(1, min(jobs, len(named)))
+        self.pool = multiprocessing.get_context("spawn").Pool(workers, initializer=site.addsitedir,
                                                               initargs=(str(Path(__file__).parent),))
         self.pending = {n: self.pool.apply_async(_run_or_leak, (n, s, options)) for n, s in named.items()}
 
@@ -700,8 +701,8 @@ def main(argv: list[str] | None = None) -> int:
     if args.jobs < 1:
         ap.error(f"--jobs must be an integer >= 1, got {args.jobs}")
     names = args.split or list(every)
-    pending = SplitRuns({n: every[n] for n in names}, min(args.jobs, len(names)), allow_leaks=args.allow_leaks,
-                     use_probe=not args.no_probe, draws=args.draws, use_mix=not args.no_mix)
+    pending = SplitRuns({n: every[n] for n in names}, args.jobs, allow_leaks=args.allow_leaks,
+                        use_probe=not args.no_probe, draws=args.draws, use_mix=not args.no_mix)
     results = []
     try:
         for n in names:

@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import math
 
-from ssd_sim.io.host import current_host, host_warning
+from ssd_sim.io.host import Host, current_host, host_warning
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.plan.emit import engine_flags
@@ -105,9 +105,10 @@ def plan_file(result: PlanResult, report: dict) -> PlanFile:
     return PlanFile(result.plan, {k: v for k, v in report.items() if k != "plan"})
 
 
-def host_report(profile: Profile) -> dict:
-    """Where the profile was measured, this host, and the one-line warning when they differ (or None)."""
-    here, measured = current_host(), profile.measured_host()  # measured: also a trace machine line without a record
+def host_report(profile: Profile, here: Host | None = None) -> dict:
+    """Where the profile was measured, this host (`here`, read when not given), and the one-line warning when they
+    differ (or None)."""
+    here, measured = here or current_host(), profile.measured_host()  # measured: also a trace line without a record
     return {"measured_on": measured.to_dict() if measured is not None else None, "here": here.to_dict(),
             "warning": host_warning(profile.name, measured, here)}
 
