@@ -9,9 +9,9 @@ row, never a stuck script):
   tiny 1dev       tiny random models, target and draft processes both on cuda:0 (two processes, one device)
   tiny mixed      target on cuda:0, draft on the CPU (the gloo transport next to a CUDA model)
   tiny 2dev       target on cuda:0, draft on cuda:1 (the NCCL path), only where torch.cuda.device_count() >= 2
-  families 1dev   a tiny random pair of every supported family (ssd_runtime.specs.FAMILIES: Llama, Mistral,
-                  Mixtral, Qwen2, Qwen3, Qwen3-MoE, Gemma 2, Gemma 3, Phi-3; sliding windows of 5 tokens where the
-                  family has them) on cuda:0, one Session, each pair through AR / SD / SSD
+  families 1dev   a tiny random pair of every supported family (ssd_runtime.specs.FAMILIES, 35: Llama,
+                  Mistral, Qwen, Gemma, Phi, OLMo, Granite, Cohere, gpt-oss, ...; sliding windows of 5 tokens where
+                  the family has them) on cuda:0, one Session, each pair through AR / SD / SSD
   real 1dev       the Qwen2.5-Coder 1.5B / 0.5B pair (float32) on cuda:0, when it is in the model cache
                   (`ssd-run fetch-models`); skipped with one line otherwise, never fetched unless --fetch
   real 2dev       the same on cuda:0 / cuda:1, where two devices exist

@@ -89,11 +89,25 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     active = _CURRENT.active
     if active is None:
         raise RuntimeError("ssd_static attention was called outside a StaticKV forward")
-    window = kwargs.get("sliding_window")
+    window = kwargs["sliding_window"] if "sliding_window" in kwargs else layer_window(module)
     if active.base == "sdpa":
         groups = query.shape[1] // key.shape[1]
         return grouped_sdpa(query, key, value, active.visibility.mask(window, None, groups), **kwargs)
     return _eager(module)(module, query, key, value, active.visibility.mask(window, query.dtype), **kwargs)
+
+
+def layer_window(module: torch.nn.Module) -> int | None:
+    """The sliding window (tokens) of an attention layer that does not pass one to the attention function
+    (Qwen2-MoE, PhiMoE): the window transformers' own mask gives that layer. Its `sliding_window` attribute where
+    it keeps one, else the config's window on every layer, or on the layers its `layer_types` mark sliding."""
+    if hasattr(module, "sliding_window"):
+        return module.sliding_window or None
+    config = getattr(module, "config", None)
+    window = getattr(config, "sliding_window", None) or None  # Qwen2-MoE writes 0 when no layer slides
+    types = getattr(config, "layer_types", None)
+    if window is None or types is None or not hasattr(module, "layer_idx"):
+        return window
+    return window if types[module.layer_idx] == "sliding_attention" else None
 
 
 def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, mask: torch.Tensor,
@@ -105,8 +119,9 @@ def grouped_sdpa(query: torch.Tensor, key: torch.Tensor, value: torch.Tensor, ma
     Hkv heads over the cache as it is; only the boolean mask is repeated G times (P W bytes per copy, against
     2 W D x dtype bytes per head and layer for a K/V copy). Returns ([R, P, H, D], None), as transformers'.
     """
-    if kwargs.get("softcap") is not None:
-        raise ValueError("sdpa attention does not support softcap (load the model with attn_implementation='eager')")
+    for name in ("softcap", "s_aux", "sinks"):  # Gemma 2's softcap, gpt-oss's attention sinks: SDPA has neither
+        if kwargs.get(name) is not None:
+            raise ValueError(f"sdpa attention does not support {name} (load the model with attn_implementation='eager')")
     R, H, P, D = query.shape
     kv_heads, W = key.shape[1], key.shape[2]
     groups = H // kv_heads

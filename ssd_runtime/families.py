@@ -14,6 +14,10 @@ import torch
 from .specs import FAMILIES
 
 
+def _no_window(window: int | None) -> dict:
+    return {}
+
+
 def _window_every_layer(window: int | None) -> dict:
     return {"sliding_window": window}
 
@@ -24,7 +28,8 @@ def _qwen_window(window: int | None) -> dict:
 
 
 def _gemma_window(window: int | None) -> dict:
-    # Gemma 2 / 3 alternate sliding and full layers; their windows cannot be turned off
+    # Gemma 2 / 3 (also OLMo 3, Cohere 2, EXAONE 4, gpt-oss) mix sliding and full layers; their windows cannot be
+    # turned off
     return {"sliding_window": window or 4096}
 
 
@@ -63,6 +68,35 @@ _TABLE: dict[str, tuple[str | Callable, Callable[[int], dict], Callable[[int | N
     "gemma3": (_gemma3_multimodal, lambda hd: {"head_dim": hd, "query_pre_attn_scalar": hd,
                                                "sliding_window_pattern": 2}, _gemma_window),
     "phi3": ("Phi3Config", lambda hd: {}, _window_every_layer),
+    # families added 2026-12-05: the same runtime, no per-family code (see ssd_runtime.attention.layer_window)
+    "olmo": ("OlmoConfig", lambda hd: {}, _no_window),
+    "olmo2": ("Olmo2Config", lambda hd: {}, _no_window),
+    "olmo3": ("Olmo3Config", lambda hd: {}, _gemma_window),  # sliding except every 4th layer
+    "olmoe": ("OlmoeConfig", lambda hd: {"num_experts": 4, "num_experts_per_tok": 2}, _no_window),
+    "granite": ("GraniteConfig", lambda hd: {}, _no_window),
+    "granitemoe": ("GraniteMoeConfig", lambda hd: {"num_local_experts": 4, "num_experts_per_tok": 2}, _no_window),
+    "cohere": ("CohereConfig", lambda hd: {"logit_scale": 1.0}, _no_window),  # 0.0625 makes near-ties
+    "cohere2": ("Cohere2Config", lambda hd: {"sliding_window_pattern": 2, "logit_scale": 1.0}, _gemma_window),
+    "glm": ("GlmConfig", lambda hd: {"head_dim": hd}, _no_window),
+    "glm4": ("Glm4Config", lambda hd: {"head_dim": hd}, _no_window),
+    "smollm3": ("SmolLM3Config", lambda hd: {}, _no_window),
+    "helium": ("HeliumConfig", lambda hd: {"head_dim": hd}, _no_window),
+    "stablelm": ("StableLmConfig", lambda hd: {}, _no_window),
+    "exaone4": ("Exaone4Config", lambda hd: {"sliding_window_pattern": 2}, _gemma_window),
+    "ernie4_5": ("Ernie4_5Config", lambda hd: {"head_dim": hd}, _no_window),
+    "seed_oss": ("SeedOssConfig", lambda hd: {"head_dim": hd}, _no_window),
+    "arcee": ("ArceeConfig", lambda hd: {"head_dim": hd}, _no_window),
+    "apertus": ("ApertusConfig", lambda hd: {"head_dim": hd}, _no_window),
+    "starcoder2": ("Starcoder2Config", lambda hd: {}, _window_every_layer),
+    "qwen2_moe": ("Qwen2MoeConfig", lambda hd: {"num_experts": 4, "num_experts_per_tok": 2, "moe_intermediate_size": 32,
+                                                "shared_expert_intermediate_size": 32}, _qwen_window),
+    "phimoe": ("PhimoeConfig", lambda hd: {"num_local_experts": 4, "num_experts_per_tok": 2}, _window_every_layer),
+    "gpt_oss": ("GptOssConfig", lambda hd: {"head_dim": hd, "num_local_experts": 4, "num_experts_per_tok": 2},
+                _gemma_window),  # attention sinks: the family's eager attention (gpt-oss has no sdpa)
+    "phi": ("PhiConfig", lambda hd: {}, _no_window),
+    # multi-head (GPT-NeoX) and multi-query (Falcon 7B) attention: no num_key_value_heads
+    "gpt_neox": ("GPTNeoXConfig", lambda hd: {"num_key_value_heads": None}, _no_window),
+    "falcon": ("FalconConfig", lambda hd: {"num_key_value_heads": None}, _no_window),
 }
 assert set(_TABLE) == set(FAMILIES), "every supported family has a tiny model (and only those)"
 

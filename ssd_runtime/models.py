@@ -204,6 +204,9 @@ def check_family(path: Path, role: str = "model") -> str | None:
         what = f"model family {family!r} ({arch})" if family else "a model whose family its config does not name"
         raise ConfigError(role, f"{path} is {what}, which the runtime cannot drive; supported families "
                                 f"(config.json model_type): {', '.join(FAMILIES)}")
+    if family == "falcon" and config_field(cfg, "alibi"):
+        raise ConfigError(role, f"{path} is a Falcon model with ALiBi position biases (Falcon-RW), which the runtime "
+                                "cannot drive; Falcon 7B / 40B / 180B (rotary) are supported")
     if config_field(cfg, "is_causal") is False or config_field(cfg, "use_bidirectional_attention"):
         raise ConfigError(role, f"{path} is a bidirectional {family} model (an embedding model), not a causal LM; "
                                 "use a text-generation checkpoint")

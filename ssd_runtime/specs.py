@@ -10,7 +10,8 @@ from dataclasses import dataclass
 
 DTYPE_NAMES = ("float32", "bfloat16", "float16")
 # The decoder families the runtime drives (config.json's model_type -> what it covers). Each one is built tiny and
-# run through AR, SD and SSD by the tests (tests/runtime/test_families.py); others are refused before loading.
+# run through AR, SD and SSD by the tests (tests/runtime/test_families.py; the ten up to phi3 through every case in
+# CI, the others through a greedy SSD run there and every case under -m slow); others are refused before loading.
 FAMILIES = {
     "llama": "Llama 2 / 3.x (also DeepSeek-R1-Distill-Llama, SmolLM, TinyLlama)",
     "mistral": "Mistral / Ministral (sliding window)",
@@ -22,6 +23,31 @@ FAMILIES = {
     "gemma3_text": "Gemma 3 text models (1B, 270M; alternating sliding / full layers)",
     "gemma3": "Gemma 3 4B-27B (multimodal checkpoints, decoded text-only)",
     "phi3": "Phi-3 / Phi-3.5 / Phi-4-mini",
+    "olmo": "OLMo (1)",
+    "olmo2": "OLMo 2",
+    "olmo3": "OLMo 3 (sliding / full layers)",
+    "olmoe": "OLMoE (mixture of experts)",
+    "granite": "IBM Granite 3.x dense",
+    "granitemoe": "IBM Granite 3.x mixture of experts",
+    "cohere": "Cohere Command-R / Aya",
+    "cohere2": "Cohere Command-R7B / Command A (sliding / full layers)",
+    "glm": "GLM-4 (2024)",
+    "glm4": "GLM-4-0414",
+    "smollm3": "SmolLM3",
+    "helium": "Kyutai Helium",
+    "stablelm": "StableLM 2 / 3B",
+    "exaone4": "EXAONE 4.0 (sliding / full layers)",
+    "ernie4_5": "ERNIE 4.5 dense",
+    "seed_oss": "Seed-OSS",
+    "arcee": "Arcee AFM",
+    "apertus": "Swiss AI Apertus",
+    "starcoder2": "StarCoder2 (sliding window)",
+    "qwen2_moe": "Qwen1.5-MoE / Qwen2-MoE",
+    "phimoe": "Phi-3.5-MoE (sliding window)",
+    "gpt_oss": "gpt-oss 20B / 120B (attention sinks, sliding / full layers)",
+    "phi": "Phi-1 / Phi-1.5 / Phi-2",
+    "gpt_neox": "GPT-NeoX / Pythia",
+    "falcon": "Falcon 7B / 40B / 180B (not the ALiBi Falcon-RW)",
 }
 QUANTIZE = ("none", "int8")
 # How the model's forward runs: off (eager: on CPU compiled forwards of the tiny pair measured no faster, 11.1 vs
@@ -46,7 +72,8 @@ TINY_DRAFT = {**TINY_TARGET, "noise": 0.02}
 # 5 tokens where the family has one, so contexts outgrow it. Draft noise such that its greedy choice agrees with
 # the target's about 30-70% of the time (Gemma's scaled embeddings and softcaps make it less sensitive to noise).
 TINY_WINDOW = 5
-_FAMILY_DRAFT_NOISE = {"gemma2": 0.05, "gemma3_text": 0.2, "gemma3": 0.1}
+_FAMILY_DRAFT_NOISE = {"gemma2": 0.05, "gemma3_text": 0.2, "gemma3": 0.1, "phi": 0.05, "olmo3": 0.05,
+                      "apertus": 0.05}
 
 
 def tiny_pair(family: str, base: dict | None = None) -> tuple[dict, dict]:

@@ -33,7 +33,8 @@ from ssd_sim.io.jsonfile import read_json_object
 
 BYTES = {"bf16": 2.0, "fp16": 2.0, "fp8": 1.0, "int8": 1.0, "fp32": 4.0}
 TIED_BY_DEFAULT = ("gemma", "gemma2", "gemma3", "gemma3_text")  # config classes whose tie_word_embeddings defaults to True
-UNGATED = ("gpt2", "gpt_neox", "opt", "bloom", "falcon")  # two-matrix MLPs
+# two-matrix MLPs (no gate): also Phi-1/2, StarCoder2, Arcee (ReLU^2), Apertus (xIELU), Nemotron
+UNGATED = ("gpt2", "gpt_neox", "opt", "bloom", "falcon", "phi", "starcoder2", "arcee", "apertus", "nemotron")
 
 
 @dataclass(frozen=True)
@@ -182,7 +183,9 @@ class Architecture:
         hidden, heads = need("hidden_size", "n_embd", "d_model"), need("num_attention_heads", "n_head")
         layers = need("num_hidden_layers", "n_layer")
         experts = int(cfg.get("num_local_experts") or cfg.get("num_experts") or cfg.get("n_routed_experts") or 0)
-        inter = int(cfg.get("intermediate_size") or cfg.get("n_inner") or cfg.get("ffn_dim") or 4 * hidden)
+        # Falcon's MLP width is ffn_hidden_size (a re-saved Falcon config may also carry an unused intermediate_size)
+        inter = int(cfg.get("ffn_hidden_size") or cfg.get("intermediate_size") or cfg.get("n_inner") or cfg.get("ffn_dim")
+                    or 4 * hidden)
         moe_inter = int(cfg.get("moe_intermediate_size") or (inter if experts else 0))
         kind = str(cfg.get("model_type") or "")
         shared = int(cfg.get("shared_expert_intermediate_size") or int(cfg.get("n_shared_experts") or 0) * moe_inter)
@@ -221,11 +224,12 @@ def _dense_layers(cfg: dict, layers: int) -> int:
 
 
 def _kv_heads(cfg: dict, heads: int) -> int:
-    """KV heads: num_key_value_heads (Falcon: num_kv_heads, or 1 with multi_query), else every head."""
+    """KV heads: 1 with multi_query (Falcon 7B, GPTBigCode; Falcon ignores num_kv_heads then, which a re-saved
+    config sets to every head), else num_key_value_heads (Falcon 40B / 180B: num_kv_heads), else every head."""
+    if cfg.get("multi_query") and not cfg.get("new_decoder_architecture"):
+        return 1
     n = cfg.get("num_key_value_heads") or cfg.get("num_kv_heads")
-    if n:
-        return int(n)
-    return 1 if cfg.get("multi_query") and not cfg.get("new_decoder_architecture") else heads
+    return int(n) if n else heads
 
 
 ATTENTION_TYPES = ("full_attention", "sliding_attention", "chunked_attention", "attention")

@@ -6,11 +6,12 @@ from __future__ import annotations
 import itertools
 from collections import Counter
 
+import pytest
 import torch
 from scipy.stats import chisquare
 
 from ssd_runtime.models import ModelSpec, tiny_model
-from ssd_runtime.specs import TINY_DRAFT, TINY_TARGET
+from ssd_runtime.specs import FAMILIES, TINY_DRAFT, TINY_TARGET
 
 ALPHA = 1e-3  # significance level of every goodness-of-fit test in the runtime suite
 
@@ -19,6 +20,17 @@ TARGET, DRAFT = TINY_TARGET, TINY_DRAFT
 # Sampling pair: vocab 8 so the distribution of whole continuations can be enumerated exactly.
 SMALL_TARGET = {"vocab": 8, "seed": 11, "hidden": 32, "init_std": 0.3}
 SMALL_DRAFT = {**SMALL_TARGET, "noise": 0.05}
+
+
+# Families run through every two-process case in CI; the others (added later, driven by the same code) get one
+# greedy SSD run each there and every case under -m slow (CI stays under 15 minutes with 35 families).
+CORE_FAMILIES = ("llama", "mistral", "mixtral", "qwen2", "qwen3", "qwen3_moe", "gemma2", "gemma3_text", "gemma3", "phi3")
+OTHER_FAMILIES = tuple(f for f in FAMILIES if f not in CORE_FAMILIES)
+
+
+def family_params() -> list:
+    """Every family as a pytest parameter, the non-core ones marked slow."""
+    return [f if f in CORE_FAMILIES else pytest.param(f, marks=pytest.mark.slow) for f in FAMILIES]
 
 
 def spec(kwargs: dict) -> ModelSpec:

@@ -103,6 +103,10 @@ def test_falcon_multi_query_and_gemma_tied_embeddings_follow_their_config_classe
     base = {"num_hidden_layers": 2, "hidden_size": 64, "num_attention_heads": 8, "vocab_size": 100}
     assert Architecture.from_config({**base, "model_type": "falcon", "multi_query": True}).kv_heads == 1
     assert Architecture.from_config({**base, "model_type": "falcon", "num_kv_heads": 2}).kv_heads == 2
+    # a Falcon 7B config re-saved by transformers also holds num_kv_heads = every head, which multi_query overrides
+    resaved = {**base, "model_type": "falcon", "multi_query": True, "num_kv_heads": 8}
+    assert Architecture.from_config(resaved).kv_heads == 1
+    assert Architecture.from_config({**resaved, "new_decoder_architecture": True}).kv_heads == 8
     assert Architecture.from_config({**base, "model_type": "gemma2"}).tied_embeddings
     assert not Architecture.from_config({**base, "model_type": "llama"}).tied_embeddings
 

@@ -16,12 +16,12 @@ from ssd_runtime.draft import Drafter
 from ssd_runtime.graphs import BUCKET, GraphCache, bucket, row_bucket
 from ssd_runtime.kv import StaticKV
 from ssd_runtime.models import load_model, tiny_model
-from ssd_runtime.specs import FAMILIES, ModelSpec, tiny_pair
+from ssd_runtime.specs import ModelSpec, tiny_pair
 from ssd_runtime.target import Target, TargetConfig
 from ssd_runtime.transport import LocalLink
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.plan.plan import Plan
-from tests.helpers.runtime import DRAFT, TARGET, make_prompts
+from tests.helpers.runtime import DRAFT, TARGET, family_params, make_prompts
 
 PROMPTS = make_prompts([3, 11, 6, 8], TARGET["vocab"], seed=0)
 N_NEW = 20
@@ -107,7 +107,7 @@ def test_widths_move_through_several_buckets_and_the_tokens_stay_the_same(monkey
     assert 32 in widths and len(widths) >= 2, widths
 
 
-@pytest.mark.parametrize("family", FAMILIES)
+@pytest.mark.parametrize("family", family_params())
 def test_every_family_gives_the_same_tokens_replayed(family):
     """Sliding windows (5 tokens, the contexts reach ~30), softcapping, MoE routing; 3 sequences in a batch of 4."""
     plan = Plan(num_speculative_tokens=3, fan_out=(2, 1, 1, 1), batch_size=4, mode="ssd", backup="jit",

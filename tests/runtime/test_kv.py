@@ -10,6 +10,7 @@ import torch
 from ssd_runtime.kv import SCRATCH, StaticKV
 from ssd_runtime.models import tiny_model
 from ssd_runtime.specs import FAMILIES, TINY_WINDOW
+from ssd_sim.model.architecture import Architecture
 from tests.helpers.runtime import TARGET, make_prompts
 
 ATOL = 1e-4  # float32 logits of magnitude ~10; summation order differs between cached and fresh runs
@@ -133,8 +134,8 @@ def test_buffers_grow_when_a_row_outgrows_them(model):
 
 def test_memory_is_rows_times_capacity_and_fixed_after_the_first_forward(model):
     kv = filled(model, make_prompts([4, 4], 96, seed=10), rows=3, capacity=64)
-    cfg = model.config.get_text_config()
-    per_slot = 2 * cfg.num_hidden_layers * cfg.num_key_value_heads * (cfg.hidden_size // cfg.num_attention_heads) * 4
+    # the planner's cache bytes per token (ssd_sim: KV heads of GQA, multi-head GPT-NeoX, multi-query Falcon)
+    per_slot = Architecture.from_config(model.config.to_dict()).kv_bytes_per_token("fp32")
     assert kv.nbytes() == 3 * 64 * per_slot
     for _ in range(10):
         kv.append([[1, 2, 3], [4, 5, 6]])
