@@ -46,14 +46,19 @@ def session():
         yield s
 
 
-@pytest.fixture(scope="module", params=family_params())
-def family(request):
-    """(family, target kwargs, draft kwargs, greedy reference outputs) computed without the runtime."""
-    target, draft = tiny_pair(request.param)
+def greedy_reference(name: str) -> tuple[dict, dict, list[list[int]]]:
+    """(target kwargs, draft kwargs, greedy reference outputs on PROMPTS) of a family, computed without the runtime."""
+    target, draft = tiny_pair(name)
     model = target_model(target)
     outs, gaps = zip(*(reference_greedy(model, p, N_NEW) for p in PROMPTS), strict=True)  # gaps: >> float noise
-    assert min(gaps) >= 1e-3, f"{request.param}: the tiny target has a near-tie (gap {min(gaps):.2g})"
-    return request.param, target, draft, list(outs)
+    assert min(gaps) >= 1e-3, f"{name}: the tiny target has a near-tie (gap {min(gaps):.2g})"
+    return target, draft, list(outs)
+
+
+@pytest.fixture(scope="module", params=family_params())
+def family(request):
+    """(family, target kwargs, draft kwargs, greedy reference outputs)."""
+    return request.param, *greedy_reference(request.param)
 
 
 CASES = {
@@ -90,14 +95,11 @@ def test_every_other_family_runs_greedy_ssd_with_a_refill_exactly(session, name)
     """The families outside CORE_FAMILIES in CI: one SSD run (jit backup, b = 3, the 4th prompt refilling a finished
     row) equals transformers' own greedy continuation; the draft is right sometimes and the cache both hits and
     misses. Every case of the test above runs for them under -m slow."""
-    target, draft = tiny_pair(name)
-    model = target_model(target)
-    reference, gaps = zip(*(reference_greedy(model, p, N_NEW) for p in PROMPTS), strict=True)
-    assert min(gaps) >= 1e-3, f"{name}: the tiny target has a near-tie (gap {min(gaps):.2g})"
+    target, draft, reference = greedy_reference(name)
     mode, plan = CASES["ssd-K2-jit"]
     res = session.run(Job(plan.replace(batch_size=3, mode=mode), PROMPTS, N_NEW, target=spec(target),
                           draft=spec(draft)))
-    assert res.faults == [] and res.outputs == list(reference), name
+    assert res.faults == [] and res.outputs == reference, name
     seqs = [s for r in res.rounds for s in r.seqs]
     assert len({s.accepted for s in seqs}) > 1 and {s.hit for s in seqs if not s.first} == {True, False}, name
 
