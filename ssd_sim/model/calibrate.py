@@ -36,12 +36,12 @@ from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.drift import Drift, calibration_drift, timed_span
 from ssd_sim.model.latency import (
-    PINNED_AT,
     FitReport,
     ForwardLatency,
     LatencyModel,
     fit_forward_latency,
     fit_scaled_latency,
+    fit_warnings,
     overlapped_ms,
 )
 from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
@@ -76,6 +76,9 @@ class CalibrationReport:
     left_out: str | None = None  # with a mix: the requests it weighs 0 (mix.left_out), also one of the warnings
     # rounds the latency fit left out (io.sanity.steady): {"rounds": all, "stalled": n, "warmup": n}; {} when none
     unsteady: dict[str, int] = field(default_factory=dict)
+    # role -> the warnings of the traces' own latency fit (also in warnings): a probe's tables replace that fit, and
+    # model.probed.apply_probe drops them
+    fit_warnings: dict[str, list[str]] = field(default_factory=dict)
 
     def to_dict(self) -> dict:
         return {"traces": self.traces, "latency": self.latency, "overheads": self.overheads,
@@ -222,19 +225,21 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
         raise ConfigError("traces", "need sd or ssd traces with draft timings to fit the draft latency")
     target, trep = fit_forward_latency(tw, tms, free=FREE)
     report.latency["target"] = _fit_dict(trep, len(tms), target)
-    _warn_at_bound(report, "target", trep)
+    _warn_fit(report, "target", trep)
     if any(every.draft_concurrent):
         draft, drep = fit_forward_latency(every.draft_work, every.draft_ms, free=FREE, concurrent=every.draft_concurrent)
         report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
-        _warn_at_bound(report, "draft", drep)
+        _warn_fit(report, "draft", drep)
     else:  # SD drafting only: one or two tokens per row, so the draft's multi-token / multi-row curve is not seen
         draft, drep = fit_scaled_latency(target, every.draft_work, every.draft_ms)
         report.latency["draft"] = _fit_dict(drep, len(every.draft_ms), draft)
         report.latency["draft"]["source"] = (
             f"derived: the target's measured rows x tokens curve scaled by {drep.params['scale']:.3f} to the draft's "
             "SD steps (no SSD traces time the draft's glue and multi-row branch decode)")
-        report.warnings.append("draft latency beyond one token per row is derived from the target's curve (no SSD "
-                               "traces); one SSD trace measures it")
+        line = "draft latency beyond one token per row is derived from the target's curve (no SSD traces); one SSD " \
+               "trace measures it"
+        report.fit_warnings["draft"] = [line]
+        report.warnings.append(line)
     d_slow = drep.params.get("concurrent_slowdown", 0.0)
     if not any(every.draft_concurrent):  # no SSD trace: nothing ran both models at once
         lo, hi = interference_range(traces)
@@ -347,21 +352,11 @@ def interference_level(x: dict[str, np.ndarray], s_one: float, s_rows: float) ->
     return float(brentq(gap, lo, hi, xtol=1e-6))
 
 
-def _warn_at_bound(report, role: str, rep) -> None:
-    """A warning for every fitted latency parameter that ended on a bound of its fit (the traces do not pin it),
-    and one for the parameters too few distinct forward sizes left unfitted (latency.identifiable)."""
-    if rep.pinned:
-        held = ", ".join(f"{n} at {PINNED_AT[n]:g}" for n in rep.pinned)
-        sizes = ", ".join(f"{s:g}" for s in rep.sizes)
-        verb = "is" if len(rep.pinned) == 1 else "are"
-        report.warnings.append(f"{role} latency: the traces time {len(rep.sizes)} distinct forward sizes (rows x "
-                               f"tokens: {sizes}), too few to fit every parameter, so {held} {verb} held, not fitted; "
-                               "predictions at other sizes follow that assumption: record runs at more K or batch "
-                               "sizes to fit them")
-    for name in rep.at_bound:
-        report.warnings.append(f"{role} latency: {name} = {rep.params[name]:.4g} sits at a bound of its fit, so the "
-                               f"traces do not pin it; predictions at shapes the traces did not time (rows x tokens) "
-                               f"are extrapolated: record runs at more K and batch sizes")
+def _warn_fit(report: CalibrationReport, role: str, rep) -> None:
+    """The warnings of the traces' fit of `role`'s latency (fit_warnings), in report.warnings and report.fit_warnings."""
+    lines = fit_warnings(role, rep)
+    report.fit_warnings[role] = lines
+    report.warnings.extend(lines)
 
 
 def _fit_dict(rep: FitReport, n: int, model: ForwardLatency) -> dict:

@@ -517,3 +517,29 @@ def _at_bound(names, x, lower, upper) -> tuple[str, ...]:
 
     return tuple(n for n, v, lo, hi in zip(names, x, lower, upper, strict=True)
                  if (near(v, lo) and lo > 0) or near(v, hi))
+
+
+def fit_warnings(role: str, rep, probed: str | None = None) -> list[str]:
+    """A warning for every fitted latency parameter that ended on a bound of its fit (the data do not pin it), and
+    one for the parameters too few distinct forward sizes left unfitted (latency.identifiable). `probed`: the
+    probed range when the fit is the curve a probe's table extrapolates with (it serves only outside the table)."""
+    out = []
+    if rep.pinned:
+        held = ", ".join(f"{n} at {PINNED_AT[n]:g}" for n in rep.pinned)
+        sizes = ", ".join(f"{s:g}" for s in rep.sizes)
+        verb = "is" if len(rep.pinned) == 1 else "are"
+        source, fix = (("the traces time", "record runs at more K or batch sizes") if probed is None else
+                       ("the probe's table holds", "probe more shapes"))
+        out.append(f"{role} latency: {source} {len(rep.sizes)} distinct forward sizes (rows x tokens: {sizes}), too "
+                   f"few to fit every parameter, so {held} {verb} held, not fitted; predictions at other sizes follow "
+                   f"that assumption: {fix} to fit them")
+    for name in rep.at_bound:
+        if probed is None:
+            out.append(f"{role} latency: {name} = {rep.params[name]:.4g} sits at a bound of its fit, so the "
+                       f"traces do not pin it; predictions at shapes the traces did not time (rows x tokens) "
+                       f"are extrapolated: record runs at more K and batch sizes")
+        else:
+            out.append(f"{role} latency outside the probed shapes ({probed}): the curve fitted to the probe's table "
+                       f"has {name} = {rep.params[name]:.4g} at a bound of its fit, so shapes beyond the table are "
+                       "extrapolated on a curve the table does not pin (ssd-plan flags such plans): probe them")
+    return out

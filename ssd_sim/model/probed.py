@@ -24,7 +24,7 @@ from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
 from ssd_sim.io.values import parse_utc, utc_text
-from ssd_sim.model.latency import LatencyModel
+from ssd_sim.model.latency import LatencyModel, fit_warnings
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.model.uncertainty import EXTRAPOLATION_SD, Uncertainty
 
@@ -49,7 +49,8 @@ def check_probe(probe: Probe, setup: dict, host: Host | None) -> None:
 def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], report) -> LatencyModel:
     """`fitted` (from the traces) with the probe's tables, slowdowns and transfer; report.latency gains a
     "probe" entry with the cross-checks, and its target / draft / interference entries say they are probed."""
-    target, draft = MeasuredForward.fit(probe.target), MeasuredForward.fit(probe.draft)
+    (target, t_rep), (draft, d_rep) = MeasuredForward.fitted(probe.target), MeasuredForward.fitted(probe.draft)
+    _replace_fit_warnings(report, {"target": (target, t_rep), "draft": (draft, d_rep)})
     drift = {t.path: r for t in traces if t.mode != "ssd" and (r := _verify_ratio(t, target)) is not None}
     report.latency["probe"] = {
         "path": probe.path, "context": probe.context, "temperature": probe.temperature,
@@ -83,6 +84,15 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
                     draft_after_idle=probe.after_idle.get("draft", ()))
     _after_idle(probe, model, traces, drift, report)
     return model
+
+
+def _replace_fit_warnings(report, fits: dict[str, tuple[MeasuredForward, object]]) -> None:
+    """The traces' latency-fit warnings (a bound, too few sizes) concern curves the probe's tables replace: drop them,
+    and warn instead where the tables' own extrapolation curve is not pinned (it serves only outside the table)."""
+    stale = {w for lines in report.fit_warnings.values() for w in lines}
+    report.warnings[:] = [w for w in report.warnings if w not in stale]
+    for role, (fwd, rep) in fits.items():
+        report.warnings.extend(fit_warnings(role, rep, probed=fwd.probed_range()))
 
 
 AFTER_IDLE_WARN = 0.05  # SD's verifies this much further above the table than AR's (beyond the priced wake): warn

@@ -19,9 +19,10 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.model.latency import MS_TERMS, ForwardLatency, LatencyModel, fit_forward_latency
+from ssd_sim.model.latency import MS_TERMS, FitReport, ForwardLatency, LatencyModel, fit_forward_latency
 
 Shape = tuple[int, int, float]  # (rows, tokens per row, ms)
+CURVE_FREE = ("fixed_ms", "token_ms", "token_exponent", "multi_token_ms")  # the extrapolation curve's fitted terms
 
 
 @dataclass(frozen=True)
@@ -55,15 +56,19 @@ class MeasuredForward(ForwardLatency):
         object.__setattr__(self, "_curve", ForwardLatency(**{f.name: getattr(self, f.name) for f in fields(ForwardLatency)}))
 
     @classmethod
-    def fit(cls, table: dict[tuple[int, int], float], free=("fixed_ms", "token_ms", "token_exponent",
-                                                             "multi_token_ms")) -> MeasuredForward:
+    def fit(cls, table: dict[tuple[int, int], float], free=CURVE_FREE) -> MeasuredForward:
         """A MeasuredForward over `table` {(rows, tokens): ms}, its curve least-squares fitted to the table."""
+        return cls.fitted(table, free)[0]
+
+    @classmethod
+    def fitted(cls, table: dict[tuple[int, int], float], free=CURVE_FREE) -> tuple[MeasuredForward, FitReport]:
+        """fit, and the FitReport of its extrapolation curve (parameters at a bound: the table does not pin them)."""
         if len(table) < 3:
             raise ConfigError("probe", f"needs at least 3 probed shapes to fit the extrapolation curve, got {len(table)}")
         shapes = sorted(table)
-        curve, _ = fit_forward_latency([[(r, t, 1)] for r, t in shapes], [table[s] for s in shapes], free=free)
+        curve, rep = fit_forward_latency([[(r, t, 1)] for r, t in shapes], [table[s] for s in shapes], free=free)
         return cls(**{f.name: getattr(curve, f.name) for f in fields(ForwardLatency)},
-                   table=tuple((r, t, float(table[(r, t)])) for r, t in shapes))
+                   table=tuple((r, t, float(table[(r, t)])) for r, t in shapes)), rep
 
     @property
     def curve(self) -> ForwardLatency:

@@ -192,3 +192,22 @@ def test_sd_verifies_the_probes_wakes_explain_are_no_warning(traces):
     assert rep.latency["probe"]["sd_vs_ar"] == pytest.approx(1.1, abs=0.03)
     assert rep.latency["probe"]["sd_wake_priced"] == pytest.approx(1.1, abs=1e-6)
     assert not any("idle wait" in w for w in rep.warnings)
+
+
+def test_the_traces_fit_warnings_give_way_to_the_probes_tables(traces):
+    paths, d = traces
+    _, plain = calibrate(paths)  # AR + SD K = 3: two verify sizes, no SSD trace
+    fit_lines = [w for w in plain.warnings if w.startswith(("target latency:", "draft latency beyond"))]
+    assert len(fit_lines) == 2
+    _, probed = calibrate(paths, probe=write_probe(d / "flat.json"))
+    assert not any(w in probed.warnings for w in fit_lines)  # the probe's tables replace those fits
+    assert not any("latency" in w for w in probed.warnings)  # a smooth table pins its own curve
+
+
+def test_a_table_its_curve_cannot_follow_is_a_warning_about_shapes_outside_it(traces):
+    paths, d = traces
+    steep = lambda r, t: float(TARGET(r, 1)) * (r * t) ** 2.5  # noqa: E731  (steeper than the curve's bound, 1.5)
+    _, rep = calibrate(paths, probe=write_probe(d / "steep.json", target=steep))
+    assert ("target latency outside the probed shapes (rows 1..4 x tokens 1..9): the curve fitted to the probe's "
+            "table has token_exponent = 1.5 at a bound") in " ".join(rep.warnings)
+    assert not any(w.startswith("draft latency") for w in rep.warnings)
