@@ -1,9 +1,11 @@
 """Speculative-decoding counts from the metrics users already have, read without the engines.
 
-    vllm       the Prometheus text of /metrics (or LLM.get_metrics() printed the same way): the counters
+    vllm       the Prometheus text of /metrics, or LLM.get_metrics() dumped as JSON: the counters
                vllm:spec_decode_num_drafts, vllm:spec_decode_num_accepted_tokens_per_pos{position="i"} (summed over
                engines and models). Per position i: drafts that accepted at least i + 1 tokens (vLLM
-               v1/spec_decode/metrics.py), so per-position acceptance is counted, not assumed.
+               v1/spec_decode/metrics.py), so per-position acceptance is counted, not assumed. Versions that count
+               totals only (V0, early V1: ..._num_draft_tokens, ..._num_accepted_tokens) give the mean accepted
+               tokens per draft, and per-position acceptance is then a constant rate with that mean (assumed shape).
     sglang     scheduler log lines "Decode batch. ... accept len: X ..." (sglang scheduler metrics): the mean
                tokens per verify including the bonus, per logging interval. Per-position acceptance is not in
                them: it is the constant a with a + a^2 + .. + a^K = accept len - 1 (assumed shape), and the spread
@@ -70,31 +72,96 @@ def read_engine_metrics(path: str | Path, engine: str, k: int | None = None) -> 
 _PROM = re.compile(r"^(?P<name>[a-zA-Z_:][a-zA-Z0-9_:]*)(?:\{(?P<labels>[^}]*)\})?\s+(?P<value>\S+)")
 
 
+_DRAFTS, _PER_POS = "vllm:spec_decode_num_drafts", "vllm:spec_decode_num_accepted_tokens_per_pos"
+_DRAFT_TOKENS, _ACCEPTED = "vllm:spec_decode_num_draft_tokens", "vllm:spec_decode_num_accepted_tokens"
+
+
 def vllm_counts(text: str, source: str, k: int | None = None) -> EngineCounts:
-    """Per-position counts from vLLM's Prometheus counters (every label set summed)."""
-    drafts, per_pos = 0.0, {}
+    """Per-position counts from vLLM's counters (every label set summed): the Prometheus text of /metrics, or
+    LLM.get_metrics() dumped as JSON ([{"name", "value"} or {"name", "values"}, ...]). Counters of totals only
+    (vLLM V0 and early V1: draft and accepted tokens, no per-position counts) give a constant per-position rate,
+    said in `assumed`."""
+    totals: dict[str, float] = {}
+    per_pos: dict[int, float] = {}
+    for name, labels, value in _vllm_samples(text, source):
+        name = name.removesuffix("_total")
+        if name == _PER_POS:
+            pos = re.search(r'position="(\d+)"', labels)
+            if pos is None:
+                raise ConfigError("metrics", f"{source}: {name} without a position label")
+            per_pos[int(pos.group(1))] = per_pos.get(int(pos.group(1)), 0.0) + value
+        elif name in (_DRAFTS, _DRAFT_TOKENS, _ACCEPTED):
+            totals[name] = totals.get(name, 0.0) + value
+    drafts = totals.get(_DRAFTS, 0.0)
+    if drafts > 0 and per_pos:
+        return _vllm_per_position(drafts, per_pos, source, k)
+    if totals.get(_DRAFT_TOKENS, 0.0) > 0 and _ACCEPTED in totals:
+        return _vllm_totals(totals, source, k)
+    raise ConfigError("metrics", f"{source}: no vllm:spec_decode_num_drafts / ..._accepted_tokens_per_pos (or "
+                                 "..._num_draft_tokens / ..._num_accepted_tokens) counters with counts (is speculative "
+                                 "decoding on? scrape /metrics after a run)")
+
+
+def _vllm_samples(text: str, source: str):
+    """(name, labels, value) of every sample: Prometheus text, or get_metrics() as JSON (a Vector's values are the
+    samples of positions 0, 1, ...)."""
+    if text.lstrip().startswith(("[", "{")):
+        try:
+            metrics = json.loads(text)
+        except json.JSONDecodeError as e:
+            raise ConfigError("metrics", f"{source}: not JSON ({e.msg} at line {e.lineno}) nor Prometheus text") from e
+        metrics = metrics.get("metrics", []) if isinstance(metrics, dict) else metrics
+        for m in metrics if isinstance(metrics, list) else []:
+            if not isinstance(m, dict) or not isinstance(m.get("name"), str):
+                continue
+            if isinstance(m.get("values"), list):
+                for i, v in enumerate(m["values"]):
+                    yield m["name"], f'position="{i}"', _number(str(v), source, m["name"])
+            elif "value" in m:
+                yield m["name"], "", _number(str(m["value"]), source, m["name"])
+        return
     for line in text.splitlines():
         m = _PROM.match(line.strip())
-        if not m or line.startswith("#"):
-            continue
-        name, value = m.group("name").removesuffix("_total"), _number(m.group("value"), source, m.group("name"))
-        if name == "vllm:spec_decode_num_drafts":
-            drafts += value
-        elif name == "vllm:spec_decode_num_accepted_tokens_per_pos":
-            pos = re.search(r'position="(\d+)"', m.group("labels") or "")
-            if pos is None:
-                raise ConfigError("metrics", f"{source}: {m.group('name')} without a position label")
-            per_pos[int(pos.group(1))] = per_pos.get(int(pos.group(1)), 0.0) + value
-    if drafts <= 0 or not per_pos:
-        raise ConfigError("metrics", f"{source}: no vllm:spec_decode_num_drafts / ..._accepted_tokens_per_pos "
-                                     "counters with counts (is speculative decoding on? scrape /metrics after a run)")
+        if m and not line.startswith("#"):
+            yield m.group("name"), m.group("labels") or "", _number(m.group("value"), source, m.group("name"))
+
+
+def _vllm_per_position(drafts: float, per_pos: dict[int, float], source: str, k: int | None) -> EngineCounts:
     K = max(per_pos) + 1
+    if k is not None and k != K:
+        raise ConfigError("num_speculative_tokens", f"{source}: the counters hold positions 0..{K - 1} (K = {K}), "
+                                                    f"not K = {k}: drop -k or give {K}")
     reached = [drafts] + [per_pos.get(i, 0.0) for i in range(K - 1)]
     passed = [per_pos.get(i, 0.0) for i in range(K)]
     return EngineCounts("vllm", tuple(reached), tuple(passed), int(round(drafts)),
                         assumed=("hit curves (no speculation cache in vLLM)", "the spread between requests (counters "
                                  "are totals)", "the temperature (not in the metrics: state it)"),
                         note=f"vLLM counters: {int(drafts)} drafts, K = {K}")
+
+
+def _vllm_totals(totals: dict[str, float], source: str, k: int | None) -> EngineCounts:
+    """A constant rate a with a + .. + a^K = accepted tokens per draft, from counters of totals only."""
+    tokens, drafts = totals[_DRAFT_TOKENS], totals.get(_DRAFTS, 0.0)
+    K = k or (round(tokens / drafts) if drafts > 0 else None)
+    if not K:
+        raise ConfigError("num_speculative_tokens", f"{source}: the counters hold totals only and no drafts count: "
+                                                    "give -k (num_speculative_tokens)")
+    n = drafts if drafts > 0 else tokens / K
+    if abs(n * K - tokens) > 0.01 * tokens or abs(n - round(n)) > 1e-6:  # K tokens per draft, whole drafts
+        raise ConfigError("num_speculative_tokens", f"{source}: {tokens:g} draft tokens in {n:g} drafts is not "
+                                                    f"K = {K} per draft: is -k right?")
+    mean = totals[_ACCEPTED] / n
+    if not 0 <= mean <= K:
+        raise ConfigError("metrics", f"{source}: {totals[_ACCEPTED]:g} accepted of {tokens:g} draft tokens is "
+                                     "outside 0..all")
+    a = _constant_rate(mean, K)
+    return EngineCounts("vllm", tuple(n * a**i for i in range(K)), tuple(n * a ** (i + 1) for i in range(K)),
+                        int(round(n)),
+                        assumed=("per-position acceptance (a constant rate solved from the accepted tokens per draft: "
+                                 "these counters hold totals only)", "hit curves (no speculation cache in vLLM)",
+                                 "the spread between requests (counters are totals)",
+                                 "the temperature (not in the metrics: state it)"),
+                        note=f"vLLM totals: {n:.0f} drafts, {mean:.2f} accepted per draft at K = {K}")
 
 
 # ---- SGLang ----------------------------------------------------------------------------------------------

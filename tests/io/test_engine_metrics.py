@@ -37,6 +37,32 @@ def test_vllm_counters_sum_over_engines_and_give_counted_per_position_acceptance
     assert any("temperature" in a for a in c.assumed)
 
 
+def test_vllm_get_metrics_dumped_as_json_reads_as_its_prometheus_text(tmp_path):
+    metrics = [{"name": "vllm:spec_decode_num_drafts", "value": 1000},
+               {"name": "vllm:spec_decode_num_accepted_tokens_per_pos", "values": [800, 600, 420]},
+               {"name": "vllm:num_requests_running", "value": 0}]
+    c = read_engine_metrics(write(tmp_path, "m.json", json.dumps(metrics)), "vllm")
+    assert c.tried == (1000.0, 800.0, 600.0) and c.acceptance == pytest.approx((0.8, 0.75, 0.7))
+
+
+VLLM_V0 = """vllm:spec_decode_draft_acceptance_rate{model_name="m"} 0.6
+vllm:spec_decode_num_accepted_tokens_total{model_name="m"} 1200.0
+vllm:spec_decode_num_draft_tokens_total{model_name="m"} 2000.0
+vllm:spec_decode_num_emitted_tokens_total{model_name="m"} 1500.0
+"""
+
+
+def test_vllm_counters_of_totals_only_give_a_constant_rate_with_their_mean(tmp_path):
+    c = read_engine_metrics(write(tmp_path, "v0.txt", VLLM_V0), "vllm", k=4)
+    a = c.acceptance[0]  # 500 drafts of 4 tokens, 2.4 accepted per draft
+    assert c.rounds == 500 and c.acceptance == pytest.approx((a,) * 4)
+    assert a + a**2 + a**3 + a**4 == pytest.approx(2.4, abs=1e-6) and c.mean_accepted == pytest.approx(2.4)
+    assert any(x.startswith("per-position acceptance (a constant rate") for x in c.assumed)
+    # V1 before per-position counters: the drafts count says K
+    v1 = VLLM_V0 + 'vllm:spec_decode_num_drafts_total{model_name="m"} 500.0\n'
+    assert read_engine_metrics(write(tmp_path, "v1.txt", v1), "vllm").acceptance == pytest.approx(c.acceptance)
+
+
 def test_sglang_accept_len_gives_the_constant_rate_with_that_mean(tmp_path):
     c = read_engine_metrics(write(tmp_path, "s.log", SGLANG), "sglang", k=3)
     a = c.acceptance[0]
@@ -55,6 +81,10 @@ def test_reference_metrics_count_positions_and_keep_the_measured_p_hit(tmp_path)
 @pytest.mark.parametrize("engine,text,k,needle", [
     ("vllm", "vllm:num_requests_running 3\n", None, "no vllm:spec_decode_num_drafts"),
     ("vllm", 'vllm:spec_decode_num_drafts_total{engine="0"} nan\n', None, "finite"),
+    ("vllm", VLLM, 2, "not K = 2: drop -k or give 3"),
+    ("vllm", VLLM_V0, None, "give -k"),
+    ("vllm", VLLM_V0, 3, "is -k right?"),
+    ("vllm", '[{"name": "vllm:spec_decode_num_drafts", "value": 1}', None, "not JSON"),
     ("sglang", SGLANG, None, "give -k"),
     ("sglang", SGLANG, 1, "outside 1..K + 1"),
     ("sglang", "nothing here\n", 3, "accept len"),
