@@ -22,9 +22,8 @@ PROG = "ssd-plan workload"
 @cli_entry(PROG)
 def main(argv: list[str] | None = None) -> int:
     p = OneLineParser(prog=PROG, description="Write a workload profile (per-position acceptance at one temperature) "
-                      "from an engine's speculative-decoding metrics: vLLM's /metrics text (or LLM.get_metrics() as JSON), "
-                      "SGLang's log, or the "
-                      "reference engine's METRICS dict as JSON.")
+                      "from an engine's speculative-decoding metrics: vLLM's /metrics text, LLM.get_metrics() as JSON "
+                      "or its server log, SGLang's log, or the reference engine's METRICS dict as JSON.")
     p.add_argument("metrics", help="the metrics file")
     p.add_argument("--engine", required=True, choices=ENGINES, help="which engine wrote it")
     g = p.add_argument_group("what the metrics do not say")

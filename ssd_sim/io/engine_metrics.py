@@ -6,6 +6,9 @@
                v1/spec_decode/metrics.py), so per-position acceptance is counted, not assumed. Versions that count
                totals only (V0, early V1: ..._num_draft_tokens, ..._num_accepted_tokens) give the mean accepted
                tokens per draft, and per-position acceptance is then a constant rate with that mean (assumed shape).
+               Or the server's log: its "SpecDecoding metrics: ... Drafted: N tokens, Per-position acceptance rate:
+               r_1, .., r_K" lines (one per logging interval; r_i: drafts that accepted at least i tokens), counted
+               per position, with the spread between intervals standing in for the spread between requests.
     sglang     scheduler log lines "Decode batch. ... accept len: X ..." (sglang scheduler metrics): the mean
                tokens per verify including the bonus, per logging interval. Per-position acceptance is not in
                them: it is the constant a with a + a^2 + .. + a^K = accept len - 1 (assumed shape), and the spread
@@ -81,6 +84,8 @@ def vllm_counts(text: str, source: str, k: int | None = None) -> EngineCounts:
     LLM.get_metrics() dumped as JSON ([{"name", "value"} or {"name", "values"}, ...]). Counters of totals only
     (vLLM V0 and early V1: draft and accepted tokens, no per-position counts) give a constant per-position rate,
     said in `assumed`."""
+    if _VLLM_LOG.search(text):
+        return vllm_log_counts(text, source, k)
     totals: dict[str, float] = {}
     per_pos: dict[int, float] = {}
     for name, labels, value in _vllm_samples(text, source):
@@ -162,6 +167,51 @@ def _vllm_totals(totals: dict[str, float], source: str, k: int | None) -> Engine
                                  "the spread between requests (counters are totals)",
                                  "the temperature (not in the metrics: state it)"),
                         note=f"vLLM totals: {n:.0f} drafts, {mean:.2f} accepted per draft at K = {K}")
+
+
+_VLLM_LOG = re.compile(r"SpecDecoding metrics:(?P<line>.*)")
+_DRAFTED = re.compile(r"Drafted:\s*(\d+) tokens")
+_PER_POS_RATES = re.compile(r"Per-position acceptance rate:\s*((?:[0-9.]+(?:,\s*)?)+)")
+
+
+def vllm_log_counts(text: str, source: str, k: int | None = None) -> EngineCounts:
+    """Per-position counts from vLLM's "SpecDecoding metrics: ..." log lines (v1 LoggingStatLogger, one per logging
+    interval): its drafted tokens / K drafts, of which the per-position rate i accepted at least i + 1 tokens."""
+    tried: list[float] = []
+    passed: list[float] = []
+    logits = []
+    for m in _VLLM_LOG.finditer(text):
+        drafted, rates = _DRAFTED.search(m.group("line")), _PER_POS_RATES.search(m.group("line"))
+        if drafted is not None and int(drafted.group(1)) == 0:  # an interval without drafts (its rates are nan)
+            continue
+        if drafted is None or rates is None:
+            raise ConfigError("metrics", f"{source}: a SpecDecoding metrics line without 'Drafted: N tokens' and "
+                                         "'Per-position acceptance rate: ...' (an older vLLM: scrape /metrics instead)")
+        r = _interval_rates(rates.group(1), source, k or (len(tried) if tried else None))
+        drafts = int(drafted.group(1)) / len(r)
+        tried = [t + drafts * x for t, x in zip(tried or [0.0] * len(r), [1.0, *r[:-1]], strict=True)]
+        passed = [p + drafts * x for p, x in zip(passed or [0.0] * len(r), r, strict=True)]
+        a = _constant_rate(sum(r), len(r))
+        logits.append(math.log(max(a, 1e-4) / max(1 - a, 1e-4)))
+    if not tried or tried[0] <= 0:
+        raise ConfigError("metrics", f"{source}: its SpecDecoding metrics lines count no drafts")
+    K = len(tried)
+    return EngineCounts("vllm", tuple(tried), tuple(passed), int(round(tried[0])),
+                        spread=statistics.stdev(logits) if len(logits) >= 2 else None,
+                        assumed=("hit curves (no speculation cache in vLLM)", "the temperature (not in the log: state "
+                                 "it)"),
+                        note=f"vLLM log: {len(logits)} intervals, {tried[0]:.0f} drafts, K = {K}")
+
+
+def _interval_rates(text: str, source: str, k: int | None) -> list[float]:
+    """One log line's per-position rates r_1..r_K (shares of drafts, falling), K = k where known."""
+    r = [_number(x.strip(), source, "Per-position acceptance rate") for x in text.split(",") if x.strip()]
+    if k is not None and len(r) != k:
+        raise ConfigError("num_speculative_tokens", f"{source}: a log line has {len(r)} positions, not K = {k} (-k, "
+                                                    "or the log's first line): one K per log")
+    if not r or any(not 0 <= a <= 1 for a in r) or any(b > a for a, b in zip(r, r[1:], strict=False)):
+        raise ConfigError("metrics", f"{source}: per-position rates {r} are not falling shares in 0..1")
+    return r
 
 
 # ---- SGLang ----------------------------------------------------------------------------------------------

@@ -63,6 +63,22 @@ def test_vllm_counters_of_totals_only_give_a_constant_rate_with_their_mean(tmp_p
     assert read_engine_metrics(write(tmp_path, "v1.txt", v1), "vllm").acceptance == pytest.approx(c.acceptance)
 
 
+VLLM_LOG = """INFO 11-30 10:00:01 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.80, Accepted throughput: 90.00 tokens/s, Drafted throughput: 150.00 tokens/s, Accepted: 900 tokens, Drafted: 1500 tokens, Per-position acceptance rate: 0.800, 0.600, 0.400, Avg Draft acceptance rate: 60.0%
+INFO 11-30 10:00:11 [loggers.py:118] Engine 000: Avg prompt throughput: 0.0 tokens/s, Avg generation throughput: 95.1 tokens/s
+INFO 11-30 10:00:11 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 1.90, Accepted throughput: 0.00 tokens/s, Drafted throughput: 0.00 tokens/s, Accepted: 0 tokens, Drafted: 0 tokens, Per-position acceptance rate: nan, nan, nan, Avg Draft acceptance rate: nan%
+INFO 11-30 10:00:21 [metrics.py:86] SpecDecoding metrics: Mean acceptance length: 2.20, Accepted throughput: 36.00 tokens/s, Drafted throughput: 90.00 tokens/s, Accepted: 360 tokens, Drafted: 900 tokens, Per-position acceptance rate: 0.600, 0.400, 0.200, Avg Draft acceptance rate: 40.0%
+"""
+
+
+def test_vllm_log_lines_count_per_position_over_intervals_and_keep_their_spread(tmp_path):
+    c = read_engine_metrics(write(tmp_path, "serve.log", VLLM_LOG), "vllm")
+    # 500 + 300 drafts; reached position 2: 400 + 180, position 3: 300 + 120; accepted it: 300 + 120, 200 + 60
+    assert c.rounds == 800 and c.tried == pytest.approx((800.0, 580.0, 420.0))
+    assert c.passed == pytest.approx((580.0, 420.0, 260.0)) and c.mean_accepted == pytest.approx(1260 / 800)
+    assert c.spread is not None and c.spread > 0.5  # two intervals of 1.8 and 1.2 accepted per draft
+    assert not any("per-position" in a for a in c.assumed)
+
+
 def test_sglang_accept_len_gives_the_constant_rate_with_that_mean(tmp_path):
     c = read_engine_metrics(write(tmp_path, "s.log", SGLANG), "sglang", k=3)
     a = c.acceptance[0]
@@ -83,6 +99,9 @@ def test_reference_metrics_count_positions_and_keep_the_measured_p_hit(tmp_path)
     ("vllm", 'vllm:spec_decode_num_drafts_total{engine="0"} nan\n', None, "finite"),
     ("vllm", VLLM, 2, "not K = 2: drop -k or give 3"),
     ("vllm", VLLM_V0, None, "give -k"),
+    ("vllm", VLLM_LOG, 2, "not K = 2"),
+    ("vllm", VLLM_LOG.replace("0.600, 0.400, 0.200", "0.600, 0.700, 0.200"), None, "falling shares"),
+    ("vllm", "INFO SpecDecoding metrics: Draft acceptance rate: 0.6\n", None, "scrape /metrics instead"),
     ("vllm", VLLM_V0, 3, "is -k right?"),
     ("vllm", '[{"name": "vllm:spec_decode_num_drafts", "value": 1}', None, "not JSON"),
     ("sglang", SGLANG, None, "give -k"),
