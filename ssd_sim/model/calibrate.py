@@ -207,13 +207,15 @@ def latency_samples(traces: Sequence[Trace]) -> LatencySamples:
     return out
 
 
-def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyModel:
+def fit_latency(traces: Sequence[Trace], report: CalibrationReport, probed: bool = False) -> LatencyModel:
     """Target and draft ForwardLatency fits, how much each slows the other in SSD, median overheads.
 
     The target is fitted to verifies with the draft idle (AR and SD traces) when there are any, and the SSD
     verifies then measure its slowdown (fit_interference); with SSD traces only it is fitted to those and the
     slowdown is absorbed in it (reported as assumed 0). The draft is fitted to all its phases, the SSD glue
     and branch decode (beside a verify) carrying one extra factor, draft_slowdown, against its idle phases.
+    `probed`: a probe's tables and slowdowns will replace these fits (model.probed), so SSD verifies that fit the
+    AR / SD traces badly are a warning (the runs' host was busier than the probe's, or they mix setups), not an error.
     """
     idle = latency_samples([t for t in traces if t.mode != "ssd"])
     every = latency_samples(traces)
@@ -249,7 +251,7 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport) -> LatencyMo
         d_slow = d_mid
         slow["draft_source"] = f"assumed {d_mid:.0%}: the middle of {lo * DRAFT_SHARE:.0%}..{hi * DRAFT_SHARE:.0%}; no SSD traces"
     else:
-        slow = fit_interference(traces, target) if separate else {
+        slow = _traces_interference(traces, target, report, probed) if separate else {
             "one_row": 0.0, "rows": 0.0, "source": "assumed 0: no AR / SD traces to compare the SSD verifies with "
                                                    "(the slowdown is inside the target's fit)"}
         slow["draft_source"] = (f"measured: SSD glue and branch decode +{d_slow:.0%} against SD drafting and jit backups"
@@ -332,6 +334,20 @@ def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds
                                     "target fit and a slowdown predict: are all traces from one setup and host?")
     return {"one_row": float(s_one), "rows": float(s_rows), "source": note, "samples": n_one + n_rows,
             "median_abs_rel_err": float(np.median(np.abs(residuals(fit.x))))}
+
+
+def _traces_interference(traces: Sequence[Trace], target: ForwardLatency, report: CalibrationReport,
+                         probed: bool) -> dict:
+    """fit_interference; with a probe to replace it, a fit too far off is a warning and its slowdowns 0."""
+    try:
+        return fit_interference(traces, target)
+    except ConfigError as e:
+        if not probed:
+            raise
+        report.warnings.append(f"{str(e).split(': ', 1)[1]} (the profile's latencies and slowdowns are the probe's; "
+                               "these runs were slowed by something the probe did not see: another process, or "
+                               "another setup)")
+        return {"one_row": 0.0, "rows": 0.0, "source": "not fitted: the SSD verifies do not fit the AR / SD traces"}
 
 
 def interference_level(x: dict[str, np.ndarray], s_one: float, s_rows: float) -> float:
@@ -799,7 +815,7 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     timed = [steady(t) for t in traces]  # latency from steady rounds (no stall, no graph warm-up); tokens from all
     report.unsteady = unsteady_counts(traces, timed)
     with _fitting("latency"):
-        latency = fit_latency(timed, report)
+        latency = fit_latency(timed, report, probed=probe is not None)
         if probe is not None:
             latency = apply_probe(latency, probe, timed, report)
     chosen = {str(p) for p in acceptance_from} if acceptance_from is not None else None

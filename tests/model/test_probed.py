@@ -211,3 +211,31 @@ def test_a_table_its_curve_cannot_follow_is_a_warning_about_shapes_outside_it(tr
     assert ("target latency outside the probed shapes (rows 1..4 x tokens 1..9): the curve fitted to the probe's "
             "table has token_exponent = 1.5 at a bound") in " ".join(rep.warnings)
     assert not any(w.startswith("draft latency") for w in rep.warnings)
+
+
+def scaled_verifies(src, dst, factor: float):
+    """A copy of trace `src` whose every verify took `factor` times as long (another host load, or setup)."""
+    out = []
+    for line in src.read_text().splitlines():
+        rec = json.loads(line)
+        if rec.get("type") == "round":
+            rec["timings_ms"]["verify"] *= factor
+        out.append(json.dumps(rec))
+    dst.write_text("\n".join(out) + "\n")
+    return dst
+
+
+def test_ssd_verifies_that_fit_no_ar_sd_fit_refuse_a_calibration_but_warn_beside_a_probe(traces):
+    paths, d = traces
+    ssd = write_trace(d / "ssd.jsonl", Plan(mode="ssd", num_speculative_tokens=2, fan_out=(1, 1, 2), batch_size=1),
+                      rounds=120, seed=5)
+    # the AR / SD runs 4x slower than the SSD run (a busy host then): no slowdown >= 0 brings the fit down to it
+    busy = scaled_verifies(ssd, d / "ssd-busy.jsonl", 0.25)
+    with pytest.raises(ConfigError, match="are all traces from one setup and host"):
+        calibrate([*paths, busy])
+    # the probe's tables and slowdowns replace the traces' fits: the calibration stands, and says what it saw
+    prof, rep = calibrate([*paths, busy], probe=write_probe(d / "flat.json"))
+    assert (prof.latency.verify_slowdown_one_row, prof.latency.verify_slowdown_rows) == (0.3, 0.1)
+    assert any("off what the AR / SD traces' target fit" in w and "are the probe's" in w for w in rep.warnings)
+    _, quiet = calibrate([*paths, ssd], probe=write_probe(d / "flat.json"))
+    assert not any("off what the AR / SD traces' target fit" in w for w in quiet.warnings)
