@@ -368,8 +368,8 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
         source, wreport = calibrate_traces(list(workload.values()), list(workload), name=f"fidelity-{name}-workload",
                                            mix=mix)
         profile = with_acceptance(profile, profile_acceptance(source))
-        latency_fit = {w for lines in wreport.fit_warnings.values() for w in lines}  # of a latency not used here
-        report.warnings.extend(f"workload: {w}" for w in wreport.warnings if w not in latency_fit)
+        unused = wreport.latency_fit_lines  # of a latency this profile does not take
+        report.warnings.extend(f"workload: {w}" for w in wreport.warnings if w not in unused)
     runs = []
     for run, trace in pred.items():
         meas, guess = summarize(trace), predict(profile, trace)

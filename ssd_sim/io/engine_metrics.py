@@ -160,8 +160,7 @@ def _vllm_totals(totals: dict[str, float], source: str, k: int | None) -> Engine
         raise ConfigError("metrics", f"{source}: {totals[_ACCEPTED]:g} accepted of {tokens:g} draft tokens is "
                                      "outside 0..all")
     a = _constant_rate(mean, K)
-    return EngineCounts("vllm", tuple(n * a**i for i in range(K)), tuple(n * a ** (i + 1) for i in range(K)),
-                        int(round(n)),
+    return EngineCounts("vllm", *_constant_counts(n, a, K), int(round(n)),
                         assumed=("per-position acceptance (a constant rate solved from the accepted tokens per draft: "
                                  "these counters hold totals only)", "hit curves (no speculation cache in vLLM)",
                                  "the spread between requests (counters are totals)",
@@ -192,7 +191,7 @@ def vllm_log_counts(text: str, source: str, k: int | None = None) -> EngineCount
         tried = [t + drafts * x for t, x in zip(tried or [0.0] * len(r), [1.0, *r[:-1]], strict=True)]
         passed = [p + drafts * x for p, x in zip(passed or [0.0] * len(r), r, strict=True)]
         a = _constant_rate(sum(r), len(r))
-        logits.append(math.log(max(a, 1e-4) / max(1 - a, 1e-4)))
+        logits.append(_logit(a))
     if not tried or tried[0] <= 0:
         raise ConfigError("metrics", f"{source}: its SpecDecoding metrics lines count no drafts")
     K = len(tried)
@@ -230,15 +229,24 @@ def sglang_counts(text: str, source: str, k: int | None = None) -> EngineCounts:
         raise ConfigError("metrics", f"{source}: accept len {bad[0]} is outside 1..K + 1 = {k + 1}: is -k right?")
     per = [_constant_rate(v - 1.0, k) for v in lens]
     a = _constant_rate(statistics.fmean(lens) - 1.0, k)
-    logits = [math.log(max(p, 1e-4) / max(1 - p, 1e-4)) for p in per]
+    logits = [_logit(p) for p in per]
     n = len(lens)
-    tried = tuple(n * a**i for i in range(k))  # expected counts of n rounds at the constant rate a
-    passed = tuple(n * a ** (i + 1) for i in range(k))
+    tried, passed = _constant_counts(n, a, k)
     return EngineCounts("sglang", tried, passed, n,
                         spread=statistics.stdev(logits) if n >= 2 else None,
                         assumed=("per-position acceptance (a constant rate solved from the mean accept length)",
                                  "hit curves", "the temperature (not in the log: state it)"),
                         note=f"SGLang log: {n} intervals, mean accept len {statistics.fmean(lens):.2f} at K = {k}")
+
+
+def _constant_counts(n: float, a: float, K: int) -> tuple[tuple[float, ...], tuple[float, ...]]:
+    """(tried, passed) per position: the expected counts of n rounds at the constant rate a."""
+    return tuple(n * a**i for i in range(K)), tuple(n * a ** (i + 1) for i in range(K))
+
+
+def _logit(p: float) -> float:
+    """log(p / (1 - p)), p held inside [1e-4, 1 - 1e-4]."""
+    return math.log(max(p, 1e-4) / max(1 - p, 1e-4))
 
 
 def _constant_rate(mean_accepted: float, K: int) -> float:

@@ -80,6 +80,11 @@ class CalibrationReport:
     # model.probed.apply_probe drops them
     fit_warnings: dict[str, list[str]] = field(default_factory=dict)
 
+    @property
+    def latency_fit_lines(self) -> set[str]:
+        """Every warning of the traces' latency fits (fit_warnings), as one set."""
+        return {w for lines in self.fit_warnings.values() for w in lines}
+
     def to_dict(self) -> dict:
         return {"traces": self.traces, "latency": self.latency, "overheads": self.overheads,
                 "acceptance": self.acceptance, "logged": self.logged, "warnings": self.warnings,

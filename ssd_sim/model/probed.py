@@ -89,7 +89,7 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
 def _replace_fit_warnings(report, fits: dict[str, tuple[MeasuredForward, object]]) -> None:
     """The traces' latency-fit warnings (a bound, too few sizes) concern curves the probe's tables replace: drop them,
     and warn instead where the tables' own extrapolation curve is not pinned (it serves only outside the table)."""
-    stale = {w for lines in report.fit_warnings.values() for w in lines}
+    stale = report.latency_fit_lines
     report.warnings[:] = [w for w in report.warnings if w not in stale]
     for role, (fwd, rep) in fits.items():
         report.warnings.extend(fit_warnings(role, rep, probed=fwd.probed_range()))
