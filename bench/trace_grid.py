@@ -5,7 +5,9 @@
 
 The grid file is JSON: {"out": "traces/cpu-fp32-grid", "num_prompts": 8, "max_new_tokens": 64, "runs": [{"name", "mode",
 plus any Plan field (num_speculative_tokens, fan_out, fan_out_miss, saguaro_c, backup, batch_size,
-temperature, ...) or "plan_file": a plan written by ssd-plan}]}. "prompt_set" (code | chat | pool), "prompt_offset",
+temperature, ...) or "plan_file": a plan written by ssd-plan}]}. "prompt_set" (a built-in set: code, chat, pool, pool96,
+...) or "prompts_file" (a JSONL prompt file as ssd-run --prompts reads it, with its "tag"s; a path from the repository
+root, as "out" is, which the traces' prompt_source records as ssd-run does), "prompt_offset",
 "prompt_stride" (2 with offsets 0 / 1: the even / odd prompts), "num_prompts", "max_new_tokens", "log_topn" (ssd-run
 --log-topn; 0 if absent) and "seed" (ssd-run --seed; 0 if absent: give runs at T > 0 their own, so that no two share
 sampled text) may be set grid-wide or per run. All runs share one process pair (models loaded once, one warm-up job).
@@ -29,27 +31,30 @@ from pathlib import Path
 
 from ssd_runtime.cli import slice_label
 from ssd_runtime.models import ModelSpec, load_tokenizer, resolve_path
-from ssd_runtime.prompts import encode, prompt_set
+from ssd_runtime.prompts import encode, load_prompts, prompt_set
 from ssd_runtime.run import Job, Session
 from ssd_sim.io.sanity import stall_warning
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.plan.plan import Plan, load_plan
 
-RUN_KEYS = ("prompt_set", "prompt_offset", "prompt_stride", "num_prompts", "max_new_tokens", "log_topn", "seed")  # per run or grid-wide
+RUN_KEYS = ("prompt_set", "prompts_file", "prompt_offset", "prompt_stride", "num_prompts", "max_new_tokens", "log_topn", "seed")  # per run or grid-wide
 
 
 def run_prompts(grid: dict, spec: dict, tokenizer) -> tuple[list[list[int]], str, list[str]]:
     """Token ids of a run's prompts, their label, e.g. 'prompt-set:code[8:16]', and their classes (request_tags)."""
+    file = spec.get("prompts_file", grid.get("prompts_file"))
     name = spec.get("prompt_set", grid.get("prompt_set", "code"))
     off = int(spec.get("prompt_offset", grid.get("prompt_offset", 0)))
     n = int(spec.get("num_prompts", grid.get("num_prompts", 8)))
     stride = int(spec.get("prompt_stride", grid.get("prompt_stride", 1)))
-    every = prompt_set(name)
+    every = load_prompts(Path(file)) if file else prompt_set(name)
     index = list(range(off, off + n * stride, stride))
     if index[-1] >= len(every):
-        raise SystemExit(f"{spec['name']}: prompts {index[0]}..{index[-1]} but the {name} set has {len(every)}")
+        raise SystemExit(f"{spec['name']}: prompts {index[0]}..{index[-1]} but {file or name} has {len(every)}")
     chosen = [every[i] for i in index]
-    return encode(chosen, tokenizer), f"prompt-set:{name}" + slice_label(index), [p.tag or "" for p in chosen]
+    label = (file + (slice_label(index) if len(index) < len(every) else "")) if file else (
+        f"prompt-set:{name}" + slice_label(index))
+    return encode(chosen, tokenizer), label, [p.tag or "" for p in chosen]
 
 
 def chunks(n: int, parts: int) -> list[range]:

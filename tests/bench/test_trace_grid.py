@@ -45,3 +45,16 @@ def test_a_runs_line_is_followed_by_a_warning_when_its_rounds_stalled(tmp_path, 
     assert [line.split()[0] for line in out] == ["stalled", "warning:", "steady"]
     assert out[1].startswith("  warning: stalled: 1 of 40 rounds stalled")
     assert set(json.loads((tmp_path / "grid.json").read_text())) == {"stalled", "steady"}
+
+
+def test_a_grid_reads_a_users_prompt_file_with_its_tags_and_labels_it_as_ssd_run_does(tmp_path):
+    f = tmp_path / "mine.jsonl"
+    f.write_text("".join(json.dumps({"prompt_ids": [i, i + 1], "tag": tag}) + "\n"
+                         for i, tag in enumerate(["code", "chat", "chat", "code"])))
+    grid = {"prompts_file": str(f), "num_prompts": 2}
+    ids, label, tags = GRID.run_prompts(grid, {"name": "r", "prompt_offset": 1}, None)
+    assert ids == [[1, 2], [2, 3]] and tags == ["chat", "chat"] and label == f"{f}[1:3]"
+    ids, label, tags = GRID.run_prompts({**grid, "num_prompts": 4}, {"name": "r"}, None)
+    assert len(ids) == 4 and label == str(f) and tags == ["code", "chat", "chat", "code"]
+    with pytest.raises(SystemExit, match="r: prompts 3..5 but .*mine.jsonl has 4"):
+        GRID.run_prompts(grid, {"name": "r", "prompt_offset": 3, "prompt_stride": 2}, None)
