@@ -6,7 +6,9 @@ fit: two tables, the numbers model.drift.SHIPPED_DRIFTS and model.residual.SHIPP
 Repeat runs are traces of one setup (model.drift.setup_key: mode, plan, prompts, tokens, seed, models, dtypes, batch,
 host); per group the median verify ms of each run, the minutes between the first and the last, and the group's SD
 of ln ms; then the pooled SD over every group with its 90% interval (chi-square on runs - groups degrees of freedom),
-the same per horizon (groups within model.drift.SESSION_MINUTES: "session"; the others: "later") and per kind of run.
+the same per horizon (groups within model.drift.SESSION_MINUTES: "session"; the others: "later") and per kind of run,
+then the later repeats by the sessions they span (model.drift.session_clusters: setups repeated in the same sessions
+share their shift) and the later drift with each cluster counted once (model.drift.clustered_drift).
 Then per calibration (model.residual.calibration_groups: folder, host, target setup) with 3 or more AR / SD runs, the SD
 of the runs' median verify residual around the calibration's own target fit, pooled the same way, Bartlett's test of
 whether they share one spread, and the prior degrees of freedom of their variances (model.residual.prior_dof).
@@ -28,10 +30,13 @@ from ssd_sim.io.trace import read_trace
 from ssd_sim.model.calibrate import fit_target
 from ssd_sim.model.drift import (
     HORIZONS,
+    clustered_drift,
     horizon_of,
     median_verify_ms,
     pooled_log_sd,
     repeat_groups,
+    session_clusters,
+    session_of,
     shipped_trace_paths,
     span_minutes,
 )
@@ -78,6 +83,32 @@ def print_drift(traces, folders) -> None:
     compare(by_horizon, "one drift for every horizon")
     compare({"AR": [m for g, m in zip(groups, ms, strict=True) if g[0].mode == "ar"],
              "SD / SSD": [m for g, m in zip(groups, ms, strict=True) if g[0].mode != "ar"]}, "one pooled drift")
+    print_clusters([g for g in groups if horizon_of(span_minutes(g)) == "later"])
+
+
+def print_clusters(later) -> None:
+    """The later repeats by cluster of sessions (model.drift.session_clusters): groups repeated in the same sessions
+    share those sessions' shift, so the F-tests above, which count every setup, overstate what they rest on. Per
+    cluster its setups' SD, AR's and SD / SSD's apart; then the drift with each cluster counted once."""
+    table = Table(title="later repeats by the sessions they span (setups of one cluster share its shift)")
+    for col in ("sessions", "setups", "SD of ln (all)", "AR", "SD / SSD"):
+        table.add_column(col, justify="right")
+    for c in session_clusters(later):
+        table.add_row(" -> ".join(sorted({session_of(t) for g in c for t in g})), str(len(c)), _sd(c),
+                      _sd([g for g in c if g[0].mode == "ar"]), _sd([g for g in c if g[0].mode != "ar"]))
+    Console(width=140).print(table)
+    d = clustered_drift(later)
+    if d is not None:
+        lo, hi = interval90(d.sd, d.dof)
+        print(f"later drift with each cluster of sessions counted once: SD {d.sd:.1%} over {d.groups} clusters, "
+              f"{d.runs} sessions, {d.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%}")
+
+
+def _sd(groups) -> str:
+    """'SD (setups)' of these repeat groups' ln verify ms, or '-' for none."""
+    if not groups:
+        return "-"
+    return f"{pooled_log_sd([[median_verify_ms(t) for t in g] for g in groups]):.1%} ({len(groups)})"
 
 
 def print_residuals(paths: list[Path], traces) -> None:

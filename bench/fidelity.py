@@ -37,6 +37,8 @@ default_rng([seed, draw])), calibrates on the A requests of the split's "calibra
 its "predict" runs; the draws' runs are pooled (each run is predicted once per draw, on its own B half). What such a
 split shares and does not: no text (A and B are different prompts; the overlap check runs per draw), the same host
 and session (drift between calibration and prediction is at most the length of one run; bench/drift.py sizes it).
+A halves split whose calibration ran another pool of as many requests says so ("halves": {"across_pools": true}):
+half A of that pool calibrates the prediction of the predicted pool's half B (another workload; pool_requests).
 Where the manifest gives the pool's request classes ("request_tags" in its setup: {class: [first seq, last seq]}, for
 runs recorded before ssd-run wrote them into the trace header), each draw's calibration is weighted to half B's class
 shares (model.mix: `ssd-plan calibrate --mix`): the prediction knows how many code and chat requests B holds, not their
@@ -95,7 +97,7 @@ MANIFESTS = tuple(ROOT / "traces" / d / "manifest.json" for d in (
     "cpu-fp32-splits", "cpu-fp32-grid", "cpu-fp32-halves", "cpu-fp32-pool", "cpu-fp32-pool40", "cpu-fp32-pool40i",
     "cpu-fp32-pool64i", "cpu-fp32-epyc-avx512", "cpu-fp32-xeon", "cpu-fp32-xeon-idle", "cpu-fp32-xeon-pool32i",
     "cpu-fp32-xeon-pool32i-later", "cpu-fp32-epyc-pool96i", "cpu-fp32-epyc-pool96i-later",
-    "cpu-fp32-epyc-pool96t"))
+    "cpu-fp32-epyc-pool96t", "cpu-fp32-epyc-fresh96"))
 DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
@@ -118,7 +120,8 @@ def splits(manifests=MANIFESTS) -> dict[str, dict]:
                 out[name]["predict_prompts"] = s.get("predict_prompts")
             if "halves" in s:  # random halves of the runs' requests: calibrate on A, predict B (module docstring)
                 out[name]["halves"] = {"draws": int(s["halves"].get("draws", DRAWS)),
-                                       "seed": int(s["halves"].get("seed", 0))}
+                                       "seed": int(s["halves"].get("seed", 0)),
+                                       "across_pools": bool(s["halves"].get("across_pools", False))}
             if "request_tags" in spec.get("setup", {}):
                 out[name]["request_tags"] = manifest_tags(spec["setup"]["request_tags"])
         if "calibrate" in spec and "holdout" in spec:
@@ -412,14 +415,19 @@ def halves(seqs: list[int], draw: int, seed: int = 0) -> tuple[list[int], list[i
     return sorted(int(q) for q in perm[:n]), sorted(int(q) for q in perm[n:])
 
 
-def pool_requests(traces: dict[str, Trace]) -> list[int]:
-    """The requests every run of a halves split decoded (the same pool in each); ValueError if they differ."""
-    seqs = {name: frozenset(q.seq for r in t.rounds for q in r.seqs) for name, t in traces.items()}
+def pool_requests(cal: dict[str, Trace], pred: dict[str, Trace], across: bool = False) -> tuple[list[int], list[str]]:
+    """The requests every run of a halves split decoded, and its prompt pools: one, the same prompts on both sides;
+    or, where the split says so (`across`: "halves": {"across_pools": true}), two: the calibration ran another pool
+    of as many requests, whose half A calibrates the prediction of the predicted pool's half B (another workload, no
+    text shared). ValueError if the requests differ, a side mixes pools, or the sides' pools differ unannounced."""
+    seqs = {name: frozenset(q.seq for r in t.rounds for q in r.seqs) for name, t in {**cal, **pred}.items()}
     first = next(iter(seqs.values()))
     odd = [name for name, s in seqs.items() if s != first]
-    if odd or {t.header.prompt_source for t in traces.values()} != {next(iter(traces.values())).header.prompt_source}:
-        raise ValueError(f"a halves split needs runs over one prompt pool; {odd or 'the prompt sources'} differ")
-    return sorted(first)
+    sources = [{t.header.prompt_source for t in side.values()} for side in (cal, pred)]
+    if odd or any(len(s) != 1 for s in sources) or (sources[0] != sources[1] and not across):
+        raise ValueError(f"a halves split needs runs over one prompt pool (two, one per side, with \"across_pools\"); "
+                         f"{odd or 'the prompt sources'} differ")
+    return sorted(first), list(dict.fromkeys(next(iter(s)) for s in sources))
 
 
 def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws: int | None = None,
@@ -433,7 +441,7 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
     cal_all = {p.name: tagged(read_trace(p), tags) for p in split["calibrate"]}
     pred_all = {p.name: tagged(read_trace(p), tags) for p in split["predict"]}
     weigh = use_mix and all(t.header.request_tags for t in {**cal_all, **pred_all}.values())
-    seqs = pool_requests({**cal_all, **pred_all})
+    seqs, pools = pool_requests(cal_all, pred_all, h.get("across_pools", False))
     acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
     reports = []
     for d in range(h["draws"] if draws is None else draws):
@@ -459,7 +467,7 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
                           "mixed_floor_worst_abs_err_pct": max(mixed)} if mixed else {}),
         "calibrate": list(cal_all), "probe": reports[0]["probe"], "acceptance_from": acc or [],
         "shared": reports[0]["shared"], "warnings": warnings, "choices": [c for res in reports for c in res["choices"]],
-        "draws": len(reports), "pool": len(seqs), "per_run": per_run(runs),
+        "draws": len(reports), "pool": len(seqs), "pools": pools, "per_run": per_run(runs),
         "floor_median_abs_err_pct": statistics.median(floor), "floor_worst_abs_err_pct": max(floor)})
 
 
@@ -633,8 +641,9 @@ def print_table(res: dict) -> None:
     for w in res["warnings"]:
         print(f"warning: {w}")
     if "per_run" in res:
+        across = f" (half A of {res['pools'][0]}, half B of {res['pools'][1]})" if len(res["pools"]) > 1 else ""
         print(f"{res['draws']} random halves of {res['pool']} requests: calibrated on half A of each draw, predicted "
-              "on half B" + (", the calibration weighted to B's request classes (B's code / chat shares, not its "
+              f"on half B{across}" + (", the calibration weighted to B's request classes (B's code / chat shares, not its "
                              "text; --no-mix: unweighted)" if res["mix"] else ""))
         head = ("run", "draws", "median err %", "median |err| %", "worst |err| %", "floor worst %",
                 "class floor worst %", "inside 90%")

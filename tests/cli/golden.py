@@ -239,6 +239,10 @@ _ISSUE_26_THIRD_SESSION = ("issue 26: the later drift and the runs' spread aroun
                            "model.residual: 5.1% over 11 calibrations at 1.25 degrees of freedom, was 5.2% over 10 "
                            "at 1.2)")
 _document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_THIRD_SESSION)
+_ISSUE_26_FRESH96 = ("issue 26: the runs' spread around a fit measured again with the grid on a new prompt file "
+                     "(traces/cpu-fp32-epyc-fresh96; model.residual: 4.9% over 12 calibrations at 1.10 degrees of "
+                     "freedom, was 5.1% over 11 at 1.25)")
+_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_FRESH96)
 
 
 def fixed_host():

@@ -14,12 +14,14 @@ from ssd_sim.model.drift import (
     SHIPPED_DRIFTS,
     Drift,
     calibration_drift,
+    clustered_drift,
     horizon_of,
     measured_drift,
     median_verify_ms,
     minutes_from,
     pooled_log_sd,
     repeat_groups,
+    session_clusters,
     shipped_trace_paths,
     span_minutes,
     started,
@@ -43,6 +45,33 @@ def _repeats(tmp_path, minutes=(0, 20, 40), name="a", k=3):
     return [read_trace(write_trace(tmp_path / f"{name}{i}.jsonl", sd, rounds=40, seed=i, noise=0.2,
                                    header={"started_at": f"2026-12-03T{12 + m // 60:02d}:{m % 60:02d}:00Z"}))
             for i, m in enumerate(minutes)]
+
+
+def _in_sessions(tmp_path, k: int, sessions: list[str]) -> list:
+    """SD K = k traces of one setup, one per session folder (each its own noise)."""
+    sd = Plan(mode="sd", num_speculative_tokens=k)
+    out = []
+    for i, name in enumerate(sessions):
+        (tmp_path / name).mkdir(exist_ok=True)
+        out.append(read_trace(write_trace(tmp_path / name / f"k{k}.jsonl", sd, rounds=40, seed=10 * k + i,
+                                          noise=0.3)))
+    return out
+
+
+def test_setups_repeated_in_the_same_sessions_count_once_in_the_clustered_drift(tmp_path):
+    pair = [t for k in (2, 3) for t in _in_sessions(tmp_path, k, ["a1", "a2"])]
+    trio = _in_sessions(tmp_path, 4, ["b1", "b2", "b3"])
+    groups = repeat_groups(pair + trio)
+    clusters = session_clusters(groups)
+    assert [[g[0].header.plan["num_speculative_tokens"] for g in c] for c in clusters] == [[2, 3], [4]]
+    ms = [[[median_verify_ms(t) for t in g] for g in c] for c in clusters]
+    v_pair, v_trio = pooled_log_sd(ms[0]), pooled_log_sd(ms[1])
+    d = clustered_drift(groups)
+    # the pair's two setups are one contrast (weight 1), the trio's two contrasts (weight 2): 3 degrees of freedom,
+    # where counting every setup gives 2 + 2 = 4
+    assert (d.groups, d.runs, d.dof) == (2, 5, 3) and measured_drift(pair + trio).dof == 4
+    assert d.sd == pytest.approx(math.sqrt((v_pair ** 2 + 2 * v_trio ** 2) / 3))
+    assert clustered_drift(repeat_groups(_in_sessions(tmp_path, 5, ["c1"]) * 2)) is None  # one session: no contrast
 
 
 def test_repeats_of_one_setup_are_grouped_and_others_are_not(tmp_path):

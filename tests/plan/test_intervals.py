@@ -136,7 +136,7 @@ def test_calibration_measures_what_it_can_and_states_the_rest():
     assert u.timed_rows_tokens == (8, 6)  # b = 2 x (K + 1) = 8 verified; the draft: b = 2 x budget 3 branch rows
     assert 0.0 < u.acceptance_logit_sd < 3.0 and 0.03 <= u.latency_run_sd < 0.2
     # the runs' spread around the fit: 2.4% over these 4 AR / SD runs (3 degrees of freedom) moderated by the project's
-    # 5.1% at its weight of 1.25 degrees of freedom: 3.5%; with the drift of each horizon: 13.7% hours later, 4.8% within
+    # 4.9% at its weight of 1.10 degrees of freedom: 3.3%; with the drift of each horizon: 13.7% hours later, 4.8% within
     # the hour
     project = SHIPPED_RESIDUAL
     residual = math.sqrt((3 * 0.0244 ** 2 + project.weight * project.spread.sd ** 2) / (3 + project.weight))
