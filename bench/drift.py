@@ -36,7 +36,6 @@ from ssd_sim.model.drift import (
     pooled_log_sd,
     repeat_groups,
     session_clusters,
-    session_of,
     shipped_trace_paths,
     span_minutes,
 )
@@ -93,8 +92,8 @@ def print_clusters(later) -> None:
     table = Table(title="later repeats by the sessions they span (setups of one cluster share its shift)")
     for col in ("sessions", "setups", "SD of ln (all)", "AR", "SD / SSD"):
         table.add_column(col, justify="right")
-    for c in session_clusters(later):
-        table.add_row(" -> ".join(sorted({session_of(t) for g in c for t in g})), str(len(c)), _sd(c),
+    for sessions, c in session_clusters(later).items():
+        table.add_row(" -> ".join(sessions), str(len(c)), _sd(c),
                       _sd([g for g in c if g[0].mode == "ar"]), _sd([g for g in c if g[0].mode != "ar"]))
     Console(width=140).print(table)
     d = clustered_drift(later)

@@ -162,25 +162,22 @@ def session_of(trace: Trace) -> str:
     return Path(trace.path).parent.name if trace.path else "?"
 
 
-def session_clusters(groups: Sequence[Sequence[Trace]]) -> list[list[Sequence[Trace]]]:
-    """Repeat groups clustered by the sessions their runs span (session_of each run; in the order first seen). The
-    groups of one cluster were repeated in the same sessions, so they share those sessions' shift: they are one
-    observation of how far sessions drift apart, not one each."""
+def session_clusters(groups: Sequence[Sequence[Trace]]) -> dict[tuple[str, ...], list[Sequence[Trace]]]:
+    """Repeat groups clustered by the sessions their runs span: {sorted sessions (session_of each run): the groups},
+    in the order first seen. The groups of one cluster were repeated in the same sessions, so they share those
+    sessions' shift: they are one observation of how far sessions drift apart, not one each."""
     clusters: dict[tuple[str, ...], list[Sequence[Trace]]] = {}
     for g in groups:
         clusters.setdefault(tuple(sorted({session_of(t) for t in g})), []).append(g)
-    return list(clusters.values())
+    return clusters
 
 
 def clustered_drift(groups: Sequence[Sequence[Trace]]) -> Drift | None:
     """The drift with each cluster of sessions (session_clusters) counted once: per cluster the pooled SD of its
     groups (pooled_log_sd), pooled over the clusters by their independent contrasts (sessions - 1 each), which are
     its degrees of freedom. None without a cluster of two or more sessions."""
-    parts = []
-    for c in session_clusters(groups):
-        w = len({session_of(t) for g in c for t in g}) - 1
-        if w >= 1:
-            parts.append((w, pooled_log_sd([[median_verify_ms(t) for t in g] for g in c])))
+    parts = [(len(sessions) - 1, pooled_log_sd([[median_verify_ms(t) for t in g] for g in c]))
+             for sessions, c in session_clusters(groups).items() if len(sessions) >= 2]
     if not parts:
         return None
     dof = sum(w for w, _ in parts)

@@ -218,31 +218,32 @@ _ISSUE_25_STAGGERED = ("issue 25: the growth check also gives the round's averag
                        "of their decode (continuous batching; JSON staggered_tok_s / staggered_err_pct), beside the one "
                        "with the rows in step")
 _document(['sim-chrome-trace', 'sim-h200-adaptive-t1', 'sim-llama', 'sim-llama-sd-json', 'sim-plan-file', 'sim-plan-file-b2-json', 'sim-plan-file-c', 'sim-plan-file-new-k', 'sim-poisson-json', 'sim-qwen32-fast-b4'], _ISSUE_25_STAGGERED)
+_CALIBRATE_GRID = ['calibrate-grid', 'calibrate-grid-t1']  # the two calibrations of traces/cpu-fp32-grid
 _ISSUE_26_TRANSFER = ("issue 26: SSD's transfer is each round's wait for the reply beyond the draft's lookup, backup and its "
                       "overrun of the previous verify (calibrate.ssd_transfer_samples); a low quantile of the wait alone "
                       "had counted a draft slower than the verify as link time (grid T = 1: 94.67 -> 1.22 ms)")
-_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_TRANSFER)
+_document(_CALIBRATE_GRID, _ISSUE_26_TRANSFER)
 _ISSUE_26_LATER_DRIFT = ("issue 26: the later drift measured again with the Xeon pool grid repeated 3.9 h later "
                          "(model.drift: 20 setups, 64-235 min apart: 15.4%, was 17.3% over 16 setups; the within-hour "
                          "drift unchanged)")
-_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_LATER_DRIFT)
+_document(_CALIBRATE_GRID, _ISSUE_26_LATER_DRIFT)
 _ISSUE_26_EPYC_DRIFT = ("issue 26: the later drift measured again with the EPYC pool grid repeated 2.8 h later "
                         "(model.drift: 23 setups, 64-235 min apart: 14.5%, was 15.4% over 20 setups; the within-hour "
                         "drift unchanged)")
-_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_EPYC_DRIFT)
+_document(_CALIBRATE_GRID, _ISSUE_26_EPYC_DRIFT)
 _ISSUE_26_RESIDUAL = ("issue 26: the runs' spread around the latency fit is measured (model.residual: 5.2% pooled "
                       "over the 10 shipped calibrations with 3+ AR / SD runs), no longer assumed 8% where a "
                       "calibration has fewer than 3 AR / SD runs (these two have 2)")
-_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_RESIDUAL)
+_document(_CALIBRATE_GRID, _ISSUE_26_RESIDUAL)
 _ISSUE_26_THIRD_SESSION = ("issue 26: the later drift and the runs' spread around a fit measured again with the EPYC "
                            "pool grid's third session (model.drift: 23 setups, 64-743 min apart: 13.7%, was 14.5%; "
                            "model.residual: 5.1% over 11 calibrations at 1.25 degrees of freedom, was 5.2% over 10 "
                            "at 1.2)")
-_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_THIRD_SESSION)
+_document(_CALIBRATE_GRID, _ISSUE_26_THIRD_SESSION)
 _ISSUE_26_FRESH96 = ("issue 26: the runs' spread around a fit measured again with the grid on a new prompt file "
                      "(traces/cpu-fp32-epyc-fresh96; model.residual: 4.9% over 12 calibrations at 1.10 degrees of "
                      "freedom, was 5.1% over 11 at 1.25)")
-_document(['calibrate-grid', 'calibrate-grid-t1'], _ISSUE_26_FRESH96)
+_document(_CALIBRATE_GRID, _ISSUE_26_FRESH96)
 
 
 def fixed_host():

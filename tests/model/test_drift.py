@@ -63,8 +63,9 @@ def test_setups_repeated_in_the_same_sessions_count_once_in_the_clustered_drift(
     trio = _in_sessions(tmp_path, 4, ["b1", "b2", "b3"])
     groups = repeat_groups(pair + trio)
     clusters = session_clusters(groups)
-    assert [[g[0].header.plan["num_speculative_tokens"] for g in c] for c in clusters] == [[2, 3], [4]]
-    ms = [[[median_verify_ms(t) for t in g] for g in c] for c in clusters]
+    assert list(clusters) == [("a1", "a2"), ("b1", "b2", "b3")]
+    assert [[g[0].header.plan["num_speculative_tokens"] for g in c] for c in clusters.values()] == [[2, 3], [4]]
+    ms = [[[median_verify_ms(t) for t in g] for g in c] for c in clusters.values()]
     v_pair, v_trio = pooled_log_sd(ms[0]), pooled_log_sd(ms[1])
     d = clustered_drift(groups)
     # the pair's two setups are one contrast (weight 1), the trio's two contrasts (weight 2): 3 degrees of freedom,
