@@ -37,7 +37,7 @@ default_rng([seed, draw])), calibrates on the A requests of the split's "calibra
 its "predict" runs; the draws' runs are pooled (each run is predicted once per draw, on its own B half). What such a
 split shares and does not: no text (A and B are different prompts; the overlap check runs per draw), the same host
 and session (drift between calibration and prediction is at most the length of one run; bench/drift.py sizes it).
-A halves split whose calibration ran another pool of as many requests says so ("halves": {"across_pools": true}):
+A halves split whose calibration ran another pool (of any size) says so ("halves": {"across_pools": true}):
 half A of that pool calibrates the prediction of the predicted pool's half B (another workload; pool_requests).
 Where the manifest gives the pool's request classes ("request_tags" in its setup: {class: [first seq, last seq]}, for
 runs recorded before ssd-run wrote them into the trace header), each draw's calibration is weighted to half B's class
@@ -415,19 +415,25 @@ def halves(seqs: list[int], draw: int, seed: int = 0) -> tuple[list[int], list[i
     return sorted(int(q) for q in perm[:n]), sorted(int(q) for q in perm[n:])
 
 
-def pool_requests(cal: dict[str, Trace], pred: dict[str, Trace], across: bool = False) -> tuple[list[int], list[str]]:
-    """The requests every run of a halves split decoded, and its prompt pools: one, the same prompts on both sides;
-    or, where the split says so (`across`: "halves": {"across_pools": true}), two: the calibration ran another pool
-    of as many requests, whose half A calibrates the prediction of the predicted pool's half B (another workload, no
-    text shared). ValueError if the requests differ, a side mixes pools, or the sides' pools differ unannounced."""
-    seqs = {name: frozenset(q.seq for r in t.rounds for q in r.seqs) for name, t in {**cal, **pred}.items()}
-    first = next(iter(seqs.values()))
-    odd = [name for name, s in seqs.items() if s != first]
+def pool_requests(cal: dict[str, Trace], pred: dict[str, Trace],
+                  across: bool = False) -> tuple[list[int], list[int], list[str]]:
+    """The requests the calibration's runs and the predicted runs decoded (two lists), and the prompt pools: one, the
+    same prompts on both sides; or, where the split says so (`across`: "halves": {"across_pools": true}), two: the
+    calibration ran another pool (of any size), whose half A calibrates the prediction of the predicted pool's half B
+    (another workload, no text shared). ValueError if the runs of a side decoded different requests, a side mixes
+    pools, or the sides' pools differ unannounced."""
+    sides = []
+    for side in (cal, pred):
+        seqs = {name: frozenset(q.seq for r in t.rounds for q in r.seqs) for name, t in side.items()}
+        first = next(iter(seqs.values()))
+        sides.append((first, [name for name, s in seqs.items() if s != first]))
     sources = [{t.header.prompt_source for t in side.values()} for side in (cal, pred)]
-    if odd or any(len(s) != 1 for s in sources) or (sources[0] != sources[1] and not across):
+    odd = sides[0][1] + sides[1][1]
+    same = sides[0][0] == sides[1][0] and sources[0] == sources[1]
+    if odd or any(len(s) != 1 for s in sources) or (not same and not across):
         raise ValueError(f"a halves split needs runs over one prompt pool (two, one per side, with \"across_pools\"); "
                          f"{odd or 'the prompt sources'} differ")
-    return sorted(first), list(dict.fromkeys(next(iter(s)) for s in sources))
+    return sorted(sides[0][0]), sorted(sides[1][0]), list(dict.fromkeys(next(iter(s)) for s in sources))
 
 
 def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws: int | None = None,
@@ -441,12 +447,13 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
     cal_all = {p.name: tagged(read_trace(p), tags) for p in split["calibrate"]}
     pred_all = {p.name: tagged(read_trace(p), tags) for p in split["predict"]}
     weigh = use_mix and all(t.header.request_tags for t in {**cal_all, **pred_all}.values())
-    seqs, pools = pool_requests(cal_all, pred_all, h.get("across_pools", False))
+    cal_seqs, seqs, pools = pool_requests(cal_all, pred_all, h.get("across_pools", False))
     acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
     reports = []
     for d in range(h["draws"] if draws is None else draws):
-        a, b = halves(seqs, d, h["seed"])
-        cal = {f"{n}[A{d}]": t.only_requests(a, f"A{d}") for n, t in cal_all.items()}
+        a, b = halves(seqs, d, h["seed"])  # the predicted pool's: B is predicted, A gives the floors
+        a_cal = halves(cal_seqs, d, h["seed"])[0]  # = a on one pool
+        cal = {f"{n}[A{d}]": t.only_requests(a_cal, f"A{d}") for n, t in cal_all.items()}
         pred = {f"{n}[B{d}]": t.only_requests(b, f"B{d}") for n, t in pred_all.items()}
         mix = RequestMix.of_requests(next(iter(pred_all.values())).tag(q) for q in b) if weigh else None
         res = evaluate(name, split, cal, pred, [f"{n}[A{d}]" for n in acc] if acc else None, allow_leaks, use_probe,

@@ -459,6 +459,18 @@ def test_a_halves_split_across_two_pools_says_so_and_calibrates_on_one_to_predic
         BENCH.run_split("mixed", mixed)
 
 
+def test_pools_across_a_split_may_differ_in_size_where_the_split_says_so():
+    even, odd = (read_trace(HALVES / f) for f in ("cal-sd-k4-t0.jsonl", "pred-sd-k3-t0.jsonl"))
+    odd_seqs = BENCH.pool_requests({"y": odd}, {"y": odd})[1]
+    fewer = odd.only_requests(odd_seqs[:8], "eight")  # a predicted pool of 8 requests against a calibration of 12
+    cal_seqs, pred_seqs, pools = BENCH.pool_requests({"x": even}, {"y": fewer}, across=True)
+    assert (len(cal_seqs), pred_seqs, len(pools)) == (12, odd_seqs[:8], 2)
+    with pytest.raises(ValueError, match="runs over one prompt pool"):
+        BENCH.pool_requests({"x": even}, {"y": fewer})  # unannounced
+    with pytest.raises(ValueError, match="runs over one prompt pool"):
+        BENCH.pool_requests({"x": even}, {"y": fewer, "z": odd}, across=True)  # a side's runs differ
+
+
 def test_manifest_classes_name_each_sequence():
     assert BENCH.manifest_tags({"code": [0, 2], "chat": [3, 4]}) == ["code"] * 3 + ["chat"] * 2
     assert SPLITS["pool40-halves"]["request_tags"] == ["code"] * 24 + ["chat"] * 24
