@@ -8,7 +8,8 @@ host); per group the median verify ms of each run, the minutes between the first
 of ln ms; then the pooled SD over every group with its 90% interval (chi-square on runs - groups degrees of freedom),
 the same per horizon (groups within model.drift.SESSION_MINUTES: "session"; the others: "later") and per kind of run,
 then the later repeats by the sessions they span (model.drift.session_clusters: setups repeated in the same sessions
-share their shift) and the later drift with each cluster counted once (model.drift.clustered_drift).
+share their shift) and the later drift with each cluster counted once (model.drift.clustered_drift): the one
+model.drift.SHIPPED_DRIFTS holds (model.drift.project_drift); the F-tests above count every setup.
 Then per calibration (model.residual.calibration_groups: folder, host, target setup) with 3 or more AR / SD runs, the SD
 of the runs' median verify residual around the calibration's own target fit, pooled the same way, Bartlett's test of
 whether they share one spread, and the prior degrees of freedom of their variances (model.residual.prior_dof).
@@ -99,8 +100,9 @@ def print_clusters(later) -> None:
     d = clustered_drift(later)
     if d is not None:
         lo, hi = interval90(d.sd, d.dof)
-        print(f"later drift with each cluster of sessions counted once: SD {d.sd:.1%} over {d.groups} clusters, "
-              f"{d.runs} sessions, {d.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%}")
+        print(f"later drift with each cluster of sessions counted once (model.drift.SHIPPED_DRIFTS): SD {d.sd:.1%} "
+              f"over {d.groups} clusters, {d.runs} sessions, {d.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%}; "
+              f"the next run's, by Student's t on them: {d.predictive_sd():.1%} (Drift.predictive_sd)")
 
 
 def _sd(groups) -> str:

@@ -78,8 +78,8 @@ from ssd_sim.model.drift import (
     SHIPPED_DRIFTS,
     Drift,
     horizon_of,
-    measured_drift,
     minutes_from,
+    project_drift,
     shipped_trace_paths,
     started,
 )
@@ -97,7 +97,7 @@ MANIFESTS = tuple(ROOT / "traces" / d / "manifest.json" for d in (
     "cpu-fp32-splits", "cpu-fp32-grid", "cpu-fp32-halves", "cpu-fp32-pool", "cpu-fp32-pool40", "cpu-fp32-pool40i",
     "cpu-fp32-pool64i", "cpu-fp32-epyc-avx512", "cpu-fp32-xeon", "cpu-fp32-xeon-idle", "cpu-fp32-xeon-pool32i",
     "cpu-fp32-xeon-pool32i-later", "cpu-fp32-epyc-pool96i", "cpu-fp32-epyc-pool96i-later",
-    "cpu-fp32-epyc-pool96t", "cpu-fp32-epyc-fresh96"))
+    "cpu-fp32-epyc-pool96t", "cpu-fp32-epyc-fresh96", "cpu-fp32-xeon-fresh96"))
 DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
@@ -298,18 +298,20 @@ def shipped_traces() -> tuple[tuple[Path, Trace], ...]:
 
 @functools.cache
 def _held_out(predicted: frozenset[Path]) -> dict[str, Drift]:
+    every = [t for _, t in shipped_traces()]
     kept = [t for p, t in shipped_traces() if p not in predicted]
     out = {}
     for horizon in HORIZONS:
-        d, shipped = measured_drift(kept, horizon), SHIPPED_DRIFTS[horizon]
+        d, shipped = project_drift(kept, horizon), SHIPPED_DRIFTS[horizon]
         if d is None:  # nothing left to measure it: the project's, said to count the predicted runs
             out[horizon] = Drift(shipped.sd, shipped.groups, shipped.runs, shipped.source + "; no repeat runs are left "
                                  "without the split's predicted runs, so this drift counts them")
-        elif (d.groups, d.runs) == (shipped.groups, shipped.runs):
+        elif d == project_drift(every, horizon):
             out[horizon] = shipped  # no predicted run is a repeat
         else:
+            groups, runs = ("clusters of sessions", "sessions") if horizon == "later" else ("setups", "runs")
             out[horizon] = Drift(d.sd, d.groups, d.runs, "measured over this project's repeat runs without the split's "
-                                                         f"predicted runs ({d.groups} setups, {d.runs} runs)")
+                                                         f"predicted runs ({d.groups} {groups}, {d.runs} {runs})")
     return out
 
 

@@ -149,7 +149,10 @@ def horizon_choice(profile, where) -> str:
                        key="horizon", format_func=HORIZON_LABEL.get,
                        help="the run-to-run drift grows with the time since the profile's latencies were timed: "
                             f"{SHIPPED_DRIFTS['session'].sd:.1%} within the hour, {SHIPPED_DRIFTS['later'].sd:.1%} "
-                            "hours later (measured by repeat runs, bench/drift.py)")
+                            "hours later (measured by repeat runs, bench/drift.py; a run's drift is predicted by "
+                            "Student's t on their few degrees of freedom: "
+                            f"{SHIPPED_DRIFTS['session'].predictive_sd():.1%} and "
+                            f"{SHIPPED_DRIFTS['later'].predictive_sd():.1%})")
 
 
 def charts_grid(sc, res, sim_rates) -> None:

@@ -665,8 +665,9 @@ def estimate_uncertainty(traces: Sequence[Trace], drafted: Sequence[Trace], targ
     for horizon, key, when in (("later", "latency_run_sd", "a run more than an hour after the timed forwards"),
                                ("session", "latency_session_sd", "a run within the hour")):
         drift = calibration_drift(traces, horizon, drifts)
-        spread[horizon] = math.hypot(fit.sd, drift.sd)
-        src[key] = f"{when}: {how} and {drift.sd:.1%} run-to-run drift ({drift.source}): {spread[horizon]:.1%}"
+        spread[horizon] = math.hypot(fit.sd, drift.predictive_sd())
+        src[key] = (f"{when}: {how} and {drift.sd:.1%} run-to-run drift ({drift.source}; {drift.predictive_sd():.1%} "
+                    f"for the next run, on its {drift.dof} degrees of freedom): {spread[horizon]:.1%}")
     span = timed_span(traces)
     src["timed_at"] = (f"measured: the {len(traces)} runs started {span[0]} .. {span[1]}" if span else
                        "unknown: runs without a start time (a run at any time counts as later)")

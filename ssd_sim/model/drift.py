@@ -9,10 +9,13 @@ Drift depends on the time between the calibration's timed forwards and the run, 
   session  the run starts within SESSION_MINUTES of the calibration's timed forwards (calibrate-here, then run):
            repeat groups whose runs all lie within SESSION_MINUTES of each other;
   later    anything else, or a time not known (the default: a plan is usually used hours or days later): the
-           groups spread wider. Measured only up to ~12.4 h apart; beyond that it is the same number, assumed.
+           groups spread wider, and the groups repeated in the same sessions share those sessions' shift, so each
+           cluster of sessions counts once (clustered_drift). Measured only up to ~12.4 h apart; beyond that it is the
+           same number, assumed.
 Where the calibration's own traces hold repeats of a horizon, calibrate pools them with the shipped drift of that
 horizon; otherwise it uses SHIPPED_DRIFTS, measured the same way over the repeat runs shipped in traces/
-(bench/drift.py prints them).
+(project_drift; bench/drift.py prints them). Each rests on few degrees of freedom, so a run's drift is predicted by
+Student's t on them (Drift.predictive_sd), not by a normal with the estimate as its known SD.
 """
 
 from __future__ import annotations
@@ -25,10 +28,13 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 
+from scipy.special import ndtri, stdtrit
+
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
 from ssd_sim.io.values import parse_utc, utc_text
 
+LEVEL = 0.9  # the central level of every prediction interval (plan.intervals), at which the drift's t widening is set
 SESSION_MINUTES = 60.0  # "within the hour": a round boundary, not fitted (the shipped repeats lie 7-64 or 115-154 min apart)
 HORIZONS = ("session", "later")
 
@@ -46,27 +52,34 @@ class Drift:
     def dof(self) -> int:
         return self.runs - self.groups
 
+    def predictive_sd(self, level: float = LEVEL) -> float:
+        """The relative SD of a normal whose central `level` interval is that of the next run's drift as predicted
+        from this estimate: sd x t_dof, not sd x z, since sd itself is estimated on `dof` degrees of freedom (the
+        predictive of a normal with an unknown variance is a scaled t). 1.18 x sd on 6 degrees of freedom at 90%."""
+        if self.dof < 1:
+            return self.sd
+        q = (1 + level) / 2
+        return self.sd * float(stdtrit(self.dof, q) / ndtri(q))
+
 
 # bench/drift.py over traces/ on 2026-12-05 (09:20 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
 # added): 33 setups run 2-3 times (72 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
-# apart): 4.8%, 90% interval 3.7-7.1%. Later (23 setups, 64-743 min apart): 13.7%, 90% interval 11.2-17.8%; most of
-# it is two sessions repeated 2.5 h later: traces/cpu-fp32-pool40i repeating cpu-fp32-pool40 (6% and 16-19% slower)
-# and traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon (0.70-0.87x the verify ms), while
-# traces/cpu-fp32-xeon-pool32i-later repeated cpu-fp32-xeon-pool32i 3.9 h later within 1% (its four groups took the
-# later drift from 17.3% over 16 setups to 15.4%), traces/cpu-fp32-epyc-pool96i-later repeated cpu-fp32-epyc-pool96i
-# 2.8 h later 5-8% faster per verify (its three T = 0 groups: 15.4% -> 14.5%; its T = 1 run has another seed), and
-# traces/cpu-fp32-epyc-pool96t ran those three T = 0 setups a third time 12.4 h after the first, between the two
-# (14.5% -> 13.7%). Pooled over both horizons: 11.5% (12.0% before that third session).
-# The later groups are not independent repeats: they come from 5 clusters of sessions (session_clusters), 12 of the
-# 23 setups from the Xeon pair alone (19% apart). Counting each cluster once (clustered_drift, bench/drift.py) the
-# later drift is 9.4% on 6 degrees of freedom, 90% interval 6.5-18.0%: the 13.7% kept here lies inside it, on the wide
-# side; the interval 11.2-17.8% below counts every setup and is narrower than the evidence.
+# apart): 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (23 setups, 64-743 min apart) the setups are not
+# independent repeats: they come from 5 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
+# (traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon 2.5 h later, 0.70-0.87x the verify ms), and the setups of one
+# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 9.4% on 6 degrees of
+# freedom (the clusters' sessions - 1), 90% interval 6.5-18.0%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i
+# repeating cpu-fp32-pool40 2.5 h later 11.1%, the EPYC pool's three sessions (2.8 h and 12.4 h apart) 3.6%,
+# cpu-fp32-bench -> cpu-fp32-grid 3.4%, the Xeon pool grid repeated 3.9 h later 0.4%. Until 2026-12-05 the later
+# drift counted every setup (13.7% on 26 degrees of freedom, 11.2-17.8%: narrower than the evidence). A run's drift
+# is predicted from these estimates by Student's t on their degrees of freedom (Drift.predictive_sd).
 SHIPPED_DRIFTS = {
     "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
                                     "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
-    "later": Drift(0.137, 23, 49, "measured over the repeat runs in this project's traces/ more than an hour apart "
-                                  "(bench/drift.py: 23 setups, 49 runs 64-743 min apart; 90% interval 11.2-17.8%; "
-                                  "beyond 12.4 h assumed the same)"),
+    "later": Drift(0.094, 5, 11, "measured over the repeat runs in this project's traces/ more than an hour apart, "
+                                 "each cluster of sessions counted once (bench/drift.py: 23 setups, 64-743 min apart, "
+                                 "in 5 clusters of 11 sessions; 90% interval 6.5-18.0%; beyond 12.4 h assumed the "
+                                 "same)"),
 }
 
 
@@ -185,6 +198,17 @@ def clustered_drift(groups: Sequence[Sequence[Trace]]) -> Drift | None:
     runs = sum(w + 1 for w, _ in parts)
     return Drift(sd, len(parts), runs, f"measured over {len(parts)} clusters of sessions ({runs} sessions), "
                                        "each counted once")
+
+
+def project_drift(traces: Sequence[Trace], horizon: str) -> Drift | None:
+    """The drift SHIPPED_DRIFTS holds, measured over these traces: within the hour, every repeat group counted
+    (measured_drift: runs of one session, nothing shared between groups but the host); later, each cluster of
+    sessions counted once (clustered_drift: the groups of one cluster share its sessions' shift). None without
+    repeats of that horizon."""
+    groups = repeat_groups(traces, horizon)
+    if horizon == "later":
+        return clustered_drift(groups)
+    return measured_drift(traces, horizon)
 
 
 def pooled(own: Drift | None, base: Drift, weight: float | None = None) -> Drift:

@@ -17,6 +17,7 @@ from dataclasses import dataclass, replace
 
 import numpy as np
 
+from ssd_sim.model.drift import LEVEL  # the central prediction interval (the drift's t widening is set at it)
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.uncertainty import (
     CPU_INTERFERENCE,
@@ -30,7 +31,6 @@ from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
 
 DRAWS = 200  # profiles per interval: the 5% / 95% quantiles move by ~1.5% of the width between seeds
-LEVEL = 0.9  # central prediction interval
 CONFIDENT = 0.8  # a call is confident when one of SSD / SD wins in at least 80% of the draws (4 to 1 odds)
 
 SETTLE = {

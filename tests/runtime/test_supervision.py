@@ -197,8 +197,11 @@ def start_long_run(d: Path, name: str) -> tuple[subprocess.Popen, dict[int, str]
            "--prompts", str(d / "prompts.jsonl"), "--max-new-tokens", "4000", "--ignore-eos", "-k", "2",
            "--fan-out", "2,1,1", "--no-progress", "--trace", str(d / f"{name}.jsonl"), "-o", str(d / f"{name}.out")]
     env = {**os.environ, "PYTHONPATH": str(REPO)}
+    # SIGINT at its default, as in a terminal's foreground job: a test run started in the background of a
+    # non-interactive shell inherits SIGINT ignored (POSIX), and Python keeps an inherited SIG_IGN, so its Ctrl-C
+    # would never reach ssd-run (which is right for such a background job, not what this test asks)
     proc = subprocess.Popen(cmd, cwd=d, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
-                            start_new_session=True)
+                            start_new_session=True, preexec_fn=lambda: signal.signal(signal.SIGINT, signal.SIG_DFL))
     partial, deadline = d / f"{name}.jsonl.partial", time.monotonic() + 120
     while not (partial.exists() and len(partial.read_text().splitlines()) >= 3):
         if proc.poll() is not None or time.monotonic() > deadline:
