@@ -10,8 +10,8 @@ Drift depends on the time between the calibration's timed forwards and the run, 
            repeat groups whose runs all lie within SESSION_MINUTES of each other;
   later    anything else, or a time not known (the default: a plan is usually used hours or days later): the
            groups spread wider, and the groups repeated in the same sessions share those sessions' shift, so each
-           cluster of sessions counts once (clustered_drift). Measured only up to ~12.4 h apart; beyond that it is the
-           same number, assumed.
+           cluster of sessions counts once (clustered_drift). Measured up to ~39 h apart (beyond 12.4 h by one
+           cluster only); beyond that it is the same number, assumed.
 Where the calibration's own traces hold repeats of a horizon, calibrate pools them with the shipped drift of that
 horizon; otherwise it uses SHIPPED_DRIFTS, measured the same way over the repeat runs shipped in traces/
 (project_drift; bench/drift.py prints them). Each rests on few degrees of freedom, so a run's drift is predicted by
@@ -62,24 +62,25 @@ class Drift:
         return self.sd * float(stdtrit(self.dof, q) / ndtri(q))
 
 
-# bench/drift.py over traces/ on 2026-12-05 (09:20 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
-# added): 33 setups run 2-3 times (72 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
-# apart): 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (23 setups, 64-743 min apart) the setups are not
+# bench/drift.py over traces/ on 2026-12-05 (14:46 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
+# added): 33 setups run 2-3 times (74 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
+# apart): 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (23 setups, 64 min to 39 h apart) the setups are not
 # independent repeats: they come from 5 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
 # (traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon 2.5 h later, 0.70-0.87x the verify ms), and the setups of one
-# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 9.4% on 6 degrees of
-# freedom (the clusters' sessions - 1), 90% interval 6.5-18.0%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i
+# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 8.7% on 7 degrees of
+# freedom (the clusters' sessions - 1), 90% interval 6.1-15.6%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i
 # repeating cpu-fp32-pool40 2.5 h later 11.1%, the EPYC pool's three sessions (2.8 h and 12.4 h apart) 3.6%,
-# cpu-fp32-bench -> cpu-fp32-grid 3.4%, the Xeon pool grid repeated 3.9 h later 0.4%. Until 2026-12-05 the later
-# drift counted every setup (13.7% on 26 degrees of freedom, 11.2-17.8%: narrower than the evidence). A run's drift
-# is predicted from these estimates by Student's t on their degrees of freedom (Drift.predictive_sd).
+# cpu-fp32-bench -> cpu-fp32-grid 3.4%, the Xeon pool grid repeated 3.9 h later and (two of its setups) 35 h later on
+# another guest, traces/cpu-fp32-xeon-pool32i-day2, 0.8%. Until 2026-12-05 the later drift counted every setup (13.7%
+# on 26 degrees of freedom, 11.2-17.8%: narrower than the evidence; 9.4% on 6 clustered, before the day-2 runs). A
+# run's drift is predicted from these estimates by Student's t on their degrees of freedom (Drift.predictive_sd).
 SHIPPED_DRIFTS = {
     "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
                                     "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
-    "later": Drift(0.094, 5, 11, "measured over the repeat runs in this project's traces/ more than an hour apart, "
-                                 "each cluster of sessions counted once (bench/drift.py: 23 setups, 64-743 min apart, "
-                                 "in 5 clusters of 11 sessions; 90% interval 6.5-18.0%; beyond 12.4 h assumed the "
-                                 "same)"),
+    "later": Drift(0.087, 5, 12, "measured over the repeat runs in this project's traces/ more than an hour apart, "
+                                 "each cluster of sessions counted once (bench/drift.py: 23 setups, 64 min to 39 h "
+                                 "apart, in 5 clusters of 12 sessions; 90% interval 6.1-15.6%; beyond 39 h assumed "
+                                 "the same)"),
 }
 
 
@@ -176,13 +177,21 @@ def session_of(trace: Trace) -> str:
 
 
 def session_clusters(groups: Sequence[Sequence[Trace]]) -> dict[tuple[str, ...], list[Sequence[Trace]]]:
-    """Repeat groups clustered by the sessions their runs span: {sorted sessions (session_of each run): the groups},
-    in the order first seen. The groups of one cluster were repeated in the same sessions, so they share those
-    sessions' shift: they are one observation of how far sessions drift apart, not one each."""
-    clusters: dict[tuple[str, ...], list[Sequence[Trace]]] = {}
+    """Repeat groups clustered by the sessions their runs span: {sorted sessions: the groups}, in the order first
+    seen. Groups that share a session (session_of a run) fall in one cluster, transitively: a setup repeated in
+    sessions a, b and another in a, b, c share a and b's shift, so the cluster spans a, b, c. The groups of one
+    cluster are one observation of how far its sessions drift apart, not one each."""
+    merged: list[tuple[set[str], list[Sequence[Trace]]]] = []
     for g in groups:
-        clusters.setdefault(tuple(sorted({session_of(t) for t in g})), []).append(g)
-    return clusters
+        sessions, members = {session_of(t) for t in g}, [g]
+        for other in [m for m in merged if m[0] & sessions]:
+            merged.remove(other)
+            sessions |= other[0]
+            members = other[1] + members
+        merged.append((sessions, members))
+    first = {id(g): i for i, g in enumerate(groups)}
+    merged.sort(key=lambda m: min(first[id(g)] for g in m[1]))
+    return {tuple(sorted(sessions)): sorted(members, key=lambda g: first[id(g)]) for sessions, members in merged}
 
 
 def clustered_drift(groups: Sequence[Sequence[Trace]]) -> Drift | None:

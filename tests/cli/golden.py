@@ -245,9 +245,10 @@ _ISSUE_26_FRESH96 = ("issue 26: the runs' spread around a fit measured again wit
                      "freedom, was 5.1% over 11 at 1.25)")
 _document(_CALIBRATE_GRID, _ISSUE_26_FRESH96)
 _ISSUE_26_CLUSTERED_DRIFT = ("issue 26: the later drift counts each cluster of sessions once (model.drift.project_drift: "
-                             "9.4% on 6 degrees of freedom, was 13.7% counting all 23 setups), a run's drift is "
-                             "predicted by Student's t on the drift's degrees of freedom (Drift.predictive_sd: 11.1% "
-                             "later, 5.2% within the hour), and the runs' spread around a fit was measured again with "
+                             "8.7% on 7 degrees of freedom with the Xeon pool's day-2 runs, was 13.7% counting all "
+                             "23 setups), a run's drift is predicted by Student's t on the drift's degrees of freedom "
+                             "(Drift.predictive_sd: 10.0% later, 5.2% within the hour), and the runs' spread around a "
+                             "fit was measured again with "
                              "traces/cpu-fp32-xeon-fresh96 (model.residual: 4.8% over 13 calibrations at 1.11 degrees "
                              "of freedom, was 4.9% over 12 at 1.10)")
 _document(_CALIBRATE_GRID, _ISSUE_26_CLUSTERED_DRIFT)

@@ -394,4 +394,5 @@ def test_horizon_session_narrows_the_simulated_runs_interval(capsys, tmp_path):
                       for h in ("later", "session"))
     assert later["metrics"] == session["metrics"]  # the same simulation; only the spread around it differs
     (lo_l, hi_l), (lo_s, hi_s) = (r["interval_90"]["per_seq_tok_s"] for r in (later, session))
-    assert lo_l < lo_s < hi_s < hi_l and hi_s - lo_s < 0.6 * (hi_l - lo_l)
+    # 0.63x: the next run's drift 5.2% within the hour against 10.0% later (model.drift, Student's t)
+    assert lo_l < lo_s < hi_s < hi_l and 0.55 * (hi_l - lo_l) < hi_s - lo_s < 0.7 * (hi_l - lo_l)

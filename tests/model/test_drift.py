@@ -78,6 +78,20 @@ def test_setups_repeated_in_the_same_sessions_count_once_in_the_clustered_drift(
     assert project_drift(pair + trio, "later") == d and project_drift(pair + trio, "session") is None
 
 
+def test_setups_that_share_a_session_fall_in_one_cluster(tmp_path):
+    # one setup repeated in sessions a1, a2; another in a1, a2 and a third session a3 (a later repeat of only some
+    # setups): they share a1 and a2's shift, so they are one cluster of three sessions, two contrasts
+    pair = _in_sessions(tmp_path, 2, ["a1", "a2"])
+    trio = _in_sessions(tmp_path, 3, ["a1", "a2", "a3"])
+    apart = _in_sessions(tmp_path, 4, ["b1", "b2"])
+    groups = repeat_groups(pair + trio + apart)
+    clusters = session_clusters(groups)
+    assert list(clusters) == [("a1", "a2", "a3"), ("b1", "b2")]
+    assert [[g[0].header.plan["num_speculative_tokens"] for g in c] for c in clusters.values()] == [[2, 3], [4]]
+    d = clustered_drift(groups)
+    assert (d.groups, d.runs, d.dof) == (2, 5, 3)
+
+
 def test_the_next_runs_drift_is_wider_than_its_estimate_by_students_t_on_its_degrees_of_freedom():
     # t quantiles at 95%: 1.943 on 6 degrees of freedom, 1.771 on 13, 1.658 on 120; the normal's 1.645
     assert Drift(0.1, 5, 11, "").predictive_sd() == pytest.approx(0.1 * 1.9432 / 1.6449, rel=1e-3)
