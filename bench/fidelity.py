@@ -298,8 +298,13 @@ def shipped_traces() -> tuple[tuple[Path, Trace], ...]:
 
 
 @functools.cache
+def _every_drift(horizon: str) -> Drift | None:
+    """model.drift.project_drift over every shipped trace: what SHIPPED_DRIFTS rounds, measured once per process."""
+    return project_drift([t for _, t in shipped_traces()], horizon)
+
+
+@functools.cache
 def _held_out(predicted: frozenset[Path]) -> dict[str, Drift]:
-    every = [t for _, t in shipped_traces()]
     kept = [t for p, t in shipped_traces() if p not in predicted]
     out = {}
     for horizon in HORIZONS:
@@ -307,7 +312,7 @@ def _held_out(predicted: frozenset[Path]) -> dict[str, Drift]:
         if d is None:  # nothing left to measure it: the project's, said to count the predicted runs
             out[horizon] = Drift(shipped.sd, shipped.groups, shipped.runs, shipped.source + "; no repeat runs are left "
                                  "without the split's predicted runs, so this drift counts them")
-        elif d == project_drift(every, horizon):
+        elif d == _every_drift(horizon):
             out[horizon] = shipped  # no predicted run is a repeat
         else:
             groups, runs = ("clusters of sessions", "sessions") if horizon == "later" else ("setups", "runs")

@@ -214,9 +214,8 @@ def project_drift(traces: Sequence[Trace], horizon: str) -> Drift | None:
     (measured_drift: runs of one session, nothing shared between groups but the host); later, each cluster of
     sessions counted once (clustered_drift: the groups of one cluster share its sessions' shift). None without
     repeats of that horizon."""
-    groups = repeat_groups(traces, horizon)
     if horizon == "later":
-        return clustered_drift(groups)
+        return clustered_drift(repeat_groups(traces, horizon))
     return measured_drift(traces, horizon)
 
 
