@@ -20,11 +20,12 @@ calibration (ssd_sim.io.overlap: logged contexts, else prompts at T = 0 or the s
 which is refused (skipped with a line on stderr when every split runs); --allow-leaks reports it marked, without a goal.
 Each run also gets a 90% prediction interval (plan.intervals over the calibrated profile's uncertainty, for a run of
 its number of sequences, at the run's horizon: "session" when it started within an hour of both ends of the span the
-profile's latencies were timed over, else "later", model.drift); the drift in it is the project's measured again
-without the split's predicted runs (held_out_drifts: a predicted run repeated from its calibration would otherwise set
-the drift its own interval uses), and so is the runs' spread around a latency fit (held_out_residual,
-model.residual); a split reports the share of its runs inside theirs
-(issue 26's goal: 85-95% over all splits) and the mean interval width. A split may name a probe of its host
+profile's latencies were timed over, else "later", model.drift; "interleaved" when the run was timed chunk by chunk
+among the calibration's own runs, with no probe: the halves of an interleaved grid, model.drift.interleaved_with, whose
+intervals carry no run-to-run drift, NO_DRIFT, only the runs' spread around the fit); the drift in it is the
+project's measured again without the split's predicted runs (held_out_drifts: a predicted run repeated from its
+calibration would otherwise set the drift its own interval uses), and so is the runs' spread around a latency fit
+(held_out_residual, model.residual); a split reports the share of its runs inside theirs (issue 26's goal: 85-95% over all splits) and the mean interval width. A split may name a probe of its host
 ("probe": ssd-run probe's file): its latencies then come from the probe's measured tables (model.probed); --no-probe
 calibrates them from the traces' rounds instead.
 Decisions are judged by regret: among a split's predicted runs of one workload (same prompts, T, b), the run the
@@ -36,7 +37,8 @@ prompts, timed in the same minutes. Each draw splits the pool's requests at rand
 default_rng([seed, draw])), calibrates on the A requests of the split's "calibrate" runs and predicts the B requests of
 its "predict" runs; the draws' runs are pooled (each run is predicted once per draw, on its own B half). What such a
 split shares and does not: no text (A and B are different prompts; the overlap check runs per draw), the same host
-and session (drift between calibration and prediction is at most the length of one run; bench/drift.py sizes it).
+and session (drift between calibration and prediction is at most the length of one run; bench/drift.py sizes it; none
+in an interleaved grid, whose runs were timed chunk by chunk in the same minutes: horizon "interleaved").
 A halves split whose calibration ran another pool (of any size) says so ("halves": {"across_pools": true}):
 half A of that pool calibrates the prediction of the predicted pool's half B (another workload; pool_requests).
 Where the manifest gives the pool's request classes ("request_tags" in its setup: {class: [first seq, last seq]}, for
@@ -75,9 +77,12 @@ from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.calibrate import calibrate_traces, fit_target
 from ssd_sim.model.drift import (
     HORIZONS,
+    INTERLEAVED,
+    NO_DRIFT,
     SHIPPED_DRIFTS,
     Drift,
     horizon_of,
+    interleaved_with,
     minutes_from,
     project_drift,
     shipped_trace_paths,
@@ -371,9 +376,14 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     if leak and not allow_leaks:
         raise LeakingSplit(leak)
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
+    # Runs timed chunk by chunk among the calibration's (an interleaved grid's halves, latencies from those runs, not
+    # a probe) have no run-to-run drift between them: their intervals carry the runs' spread around the fit only.
+    same = probe is None and all(interleaved_with(t, list(cal.values())) for t in pred.values())
+    drifts = held_out_drifts(split["predict"])
     profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
                                        acceptance_from=acceptance_from, probe=probe,
-                                       mix=None if workload else mix, drifts=held_out_drifts(split["predict"]),
+                                       mix=None if workload else mix,
+                                       drifts={**drifts, "session": NO_DRIFT} if same else drifts,
                                        residual=held_out_residual(split["predict"]))
     if workload:
         source, wreport = calibrate_traces(list(workload.values()), list(workload), name=f"fidelity-{name}-workload",
@@ -385,8 +395,8 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     for run, trace in pred.items():
         meas, guess = summarize(trace), predict(profile, trace)
         minutes = minutes_from(profile.uncertainty.timed_at, started(trace))
-        horizon = horizon_of(minutes)
-        low, high = run_interval(at_horizon(profile, horizon), trace, guess["tok_s"])
+        horizon = INTERLEAVED if same else horizon_of(minutes)
+        low, high = run_interval(at_horizon(profile, profile_horizon(horizon)), trace, guess["tok_s"])
         runs.append({
             "interval_90": [low, high], "inside": bool(low <= meas.tok_s <= high), "horizon": horizon,
             "minutes_from_timed": minutes,
@@ -405,6 +415,12 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
         "shared": shared(others, list(pred.values())),
         "warnings": report.warnings,
         "choices": choices(runs, recommender(profile, pred))})
+
+
+def profile_horizon(horizon: str) -> str:
+    """The profile's horizon (model.drift.HORIZONS) whose spread a run's interval uses: an interleaved run's is the
+    session spread of a profile calibrated with NO_DRIFT (evaluate)."""
+    return "session" if horizon == INTERLEAVED else horizon
 
 
 def summary_of(name: str, split: dict, runs: list[dict], leak: str | None, extra: dict) -> dict:
@@ -629,7 +645,7 @@ def recommender(profile: Profile, traces: dict[str, Trace]):
         plan = Plan.from_dict({**trace.plan, "mode": "ssd", "batch_size": int(trace.header.batch_size)})
         n_seq = len(trace.sequences())
         sd_k = int(best["sd"]["K"])
-        at = at_horizon(profile, best["ssd"]["horizon"])
+        at = at_horizon(profile, profile_horizon(best["ssd"]["horizon"]))
         d = decide(at, plan, sd_k, sample(at, plan, sd_k, run_sequences=max(n_seq, 1)))
         ran = [m for m in ("ar", "sd", "ssd") if best[m] is not None]  # the modes the workload has runs of
         mode = max(ran, key=lambda m: d.expected[("ar", "sd", "ssd").index(m)])
@@ -748,7 +764,7 @@ def main(argv: list[str] | None = None) -> int:
     pooled = {"runs": len(runs), "coverage_90": sum(r["inside"] for r in runs) / len(runs),
               "choices": len(picks), "choices_within_5pct": sum(c["ok"] for c in picks),
               "recommended_within_5pct": sum(c["recommended_ok"] for c in picks),
-              "by_horizon": {h: [sum(r["inside"] for r in part), len(part)] for h in HORIZONS
+              "by_horizon": {h: [sum(r["inside"] for r in part), len(part)] for h in (*HORIZONS, INTERLEAVED)
                              if (part := [r for r in runs if r["horizon"] == h])}} if runs else {}
     if args.json:
         print(json.dumps({"splits": results, "pooled_goal_splits": pooled}, indent=2, default=str))

@@ -12,6 +12,8 @@ Drift depends on the time between the calibration's timed forwards and the run, 
            groups spread wider, and the groups repeated in the same sessions share those sessions' shift, so each
            cluster of sessions counts once (clustered_drift). Measured up to ~39 h apart (beyond 12.4 h by one
            cluster only); beyond that it is the same number, assumed.
+A run timed chunk by chunk among the calibration's own runs (an interleaved grid, bench/trace_grid.py: horizon
+INTERLEAVED) has no run-to-run drift between them at all (NO_DRIFT); only the runs' spread around the fit is left.
 Where the calibration's own traces hold repeats of a horizon, calibrate pools them with the shipped drift of that
 horizon; otherwise it uses SHIPPED_DRIFTS, measured the same way over the repeat runs shipped in traces/
 (project_drift; bench/drift.py prints them). Each rests on few degrees of freedom, so a run's drift is predicted by
@@ -37,6 +39,7 @@ from ssd_sim.io.values import parse_utc, utc_text
 LEVEL = 0.9  # the central level of every prediction interval (plan.intervals), at which the drift's t widening is set
 SESSION_MINUTES = 60.0  # "within the hour": a round boundary, not fitted (the shipped repeats lie 7-64 or 115-154 min apart)
 HORIZONS = ("session", "later")
+INTERLEAVED = "interleaved"  # a run's horizon when it was timed among the calibration's runs (interleaved_with)
 
 
 @dataclass(frozen=True)
@@ -82,6 +85,10 @@ SHIPPED_DRIFTS = {
                                  "apart, in 5 clusters of 12 sessions; 90% interval 6.1-15.6%; beyond 39 h assumed "
                                  "the same)"),
 }
+
+
+NO_DRIFT = Drift(0.0, 0, 0, "none: the run was timed chunk by chunk among the calibration's runs (interleaved), so "
+                            "no run-to-run drift lies between them")
 
 
 def shipped_trace_paths(traces_root: Path) -> list[Path]:
@@ -217,6 +224,21 @@ def project_drift(traces: Sequence[Trace], horizon: str) -> Drift | None:
     if horizon == "later":
         return clustered_drift(repeat_groups(traces, horizon))
     return measured_drift(traces, horizon)
+
+
+def interleaved_with(trace: Trace, timed: Sequence[Trace]) -> bool:
+    """True when `trace` was timed chunk by chunk among `timed` (all of them): runs of one interleaved grid
+    (bench/trace_grid.py writes "interleave" > 1 into each run's header), recorded in one session (session_of) and
+    started within SESSION_MINUTES of each other. Their forwards then share the same minutes, so no run-to-run drift
+    lies between them (NO_DRIFT)."""
+    def chunks(t: Trace) -> int:
+        n = t.header.extra.get("interleave", 1)
+        return n if isinstance(n, int) and not isinstance(n, bool) else 1
+
+    every = [trace, *timed]
+    span = span_minutes(every)
+    return (chunks(trace) > 1 and bool(timed) and all(chunks(t) == chunks(trace) and session_of(t) == session_of(trace) for t in timed)
+            and span is not None and span <= SESSION_MINUTES)
 
 
 def pooled(own: Drift | None, base: Drift, weight: float | None = None) -> Drift:

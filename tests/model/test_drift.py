@@ -11,11 +11,13 @@ import pytest
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.drift import (
     HORIZONS,
+    NO_DRIFT,
     SHIPPED_DRIFTS,
     Drift,
     calibration_drift,
     clustered_drift,
     horizon_of,
+    interleaved_with,
     measured_drift,
     median_verify_ms,
     minutes_from,
@@ -99,6 +101,30 @@ def test_the_next_runs_drift_is_wider_than_its_estimate_by_students_t_on_its_deg
     assert Drift(0.1, 10, 130, "").predictive_sd() == pytest.approx(0.1 * 1.6577 / 1.6449, rel=1e-3)
     assert Drift(0.1, 5, 11, "").predictive_sd(level=0.5) == pytest.approx(0.1 * 0.7176 / 0.6745, rel=1e-3)
     assert Drift(0.1, 2, 2, "").predictive_sd() == 0.1  # no degrees of freedom: nothing to widen by
+
+
+def _grid_run(tmp_path, folder: str, k: int, minute: int, interleave: int | None = 12):
+    """An SD K = k run of a grid recorded in `folder`, started `minute` after 12:00 UTC, cut into `interleave`
+    chunks run among the grid's other runs (bench/trace_grid.py writes "interleave" into the header; None: not)."""
+    (tmp_path / folder).mkdir(exist_ok=True)
+    header = {"started_at": f"2026-12-03T{12 + minute // 60:02d}:{minute % 60:02d}:00Z",
+              **({"interleave": interleave} if interleave is not None else {})}
+    return read_trace(write_trace(tmp_path / folder / f"k{k}-{minute}.jsonl", Plan(mode="sd", num_speculative_tokens=k),
+                                  rounds=12, seed=k, header=header))
+
+
+def test_a_run_is_interleaved_with_runs_of_its_own_interleaved_grid_only(tmp_path):
+    grid = [_grid_run(tmp_path, "g", k, minute) for k, minute in ((1, 0), (2, 1), (3, 2))]
+    assert interleaved_with(grid[2], grid[:2])
+    assert interleaved_with(grid[0], grid)  # a run cut to other requests is still timed among them
+    assert not interleaved_with(grid[2], [])  # among nothing
+    assert not interleaved_with(grid[2], [*grid[:2], _grid_run(tmp_path, "other-session", 4, 3)])
+    assert not interleaved_with(grid[2], [_grid_run(tmp_path, "g", 4, 90)])  # 90 min apart: another grid's
+    assert not interleaved_with(grid[2], [_grid_run(tmp_path, "g", 5, 3, interleave=4)])  # other chunks
+    plain = [_grid_run(tmp_path, "p", k, minute, interleave=None) for k, minute in ((1, 0), (2, 1))]
+    assert not interleaved_with(plain[1], plain[:1])  # runs one after another: drift lies between them
+    assert NO_DRIFT.sd == 0 and NO_DRIFT.predictive_sd() == 0
+    assert calibration_drift(grid, "session", {**SHIPPED_DRIFTS, "session": NO_DRIFT}).sd == 0
 
 
 def test_repeats_of_one_setup_are_grouped_and_others_are_not(tmp_path):
