@@ -291,8 +291,9 @@ def test_interval_coverage_counts_text_hold_outs_only(reported):
     # the hour of the timed forwards, 8.7% later with each cluster of sessions counted once; each widened by Student's
     # t on its degrees of freedom, to 5.2% and 10.0%) and the runs' spread around the latency fit (model.residual: the
     # project's 4.8%, or a calibration's own with 3+ AR / SD runs moderated by it), both measured without the split's
-    # predicted runs (held_out_drifts, held_out_residual): 311 of 334 inside their 90% intervals (93%; the goal is
-    # 85-95%). Within the hour everything holds but the AVX2 halves whose host drifted 12% in 30 minutes (0 of 4), the
+    # predicted runs (held_out_drifts, held_out_residual), but none for runs timed chunk by chunk among their
+    # calibration's (the interleaved grids' halves: 125 of 127 inside, the same as with the within-the-hour drift at
+    # these 3 draws; at 10, 400 of 414, 409 with it): 311 of 334 inside their 90% intervals (93%; the goal is 85-95%). Within the hour everything holds but the AVX2 halves whose host drifted 12% in 30 minutes (0 of 4), the
     # cross-host acceptance (avx2-to-pool 5 of 8, into the Xeon 3 and 4 of 5), the Xeon's first hour (4 of 5) and two
     # configuration draws of the pool, and the 96-prompt pool's SD K = 2 in the two draws whose half B holds a 35-s
     # host stall (10 of 12); later, xeon-earlier holds 1 of 6 (that host ran 21-30% faster 2.5 h later),
@@ -311,7 +312,11 @@ def test_interval_coverage_counts_text_hold_outs_only(reported):
     later = {"pool40-to-pool40i", "xeon-earlier", "halves-probe", "pool-to-avx2", "xeon-pool32i-later",
              "epyc-pool96i-later", "epyc-pool96t-later", "epyc-pool96-to-fresh96", "xeon-pool32i-to-fresh96",
              "xeon-pool32i-day2"}
-    assert all(horizons[n] == ({"later"} if n in later else {"session"}) for n in goal), horizons
+    interleaved = {"pool40i-halves", "avx2-to-pool40i", "pool64i-halves", "xeon-pool32i-halves",
+                   "xeon-pool32i-later-halves", "epyc-pool96i-halves", "epyc-pool96i-later-halves", "epyc-pool96t-halves",
+                   "epyc-fresh96-halves", "xeon-fresh96-halves"}  # timed chunk by chunk among their calibration's runs
+    assert all(horizons[n] == ({"later"} if n in later else {"interleaved"} if n in interleaved else {"session"})
+               for n in goal), horizons
     assert [sum(not r["inside"] for r in goal[n]["runs"]) for n in sorted(later)] == [0, 1, 0, 0, 0, 3, 5, 0, 0, 0]
     # the recommended run (the planner's rule: the highest mean over the draws) measured within 5% of the best
     picks = [c for res in goal.values() for c in res["choices"]]
