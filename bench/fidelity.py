@@ -25,9 +25,10 @@ among the calibration's own runs, with no probe: the halves of an interleaved gr
 intervals carry no run-to-run drift, NO_DRIFT, only the runs' spread around the fit); the drift in it is the
 project's measured again without the split's predicted runs (held_out_drifts: a predicted run repeated from its
 calibration would otherwise set the drift its own interval uses), and so is the runs' spread around a latency fit
-(held_out_residual, model.residual); a split reports the share of its runs inside theirs (issue 26's goal: 85-95% over all splits) and the mean interval width. A split may name a probe of its host
-("probe": ssd-run probe's file): its latencies then come from the probe's measured tables (model.probed); --no-probe
-calibrates them from the traces' rounds instead.
+(held_out_residual, model.residual); a split reports the share of its runs inside theirs (issue 26's goal: 85-95%
+over all splits) and the mean interval width. A split may name a probe of its host ("probe": ssd-run probe's file):
+its latencies then come from the probe's measured tables (model.probed); --no-probe calibrates them from the traces'
+rounds instead.
 Decisions are judged by regret: among a split's predicted runs of one workload (same prompts, T, b), the run the
 prediction ranks first against the run that measured fastest; a choice is good within 5% of the best.
 

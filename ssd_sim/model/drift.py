@@ -230,16 +230,18 @@ def project_drift(traces: Sequence[Trace], horizon: str) -> Drift | None:
 
 def interleaved_with(trace: Trace, timed: Sequence[Trace]) -> bool:
     """True when `trace` was timed chunk by chunk among `timed` (all of them): runs of one interleaved grid
-    (bench/trace_grid.py writes "interleave" > 1 into each run's header), recorded in one session (session_of) and
-    started within SESSION_MINUTES of each other. Their forwards then share the same minutes, so no run-to-run drift
-    lies between them (NO_DRIFT)."""
+    (bench/trace_grid.py writes "interleave" > 1 into each run's header), recorded in one session (the same folder,
+    session_of; a trace read from no file is in none) and started within SESSION_MINUTES of each other. Their forwards
+    then share the same minutes, so no run-to-run drift lies between them (NO_DRIFT)."""
     def chunks(t: Trace) -> int:
         n = t.header.extra.get("interleave", 1)
         return n if isinstance(n, int) and not isinstance(n, bool) else 1
 
     every = [trace, *timed]
     span = span_minutes(every)
-    return (chunks(trace) > 1 and bool(timed) and all(chunks(t) == chunks(trace) and session_of(t) == session_of(trace) for t in timed)
+    here = session_of(trace)
+    return (chunks(trace) > 1 and bool(timed) and here != "?"
+            and all(chunks(t) == chunks(trace) and session_of(t) == here for t in timed)
             and span is not None and span <= SESSION_MINUTES)
 
 

@@ -321,9 +321,10 @@ def test_interval_coverage_counts_text_hold_outs_only(reported):
     later = {"pool40-to-pool40i", "xeon-earlier", "halves-probe", "pool-to-avx2", "xeon-pool32i-later",
              "epyc-pool96i-later", "epyc-pool96t-later", "epyc-pool96-to-fresh96", "xeon-pool32i-to-fresh96",
              "xeon-pool32i-day2", "xeon-fresh96-later"}
+    # timed chunk by chunk among their calibration's runs (model.drift.interleaved_with)
     interleaved = {"pool40i-halves", "avx2-to-pool40i", "pool64i-halves", "xeon-pool32i-halves",
                    "xeon-pool32i-later-halves", "epyc-pool96i-halves", "epyc-pool96i-later-halves", "epyc-pool96t-halves",
-                   "epyc-fresh96-halves", "xeon-fresh96-halves", "xeon-fresh96-later-halves"}  # timed chunk by chunk among their calibration's runs
+                   "epyc-fresh96-halves", "xeon-fresh96-halves", "xeon-fresh96-later-halves"}
     assert all(horizons[n] == ({"later"} if n in later else {"interleaved"} if n in interleaved else {"session"})
                for n in goal), horizons
     assert [sum(not r["inside"] for r in goal[n]["runs"]) for n in sorted(later)] == [0, 1, 0, 0, 0, 3, 5, 6, 0, 0, 0]

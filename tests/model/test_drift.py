@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import math
 from pathlib import Path
 
@@ -118,6 +119,7 @@ def test_a_run_is_interleaved_with_runs_of_its_own_interleaved_grid_only(tmp_pat
     assert interleaved_with(grid[2], grid[:2])
     assert interleaved_with(grid[0], grid)  # a run cut to other requests is still timed among them
     assert not interleaved_with(grid[2], [])  # among nothing
+    assert not interleaved_with(dataclasses.replace(grid[2], path=None), grid[:2])  # from no file: no session known
     assert not interleaved_with(grid[2], [*grid[:2], _grid_run(tmp_path, "other-session", 4, 3)])
     assert not interleaved_with(grid[2], [_grid_run(tmp_path, "g", 4, 90)])  # 90 min apart: another grid's
     assert not interleaved_with(grid[2], [_grid_run(tmp_path, "g", 5, 3, interleave=4)])  # other chunks
