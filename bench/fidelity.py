@@ -103,8 +103,8 @@ MANIFESTS = tuple(ROOT / "traces" / d / "manifest.json" for d in (
     "cpu-fp32-splits", "cpu-fp32-grid", "cpu-fp32-halves", "cpu-fp32-pool", "cpu-fp32-pool40", "cpu-fp32-pool40i",
     "cpu-fp32-pool64i", "cpu-fp32-epyc-avx512", "cpu-fp32-xeon", "cpu-fp32-xeon-idle", "cpu-fp32-xeon-pool32i",
     "cpu-fp32-xeon-pool32i-later", "cpu-fp32-epyc-pool96i", "cpu-fp32-epyc-pool96i-later",
-    "cpu-fp32-epyc-pool96t", "cpu-fp32-epyc-fresh96", "cpu-fp32-xeon-fresh96", "cpu-fp32-xeon-fresh96-later", "cpu-fp32-xeon-fresh96-third",
-    "cpu-fp32-xeon-pool32i-day2"))
+    "cpu-fp32-epyc-pool96t", "cpu-fp32-epyc-fresh96", "cpu-fp32-xeon-fresh96", "cpu-fp32-xeon-fresh96-later",
+    "cpu-fp32-xeon-fresh96-third", "cpu-fp32-xeon-pool32i-day2"))
 DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
@@ -379,7 +379,8 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     probe = load_probe(split["probe"]) if use_probe and split.get("probe") else None
     # Runs timed chunk by chunk among the calibration's (an interleaved grid's halves, latencies from those runs, not
     # a probe) have no run-to-run drift between them: their intervals carry the runs' spread around the fit only.
-    same = probe is None and all(interleaved_with(t, list(cal.values())) for t in pred.values())
+    timed = list(cal.values())
+    same = probe is None and all(interleaved_with(t, timed) for t in pred.values())
     drifts = held_out_drifts(split["predict"])
     profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
                                        acceptance_from=acceptance_from, probe=probe,

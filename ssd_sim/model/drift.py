@@ -238,12 +238,9 @@ def interleaved_with(trace: Trace, timed: Sequence[Trace]) -> bool:
         n = t.header.extra.get("interleave", 1)
         return n if isinstance(n, int) and not isinstance(n, bool) else 1
 
-    every = [trace, *timed]
-    span = span_minutes(every)
-    here = session_of(trace)
-    return (chunks(trace) > 1 and bool(timed) and here != "?"
-            and all(chunks(t) == chunks(trace) and session_of(t) == here for t in timed)
-            and span is not None and span <= SESSION_MINUTES)
+    n, here = chunks(trace), session_of(trace)
+    return (n > 1 and bool(timed) and here != "?" and all(chunks(t) == n and session_of(t) == here for t in timed)
+            and horizon_of(span_minutes([trace, *timed])) == "session")
 
 
 def pooled(own: Drift | None, base: Drift, weight: float | None = None) -> Drift:

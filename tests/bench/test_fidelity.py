@@ -57,8 +57,9 @@ def test_every_split_named_by_the_issue_is_there():
                             "epyc-pool96t-halves", "epyc-pool96t-later", "pool-halves", "pool-halves-ar-sd", "pool-halves-configs", "pool40-halves",
                             "pool40-to-pool40i", "pool40i-halves", "pool64i-halves", "xeon-fresh96-halves",
                             "xeon-fresh96-later", "xeon-fresh96-later-halves", "xeon-fresh96-slow-to-third",
-                            "xeon-fresh96-third", "xeon-fresh96-third-halves", "xeon-pool32i-day2", "xeon-pool32i-halves", "xeon-pool32i-later",
-                            "xeon-pool32i-later-halves", "xeon-pool32i-to-fresh96"]
+                            "xeon-fresh96-third", "xeon-fresh96-third-halves", "xeon-pool32i-day2",
+                            "xeon-pool32i-halves", "xeon-pool32i-later", "xeon-pool32i-later-halves",
+                            "xeon-pool32i-to-fresh96"]
     assert sorted(n for n, s in SPLITS.items() if "workload_from" in s) == [
         "avx2-to-pool", "avx2-to-pool40i", "avx2-to-xeon", "pool-to-avx2", "pool-to-xeon"]
 
@@ -317,9 +318,9 @@ def test_interval_coverage_counts_text_hold_outs_only(reported):
     # it was back to speed (0 of 3); later, xeon-earlier holds 1 of 6 (that host ran 21-30% faster 2.5 h later),
     # xeon-fresh96-later 3 of 9 (the same guest ran 15-27% slower 2.7 h later), xeon-fresh96-slow-to-third's SD and SSD
     # 2 of 6, pool40-to-pool40i 9 of 12 (16-19% slower 2.5 h later) and epyc-pool96i-later 11 of 12. Before the fresh96
-    # repeats, 311 of 334; before the
-    # Xeon pool's day-2 runs (the clustered drift 9.4% on 6 degrees of freedom), 306 of 328; then with the later drift
-    # counting every setup (13.7%) and no t, 308 of 328 (the two fresh96 grids' four splits hold 72 of 72 either way).
+    # repeats, 311 of 334; before the Xeon pool's day-2 runs (the clustered drift 9.4% on 6 degrees of freedom), 306 of
+    # 328; then with the later drift counting every setup (13.7%) and no t, 308 of 328 (the two fresh96 grids' four
+    # splits hold 72 of 72 either way).
     # With the residual assumed 8% where a calibration had fewer than 3 AR / SD runs (and a calibration's own alone
     # where it had more) it was 168 of 184; with the drift measured on every run (its own pair included) 172; before
     # the 3.9 h repeat, 148 of 160; before the 96-prompt pool, 167 of 184; before its repeat 2.8 h later, 177 of 196;
@@ -334,8 +335,8 @@ def test_interval_coverage_counts_text_hold_outs_only(reported):
              "xeon-pool32i-day2", "xeon-fresh96-later", "xeon-fresh96-third"}
     # timed chunk by chunk among their calibration's runs (model.drift.interleaved_with)
     interleaved = {"pool40i-halves", "avx2-to-pool40i", "pool64i-halves", "xeon-pool32i-halves",
-                   "xeon-pool32i-later-halves", "epyc-pool96i-halves", "epyc-pool96i-later-halves", "epyc-pool96t-halves",
-                   "epyc-fresh96-halves", "xeon-fresh96-halves", "xeon-fresh96-later-halves",
+                   "xeon-pool32i-later-halves", "epyc-pool96i-halves", "epyc-pool96i-later-halves",
+                   "epyc-pool96t-halves", "epyc-fresh96-halves", "xeon-fresh96-halves", "xeon-fresh96-later-halves",
                    "xeon-fresh96-third-halves"}
     # the slow session's calibration predicts AR 59 minutes after its timed start (within the hour), SD and SSD after 60
     mixed = {"xeon-fresh96-slow-to-third": {"session", "later"}}
