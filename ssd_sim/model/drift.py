@@ -65,27 +65,27 @@ class Drift:
         return self.sd * float(stdtrit(self.dof, q) / ndtri(q))
 
 
-# bench/drift.py over traces/ on 2026-12-05 (17:05 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
-# added): 36 setups run 2-3 times (83 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
+# bench/drift.py over traces/ on 2026-12-05 (18:20 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
+# added): 36 setups run 2-4 times (86 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
 # apart): 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (26 setups, 64 min to 39 h apart) the setups are not
 # independent repeats: they come from 6 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
 # (traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon 2.5 h later, 0.70-0.87x the verify ms), and the setups of one
-# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 9.1% on 9 degrees of
-# freedom (the clusters' sessions - 1), 90% interval 6.7-15.0%: the Xeon pair 19.1%, the fresh96 grid's T = 0 runs
-# repeated twice on the same Xeon guest (traces/cpu-fp32-xeon-fresh96-later 2.7 h later, 1.15-1.26x the verify ms;
-# traces/cpu-fp32-xeon-fresh96-third 3.7 h later, 0.98-0.99x) 10.6%, traces/cpu-fp32-pool40i repeating
-# cpu-fp32-pool40 2.5 h later 11.1%, the EPYC pool's three sessions (2.8 h and 12.4 h apart) 3.6%, cpu-fp32-bench ->
-# cpu-fp32-grid 3.4%, the Xeon pool grid repeated 3.9 h later and (two of its setups) 35 h later on another guest,
-# traces/cpu-fp32-xeon-pool32i-day2, 0.8%. Until 2026-12-05 the later drift counted every setup (13.7% on 26 degrees
-# of freedom, 11.2-17.8%: narrower than the evidence; clustered, 9.4% on 6 before the day-2 runs, 8.7% on 7 before the
-# fresh96 repeats, 9.2% on 8 between them). A run's drift is predicted from these estimates by Student's t on their
-# degrees of freedom (Drift.predictive_sd).
+# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 8.8% on 10 degrees of
+# freedom (the clusters' sessions - 1), 90% interval 6.5-14.0%: the Xeon pair 19.1%, the fresh96 grid's T = 0 runs
+# repeated three times on the same Xeon guest (traces/cpu-fp32-xeon-fresh96-later 2.7 h later, 1.15-1.26x the verify
+# ms; traces/cpu-fp32-xeon-fresh96-third 3.7 h later, 0.98-0.99x; traces/cpu-fp32-xeon-fresh96-fourth 4.9 h later,
+# 1.00-1.02x) 8.9%, traces/cpu-fp32-pool40i repeating cpu-fp32-pool40 2.5 h later 11.1%, the EPYC pool's three
+# sessions (2.8 h and 12.4 h apart) 3.6%, cpu-fp32-bench -> cpu-fp32-grid 3.4%, the Xeon pool grid repeated 3.9 h later
+# and (two of its setups) 35 h later on another guest, traces/cpu-fp32-xeon-pool32i-day2, 0.8%. Until 2026-12-05 the
+# later drift counted every setup (13.7% on 26 degrees of freedom, 11.2-17.8%: narrower than the evidence; clustered,
+# 9.4% on 6 before the day-2 runs, 8.7% on 7 before the fresh96 repeats, 9.2% on 8 and 9.1% on 9 between them). A
+# run's drift is predicted from these estimates by Student's t on their degrees of freedom (Drift.predictive_sd).
 SHIPPED_DRIFTS = {
     "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
                                     "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
-    "later": Drift(0.091, 6, 15, "measured over the repeat runs in this project's traces/ more than an hour apart, "
+    "later": Drift(0.088, 6, 16, "measured over the repeat runs in this project's traces/ more than an hour apart, "
                                  "each cluster of sessions counted once (bench/drift.py: 26 setups, 64 min to 39 h "
-                                 "apart, in 6 clusters of 15 sessions; 90% interval 6.7-15.0%; beyond 39 h assumed "
+                                 "apart, in 6 clusters of 16 sessions; 90% interval 6.5-14.0%; beyond 39 h assumed "
                                  "the same)"),
 }
 
