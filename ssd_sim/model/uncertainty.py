@@ -12,7 +12,9 @@ Sources, each measured by calibration where the traces allow and otherwise a sta
                 the time since the calibration timed its forwards (model.drift): sd_run is for a run hours later (the
                 default horizon, "later"); at_horizon("session") swaps in the spread of a run within the hour.
   extrapolation forwards larger than any the calibration timed: a further factor exp(N(0, sd_ext^2)), sd_ext =
-                EXTRAPOLATION_SD per doubling past the largest timed rows x tokens (target and draft apart).
+                EXTRAPOLATION_SD per doubling past the largest timed rows x tokens (target and draft apart), for
+                the forwards each mode runs (for_forwards: AR one token per row, SD its verify and 2-token draft
+                step, SSD the plan's verify and cache), from the same draws.
   interference  the target's slowdown beside the busy draft (and the draft's beside the target): N(fit, sd^2) when
                 SSD traces measured it, uniform on a stated range when assumed.
   hit curves    assumed curves (no ranks, no distributions): miss(1) ~ U[0.1, 0.9], r ~ U[0.3, 1.5].
@@ -219,19 +221,20 @@ class DrawnAcceptance:
 def draws(u: Uncertainty, n: int, seed: int = 0, run_sequences: int | None = None,
           only: str | None = None, rows_tokens: tuple[float, float] = (1, 1)) -> dict[str, np.ndarray]:
     """n draws of every source as arrays; `only` keeps one source random and the others at their centre.
-    rows_tokens: the largest (target, draft) forward of the plan, for the extrapolation spread."""
+    rows_tokens: the largest (target, draft) forward of the run, for the extrapolation spread; for_forwards gives the
+    same draws for another run's forwards (each mode's own, so AR is not charged for SSD's larger ones)."""
     rng = np.random.default_rng(seed)
     on = lambda name: only is None or only == name  # noqa: E731
     z0, zt, zd = rng.standard_normal((3, n))
     lat = u.latency_run_sd * np.sqrt(0.5)
-    ext_t, ext_d = u.extrapolation_sd(*rows_tokens)
     ze_t, ze_d, zb = rng.standard_normal((3, n))
-    run_t = lat * (z0 + zt) if on("latency") else 0.0
-    run_d = lat * (z0 + zd) + u.draft_latency_sd * zb if on("latency") else 0.0
+    run_t = lat * (z0 + zt) if on("latency") else np.zeros(n)
+    run_d = lat * (z0 + zd) + u.draft_latency_sd * zb if on("latency") else np.zeros(n)
     ext = on("extrapolation")
     out = {"delta": rng.standard_normal(n) * u.workload_sd(run_sequences) if on("workload") else np.zeros(n),
-           "target_scale": np.exp(run_t + (ext_t * ze_t if ext else 0.0)) * np.ones(n),
-           "draft_scale": np.exp(run_d + (ext_d * ze_d if ext else 0.0)) * np.ones(n)}
+           "run_log_target": run_t, "run_log_draft": run_d,
+           "ext_z_target": ze_t if ext else np.zeros(n), "ext_z_draft": ze_d if ext else np.zeros(n)}
+    out.update(for_forwards(u, out, rows_tokens))
     if u.interference:
         lo, hi = u.interference
         out["interference"] = rng.uniform(lo, hi, n) if on("interference") else np.full(n, (lo + hi) / 2)
@@ -242,6 +245,15 @@ def draws(u: Uncertainty, n: int, seed: int = 0, run_sequences: int | None = Non
     out["r"] = rng.uniform(0.3, 1.5, n) if on("hit") else np.full(n, 0.9)
     out["saguaro_w"] = rng.uniform(0.0, 1.0, n) if on("saguaro") else np.full(n, 0.5)
     return out
+
+
+def for_forwards(u: Uncertainty, d: dict[str, np.ndarray], rows_tokens: tuple[float, float]) -> dict[str, np.ndarray]:
+    """The draws `d` (of draws()) with the latency scales of a run whose largest (target, draft) forwards are
+    rows_tokens (rows x tokens): the same run-to-run and extrapolation draws, the extrapolation spread of those
+    forwards only."""
+    ext_t, ext_d = u.extrapolation_sd(*rows_tokens)
+    return {**d, "target_scale": np.exp(d["run_log_target"] + ext_t * d["ext_z_target"]),
+            "draft_scale": np.exp(d["run_log_draft"] + ext_d * d["ext_z_draft"])}
 
 
 def drawn_profile(profile, u: Uncertainty, d: dict[str, np.ndarray], i: int):

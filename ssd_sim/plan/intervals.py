@@ -26,6 +26,7 @@ from ssd_sim.model.uncertainty import (
     Uncertainty,
     drawn_profile,
     draws,
+    for_forwards,
 )
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.predict import predict_ar, predict_sd, predict_ssd
@@ -73,25 +74,39 @@ def sample(profile: Profile, plan: Plan, sd_k: int, n: int = DRAWS, seed: int = 
     """tok/s per sequence of AR, SD (K = sd_k) and the SSD plan, its p_hit, tokens per round and round ms, per draw.
     ar=False leaves AR out (its entry is nan), for callers that compare SSD with SD only."""
     u = uncertainty_of(profile)
-    d = draws(u, n, seed, run_sequences, only, rows_tokens(plan, sd_k))
+    d = draws(u, n, seed, run_sequences, only, rows_tokens(plan))
+    # common draws, each mode's latency extrapolated only past the forwards that mode runs
+    d_ar, d_sd = (for_forwards(u, d, f) for f in (ar_rows_tokens(plan), sd_rows_tokens(plan, sd_k)))
     out = {k: np.empty(n) for k in ("ar", "sd", "ssd", "p_hit", "tokens_per_round", "round_ms")}
     if not ar:
         out["ar"][:] = np.nan
     for i in range(n):
-        p = drawn_profile(profile, u, d, i)
-        ssd = predict_ssd(p, plan)
+        ssd = predict_ssd(drawn_profile(profile, u, d, i), plan)
         if ar:
-            out["ar"][i] = predict_ar(p, plan.batch_size).per_seq_tok_s
-        out["sd"][i] = predict_sd(p, plan.batch_size, sd_k, plan.temperature).per_seq_tok_s
+            out["ar"][i] = predict_ar(drawn_profile(profile, u, d_ar, i), plan.batch_size).per_seq_tok_s
+        sd = predict_sd(drawn_profile(profile, u, d_sd, i), plan.batch_size, sd_k, plan.temperature)
+        out["sd"][i] = sd.per_seq_tok_s
         out["ssd"][i] = ssd.per_seq_tok_s
         out["p_hit"][i], out["tokens_per_round"][i], out["round_ms"][i] = ssd.p_hit, ssd.tokens_per_round, ssd.round_ms
     return out
 
 
-def rows_tokens(plan: Plan, sd_k: int) -> tuple[int, int]:
-    """The largest forwards the plan and its SD baseline run, in rows x tokens: (target verify, draft branch step)."""
+def rows_tokens(plan: Plan) -> tuple[int, int]:
+    """The largest forwards of the SSD plan, in rows x tokens: (target verify, draft glue or branch step)."""
     b = plan.batch_size
-    return b * (max(plan.K, sd_k) + 1), max(b * plan.budget, b * (plan.K + 1))
+    return b * (plan.K + 1), max(b * plan.budget, b * (plan.K + 1))
+
+
+def sd_rows_tokens(plan: Plan, sd_k: int) -> tuple[int, int]:
+    """SD's largest forwards at K = sd_k: the verify of K + 1 tokens per row, and the draft step that feeds 2 tokens
+    per row (the K-th draft token and the bonus, after a round in which a row accepted all K)."""
+    b = plan.batch_size
+    return b * (sd_k + 1), b * 2
+
+
+def ar_rows_tokens(plan: Plan) -> tuple[int, int]:
+    """AR's forwards: one token per row on the target; no draft forward (1 extrapolates nothing)."""
+    return plan.batch_size, 1
 
 
 def interval(x: np.ndarray, level: float = LEVEL) -> dict[str, float]:
@@ -165,12 +180,15 @@ def decide(profile: Profile, plan: Plan, sd_k: int, samples: dict[str, np.ndarra
 def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, seed: int = 0) -> list[float]:
     """The q-quantile of SSD tok/s per sequence of each plan over common draws (for --risk)."""
     u = uncertainty_of(profile)
-    d = draws(u, n, seed, rows_tokens=max(rows_tokens(p, p.K) for p in plans))
+    d = draws(u, n, seed)
     vals = np.empty((len(plans), n))
-    for i in range(n):
-        p = drawn_profile(profile, u, d, i)
-        for j, plan in enumerate(plans):
-            vals[j, i] = predict_ssd(p, plan).per_seq_tok_s
+    for forwards in {rows_tokens(plan) for plan in plans}:  # the same draws, extrapolated past each plan's forwards
+        at = for_forwards(u, d, forwards)
+        mine = [(j, plan) for j, plan in enumerate(plans) if rows_tokens(plan) == forwards]
+        for i in range(n):
+            p = drawn_profile(profile, u, at, i)
+            for j, plan in mine:
+                vals[j, i] = predict_ssd(p, plan).per_seq_tok_s
     return [float(np.quantile(v, q)) for v in vals]
 
 

@@ -25,6 +25,7 @@ from ssd_sim.plan.intervals import (
     scaled_interval,
     uncertainty_report,
 )
+from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import TIMED_FACTOR, PlanRequest, make_plan
 from ssd_sim.plan.predict import predict_sd, predict_ssd
 
@@ -154,3 +155,19 @@ def test_calibration_measures_what_it_can_and_states_the_rest():
     assert narrow["high"] - narrow["low"] < 0.6 * (wide["high"] - wide["low"])
     assert predict_ssd(prof, make_plan(prof).plan).per_seq_tok_s > predict_sd(prof, 1, 3).per_seq_tok_s
     shutil.rmtree(SPLITS / "__pycache__", ignore_errors=True)
+
+
+def test_each_mode_is_extrapolated_only_past_the_forwards_it_runs():
+    # timed up to 3 target and 3 draft rows x tokens, no other spread: AR's 1-token forwards extrapolate nothing, SD's
+    # K = 2 verify (3) nothing either, and the SSD plan's K = 7 verify (8 tokens) log2(8 / 3) = 1.4 doublings at 10% each
+    prof = replace(get_preset("qwen-coder-1.5b-0.5b-cpu"), uncertainty=replace(NONE, timed_rows_tokens=(3, 3)))
+    ssd = {k: Plan.from_dict({"num_speculative_tokens": k, "fan_out": [1] * (k + 1), "mode": "ssd"}) for k in (2, 7)}
+    s = sample(prof, ssd[7], 2, n=400)
+    assert np.ptp(s["ar"]) == 0.0 and np.ptp(s["sd"]) == 0.0
+    assert np.std(np.log(s["ssd"])) == pytest.approx(0.1 * math.log2(8 / 3), rel=0.15)
+    # AR's interval does not follow the K of the plan it is compared with (an AR trace's header carries K = 4)
+    assert all(scaled_interval(prof, plan, "ar", 2.0) == (2.0, 2.0) for plan in ssd.values())
+    # --risk's quantiles of two plans drawn together are each plan's own (the smaller plan extrapolates nothing)
+    q_small, q_big = quantile_tok_s(prof, [ssd[2], ssd[7]], 0.1, n=50)
+    assert q_small == pytest.approx(predict_ssd(prof, ssd[2]).per_seq_tok_s, rel=1e-9)
+    assert q_big < predict_ssd(prof, ssd[7]).per_seq_tok_s
