@@ -318,9 +318,11 @@ def test_interval_coverage_counts_text_hold_outs_only(reported):
     # t on its degrees of freedom, to 5.2% and 9.7%) and the runs' spread around the latency fit (model.residual: the
     # project's 4.8%, or a calibration's own with 3+ AR / SD runs moderated by it), both measured without the split's
     # predicted runs (held_out_drifts, held_out_residual), but none for runs timed chunk by chunk among their
-    # calibration's (the interleaved grids' halves: 152 of 154 inside; before the fresh96 repeats 125 of 127, the same
-    # as with the within-the-hour drift at these 3 draws; at 10, 400 of 414, 409 with it): 368 of 406 inside their 90%
-    # intervals (90.6%; the goal is 85-95%). Within the hour everything holds but the AVX2 halves whose host drifted 12%
+    # calibration's (the interleaved grids' halves: 151 of 154 inside; before the fresh96 repeats 125 of 127, the same
+    # as with the within-the-hour drift at these 3 draws; at 10, 400 of 414, 409 with it): 367 of 406 inside their 90%
+    # intervals (90.4%; the goal is 85-95%). Each mode's latency is extrapolated only past the forwards it runs
+    # (model.uncertainty.for_forwards): AR's intervals in the interleaved halves are 7-13% wide, 26-29% while they took
+    # the SSD plan's K (the AR trace header's K = 4), which held one more AR draw of epyc-pool96t-halves (368). Within the hour everything holds but the AVX2 halves whose host drifted 12%
     # in 30 minutes (0 of 4), the cross-host acceptance (avx2-to-pool 5 of 8, into the Xeon 3 and 4 of 5), the Xeon's
     # first hour (4 of 5) and two configuration draws of the pool, the 96-prompt pool's SD K = 2 in the two draws
     # whose half B holds a 35-s host stall (10 of 12), and AR from the Xeon guest's slow session 59 minutes later, when
@@ -337,7 +339,7 @@ def test_interval_coverage_counts_text_hold_outs_only(reported):
     # the 3.9 h repeat, 148 of 160; before the 96-prompt pool, 167 of 184; before its repeat 2.8 h later, 177 of 196;
     # before the pool with every mode at both temperatures, 201 of 220; before the grid on a new prompt file, 236 of
     # 256; before the same grid on the Xeon host kind, 272 of 292
-    assert sum(r["inside"] for r in goal_runs) == 368
+    assert sum(r["inside"] for r in goal_runs) == 367
     assert sum(r["inside"] for r in goal["pool-halves"]["runs"]) == 24
     assert sum(r["inside"] for r in goal["pool40-to-pool40i"]["runs"]) == 9
     horizons = {name: {r["horizon"] for r in res["runs"]} for name, res in goal.items()}

@@ -267,6 +267,11 @@ _ISSUE_26_FRESH96_FOURTH = ("issue 26: the later drift measured again with the f
                             "within 2% of its speed): 8.8% on 10 degrees of freedom over 6 clusters of 16 sessions, "
                             "was 9.1% on 9; the next run's 9.7%, was 10.2%")
 _document(_CALIBRATE_GRID, _ISSUE_26_FRESH96_FOURTH)
+_EXTRAPOLATED_PER_MODE = ("issue 26: each mode's latency is extrapolated only past the forwards it runs "
+                          "(model.uncertainty.for_forwards): AR's interval no longer takes the spread of the SSD plan's "
+                          "larger verifies (2.37-3.18 -> 2.54-2.94 tok/s), and SSD's its own K's rather than the larger "
+                          "of its K and SD's (4.74-6.05 -> 4.79-6.09)")
+_document(["plan-profile"], _EXTRAPOLATED_PER_MODE)
 
 
 def fixed_host():
