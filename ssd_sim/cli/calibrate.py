@@ -91,6 +91,8 @@ def print_report(profile: Profile, report: CalibrationReport) -> None:
         con.print(f"latency from the probe {pr['path']} (the fits above are the traces' own, for comparison): "
                   f"target {report.latency['target']['table_range']}, draft {report.latency['draft']['table_range']}; "
                   f"runs' verify / table: {ratios}")
+        if pr.get("timed"):
+            con.print(f"timed: {pr['timed']}")
         con.print(f"after an idle wait: {pr['after_idle']['source']}")
     con.print("overheads (ms): " + ", ".join(f"{k}={v:.2f}" for k, v in report.overheads.items() if v is not None))
     con.print(f"target beside the draft: {report.latency['interference']['source']}")

@@ -24,6 +24,7 @@ from ssd_sim.io.probe import Probe
 from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
 from ssd_sim.io.values import parse_utc, utc_text
+from ssd_sim.model.drift import timed_span
 from ssd_sim.model.latency import LatencyModel, fit_warnings
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.model.uncertainty import EXTRAPOLATION_SD, Uncertainty
@@ -55,7 +56,7 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
     report.latency["probe"] = {
         "path": probe.path, "context": probe.context, "temperature": probe.temperature,
         "target_shapes": len(probe.target), "draft_shapes": len(probe.draft),
-        "sample_sd": probe.spread, "runs_vs_table": drift,
+        "sample_sd": probe.spread, "runs_vs_table": drift, "timed": probe_timing(probe, traces),
         "traces_fit": {"verify_slowdown_one_row": fitted.verify_slowdown_one_row,
                        "verify_slowdown_rows": fitted.verify_slowdown_rows,
                        "draft_slowdown": fitted.draft_slowdown, "transfer_ms": fitted.transfer_ms}}
@@ -136,6 +137,18 @@ def _priced_sd_ratio(t: Trace, model: LatencyModel) -> float:
     gap = statistics.median(r.timings_ms.get(Phase.TARGET_WAIT, 0.0) for r in rounds)
     verify = statistics.median(float(model.target(r.batch, r.K + 1)) for r in rounds)
     return 1.0 + float(model.wake_ms("target", gap)) / verify
+
+
+def probe_timing(probe: Probe, traces: Sequence[Trace]) -> str:
+    """One line: when the traces' runs and the probe were timed, and that the latency (and the intervals' horizon) is
+    the probe's; "" when the probe or a trace records no start."""
+    span = timed_span(traces)
+    if not probe.started_at or not span:
+        return ""
+    hours = (parse_utc(probe.started_at) - parse_utc(span[1])).total_seconds() / 3600
+    when = (f"{hours:.1f} h after the traces' last run" if hours >= 0 else f"{-hours:.1f} h before the traces' last run")
+    return (f"the traces' runs started {span[0]} .. {span[1]}, the probe {probe.started_at} ({when}): the latencies "
+            "are the probe's, acceptance and hit rates the traces', and intervals count their horizon from the probe")
 
 
 def _verify_ratio(t: Trace, target: MeasuredForward) -> float | None:

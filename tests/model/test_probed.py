@@ -1,12 +1,14 @@
 """A calibration with a probe takes its latencies from the probe's tables, and the planner plans with them."""
 
 import json
+from pathlib import Path
 
 import pytest
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.probe import load_probe
-from ssd_sim.model.calibrate import calibrate
+from ssd_sim.io.trace import read_trace
+from ssd_sim.model.calibrate import calibrate, calibrate_traces
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.plan.plan import Plan
 from ssd_sim.plan.planner import PlanRequest, make_plan
@@ -239,3 +241,20 @@ def test_ssd_verifies_that_fit_no_ar_sd_fit_refuse_a_calibration_but_warn_beside
     assert any("off what the AR / SD traces' target fit" in w and "are the probe's" in w for w in rep.warnings)
     _, quiet = calibrate([*paths, ssd], probe=write_probe(d / "flat.json"))
     assert not any("off what the AR / SD traces' target fit" in w for w in quiet.warnings)
+
+
+def test_a_probe_made_hours_after_the_runs_says_when_each_was_timed(traces, tmp_path):
+    # the user's remedy for drift: old runs for acceptance, a fresh probe for latency (traces/cpu-fp32-xeon-fresh96-fourth)
+    root = Path(__file__).resolve().parents[2] / "traces"
+    runs = [read_trace(root / "cpu-fp32-xeon-fresh96" / f) for f in ("xf96-ar-t0.jsonl", "xf96-sd-k2-t0.jsonl")]
+    probe = load_probe(root / "cpu-fp32-xeon-fresh96-fourth" / "probe.json")
+    prof, rep = calibrate_traces(runs, [str(t.path) for t in runs], probe=probe)
+    assert rep.latency["probe"]["timed"] == (
+        "the traces' runs started 2026-12-05T12:52:32Z .. 2026-12-05T12:53:20Z, the probe 2026-12-05T17:42:49Z (4.8 h "
+        "after the traces' last run): the latencies are the probe's, acceptance and hit rates the traces', and "
+        "intervals count their horizon from the probe")
+    assert prof.uncertainty.timed_at[0] == "2026-12-05T17:42:49Z"
+    # runs that record no start (these synthetic ones) leave it unsaid
+    paths, _ = traces
+    assert calibrate(paths, probe=write_probe(tmp_path / "t.json", started_at="2026-12-03T19:00:00Z"))[1].latency[
+        "probe"]["timed"] == ""
