@@ -36,6 +36,7 @@ from ssd_sim.model.drift import (
     median_verify_ms,
     pooled_log_sd,
     repeat_groups,
+    repeat_pairs,
     session_clusters,
     shipped_trace_paths,
     span_minutes,
@@ -84,6 +85,7 @@ def print_drift(traces, folders) -> None:
     compare({"AR": [m for g, m in zip(groups, ms, strict=True) if g[0].mode == "ar"],
              "SD / SSD": [m for g, m in zip(groups, ms, strict=True) if g[0].mode != "ar"]}, "one pooled drift")
     print_clusters([g for g in groups if horizon_of(span_minutes(g)) == "later"])
+    print_pairs(groups)
 
 
 def print_clusters(later) -> None:
@@ -103,6 +105,30 @@ def print_clusters(later) -> None:
         print(f"later drift with each cluster of sessions counted once (model.drift.SHIPPED_DRIFTS): SD {d.sd:.1%} "
               f"over {d.groups} clusters, {d.runs} sessions, {d.dof} degrees of freedom; 90% interval {lo:.1%}-{hi:.1%}; "
               f"the next run's, by Student's t on them: {d.predictive_sd():.1%} (Drift.predictive_sd)")
+
+
+PAIR_GAPS = ((0, 60, "within the hour"), (60, 180, "1-3 h"), (180, 720, "3-12 h"), (720, math.inf, "12 h or more"))
+
+
+def print_pairs(groups) -> None:
+    """Every pair of repeat runs by the time between its own two starts (model.drift.repeat_pairs), not its group's
+    span: how far runs an hour apart moved when their setup was also run hours before. Per band the pairs, the
+    session pairs they come from, the per-run SD those pairs imply (RMS ln ratio / sqrt 2) and the largest shift. The
+    pairs of one group or session pair share their shifts: a diagnostic, not the estimate SHIPPED_DRIFTS holds."""
+    pairs = repeat_pairs(groups)
+    table = Table(title="repeat pairs by the time between their own starts (not independent)")
+    for col in ("apart", "pairs", "session pairs", "cross-session pairs", "SD per run", "largest shift"):
+        table.add_column(col, justify="right")
+    for lo, hi, label in PAIR_GAPS:
+        band = [p for p in pairs if lo < p.minutes <= hi or (lo == 0 and p.minutes == 0)]
+        if not band:
+            continue
+        rms = math.sqrt(statistics.fmean(p.log_ratio ** 2 for p in band) / 2)
+        cross = sum(p.sessions[0] != p.sessions[1] for p in band)
+        worst = max(band, key=lambda p: abs(p.log_ratio))
+        table.add_row(label, str(len(band)), str(len({p.sessions for p in band})), str(cross), f"{rms:.1%}",
+                      f"{math.exp(worst.log_ratio) - 1:+.1%} ({worst.minutes:.0f} min: {' -> '.join(worst.sessions)})")
+    Console(width=160).print(table)
 
 
 def _sd(groups) -> str:

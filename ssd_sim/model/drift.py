@@ -161,6 +161,29 @@ def repeat_groups(traces: Sequence[Trace], horizon: str | None = None) -> list[l
     return [g for g in groups.values() if len(g) >= 2 and horizon in (None, horizon_of(span_minutes(g)))]
 
 
+@dataclass(frozen=True)
+class RepeatPair:
+    """Two runs of one setup: minutes between their starts and ln of the later run's median verify over the earlier's."""
+
+    minutes: float
+    log_ratio: float
+    sessions: tuple[str, str]  # the two runs' sessions (session_of), earlier first
+
+
+def repeat_pairs(groups: Sequence[Sequence[Trace]]) -> list[RepeatPair]:
+    """Every pair of runs within each repeat group whose starts are both recorded, by the time between them: the
+    horizon of one pair, not of its group's whole span (a setup run at 0 h, 2.7 h and 3.7 h holds a pair an hour
+    apart). The pairs of one group are not independent; a diagnostic, not an estimate."""
+    out = []
+    for g in groups:
+        timed = sorted((t for t in g if started(t) is not None), key=started)
+        for i, a in enumerate(timed):
+            for b in timed[i + 1:]:
+                out.append(RepeatPair((started(b) - started(a)).total_seconds() / 60,
+                                      math.log(median_verify_ms(b) / median_verify_ms(a)), (session_of(a), session_of(b))))
+    return out
+
+
 def pooled_log_sd(groups: Sequence[Sequence[float]]) -> float:
     """sqrt(sum over groups of sum (ln x - mean_g ln x)^2 / (runs - groups)): the pooled SD of ln x within groups."""
     ss = sum(sum((math.log(x) - statistics.fmean(map(math.log, g))) ** 2 for x in g) for g in groups)

@@ -25,6 +25,7 @@ from ssd_sim.model.drift import (
     pooled_log_sd,
     project_drift,
     repeat_groups,
+    repeat_pairs,
     session_clusters,
     shipped_trace_paths,
     span_minutes,
@@ -147,6 +148,17 @@ def test_a_group_counts_in_the_horizon_of_its_span(tmp_path):
     assert [len(repeat_groups(within + apart, h)) for h in HORIZONS] == [1, 1]
     assert repeat_groups(within + apart, "session")[0] == within and repeat_groups(within + apart, "later")[0] == apart
     assert measured_drift(within, "later") is None and measured_drift(within, "session").runs == 2
+
+
+def test_repeat_pairs_take_the_horizon_of_their_own_two_runs(tmp_path):
+    # a setup run at 0, 160 and 219 minutes: its group spans 219 minutes (later), but its last two runs are 59 apart
+    runs = _repeats(tmp_path, (0, 160, 219), "p")
+    pairs = repeat_pairs(repeat_groups(runs))
+    assert [round(p.minutes) for p in pairs] == [160, 219, 59]
+    ms = [median_verify_ms(t) for t in runs]
+    assert pairs[2].log_ratio == pytest.approx(math.log(ms[2] / ms[1]))
+    assert pairs[0].sessions == (Path(runs[0].path).parent.name,) * 2  # one folder: one session
+    assert repeat_groups(runs, "later") == [runs]  # the estimate still counts the group by its span
 
 
 def test_an_unknown_time_is_later(tmp_path):
