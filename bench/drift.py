@@ -107,7 +107,7 @@ def print_clusters(later) -> None:
               f"the next run's, by Student's t on them: {d.predictive_sd():.1%} (Drift.predictive_sd)")
 
 
-PAIR_GAPS = ((0, 60, "within the hour"), (60, 180, "1-3 h"), (180, 720, "3-12 h"), (720, math.inf, "12 h or more"))
+PAIR_GAPS = ((60, "within the hour"), (180, "1-3 h"), (720, "3-12 h"), (math.inf, "12 h or more"))  # upper end, minutes
 
 
 def print_pairs(groups) -> None:
@@ -119,9 +119,11 @@ def print_pairs(groups) -> None:
     table = Table(title="repeat pairs by the time between their own starts (not independent)")
     for col in ("apart", "pairs", "session pairs", "cross-session pairs", "SD per run", "largest shift"):
         table.add_column(col, justify="right")
-    for lo, hi, label in PAIR_GAPS:
-        band = [p for p in pairs if lo < p.minutes <= hi or (lo == 0 and p.minutes == 0)]
-        if not band:
+    bands: dict[str, list] = {}
+    for p in pairs:  # each pair in the first band whose upper end it does not pass
+        bands.setdefault(next(label for hi, label in PAIR_GAPS if p.minutes <= hi), []).append(p)
+    for _, label in PAIR_GAPS:
+        if not (band := bands.get(label)):
             continue
         rms = math.sqrt(statistics.fmean(p.log_ratio ** 2 for p in band) / 2)
         cross = sum(p.sessions[0] != p.sessions[1] for p in band)

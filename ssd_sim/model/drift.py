@@ -176,11 +176,9 @@ def repeat_pairs(groups: Sequence[Sequence[Trace]]) -> list[RepeatPair]:
     apart). The pairs of one group are not independent; a diagnostic, not an estimate."""
     out = []
     for g in groups:
-        timed = sorted((t for t in g if started(t) is not None), key=started)
-        for i, a in enumerate(timed):
-            for b in timed[i + 1:]:
-                out.append(RepeatPair((started(b) - started(a)).total_seconds() / 60,
-                                      math.log(median_verify_ms(b) / median_verify_ms(a)), (session_of(a), session_of(b))))
+        runs = sorted((at, math.log(median_verify_ms(t)), session_of(t)) for t in g if (at := started(t)) is not None)
+        for i, (t0, ln0, s0) in enumerate(runs):
+            out.extend(RepeatPair((t1 - t0).total_seconds() / 60, ln1 - ln0, (s0, s1)) for t1, ln1, s1 in runs[i + 1:])
     return out
 
 

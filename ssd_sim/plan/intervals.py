@@ -182,9 +182,11 @@ def quantile_tok_s(profile: Profile, plans: list[Plan], q: float, n: int = 100, 
     u = uncertainty_of(profile)
     d = draws(u, n, seed)
     vals = np.empty((len(plans), n))
-    for forwards in {rows_tokens(plan) for plan in plans}:  # the same draws, extrapolated past each plan's forwards
+    by_forwards: dict[tuple[int, int], list[tuple[int, Plan]]] = {}
+    for j, plan in enumerate(plans):
+        by_forwards.setdefault(rows_tokens(plan), []).append((j, plan))
+    for forwards, mine in by_forwards.items():  # the same draws, extrapolated past each plan's own forwards
         at = for_forwards(u, d, forwards)
-        mine = [(j, plan) for j, plan in enumerate(plans) if rows_tokens(plan) == forwards]
         for i in range(n):
             p = drawn_profile(profile, u, at, i)
             for j, plan in mine:
