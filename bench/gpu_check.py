@@ -14,7 +14,8 @@ table and reads the whole output one), so the weight bytes read per forward are 
 in float32, one torch thread in this process (as bench/runtime_scaling.py; ssd-run's CPU workers have one each).
 
 Sections, in this order; by the end of each, at most 6 / 30 / 50 / 100% of --max-seconds is spent (time a section
-leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so far stay, the rest say "skipped").
+leaves over goes to the next; one that runs out is cut by SIGALRM, its rows so far stay, the rest say "skipped");
+with --sections, the shares of those asked for are scaled to fill --max-seconds.
 "Compiled" is --compile (default cuda-graphs on CUDA: ssd_runtime.graphs; off on the CPU); on CUDA each section runs
 it before eager (eager is host-bound there, 3-9x slower: its rows matter less if time runs out).
   exact     greedy AR == SD == SSD on the tiny pair (ssd_runtime.specs TINY_TARGET / TINY_DRAFT, float32, target
@@ -72,12 +73,26 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRANSFORMERS_OFFLINE", "1")
 
 from ssd_runtime.specs import COMPILE as COMPILE_MODES  # noqa: E402  (torch-free)
-from ssd_runtime.specs import CUDA_GRAPHS  # noqa: E402
+from ssd_runtime.specs import GRAPH_MODES  # noqa: E402
 
 PROG = "gpu_check"
 SECTIONS = ("exact", "forward", "overhead", "toks")
 # cumulative share of --max-seconds by the end of each section (time a section leaves over goes to the next)
 SECTION_END = {"exact": 0.06, "forward": 0.30, "overhead": 0.50, "toks": 1.0}
+
+
+def section_ends(sections: tuple[str, ...]) -> dict[str, float]:
+    """Cumulative share of --max-seconds by the end of each section run: SECTION_END's shares of the sections
+    asked for, scaled to sum to 1 (a run of forward alone gets all of it, exact + forward 20% / 80%)."""
+    ends = list(SECTION_END.values())
+    shares = {name: end - prev for name, end, prev in zip(SECTION_END, ends, [0.0, *ends[:-1]], strict=True)}
+    total = sum(shares[name] for name in sections)
+    out, acc = {}, 0.0
+    for name in SECTIONS:
+        if name in sections:
+            acc += shares[name] / total
+            out[name] = acc
+    return out
 ACCEPTANCES = (0.7, 1.0)
 BATCHES = (1, 8)
 ALPHA = 1e-3
@@ -126,7 +141,7 @@ class Ctx:
 
     device: str
     dtype: str
-    compile: str  # the compiled mode measured next to eager ("off": eager only)
+    compiles: tuple[str, ...]  # the compiled modes measured next to eager (("off",): eager only)
     k: int
     context: int
     new_tokens: int
@@ -142,11 +157,16 @@ class Ctx:
         return self.device.startswith("cuda")
 
     @property
+    def compile(self) -> str:
+        """The compiled modes asked for, as the header and title print them ("cuda-graphs,inductor-graphs")."""
+        return ",".join(self.compiles)
+
+    @property
     def compile_modes(self) -> list[str]:
-        """Eager and the compiled mode asked for (if any); on CUDA the compiled one first (eager's forwards are
-        bound by the host there, 3-9x slower: its numbers matter less if the budget runs out)."""
-        modes = ["off"] + ([self.compile] if self.compile != "off" else [])
-        return modes[::-1] if self.cuda else modes
+        """Eager and the compiled modes asked for; on CUDA the compiled ones first, in the order given (eager's
+        forwards are bound by the host there, 3-9x slower: its numbers matter less if the budget runs out)."""
+        compiled = [c for c in self.compiles if c != "off"]
+        return [*compiled, "off"] if self.cuda else ["off", *compiled]
 
     def shape(self, name: str) -> dict:
         return MODELS[name] if self.cuda else scaled(MODELS[name])
@@ -439,7 +459,9 @@ def forward_model(ctx: Ctx, name: str, cmode: str, bw: float | None) -> None:
 
     from ssd_runtime.kv import SCRATCH, StaticKV
 
+    t_load = time.monotonic()
     lm = load(model_spec(ctx, ctx.shape(name), cmode, seed=1))
+    load_s = time.monotonic() - t_load
     wb = weight_bytes(lm)
     roof = wb / bw * 1e3 if bw else None
     widths = (1, ctx.k + 1)
@@ -460,10 +482,13 @@ def forward_model(ctx: Ctx, name: str, cmode: str, bw: float | None) -> None:
         return (time.perf_counter() - t0) * 1e3 / ctx.inner
 
     with torch.no_grad():
+        t_warm = time.monotonic()
         for b in BATCHES:  # warm-up: kernels, allocator, CUDA graphs (captured at a shape's second forward)
             for w in widths:
                 for _ in range(3 if cmode == "off" else 5):
                     once(b, w)
+        ctx.emit({"section": "forward-ready", "model": name, "compile": cmode, "load_s": load_s,
+                  "warmup_s": time.monotonic() - t_warm})
         for rep in range(ctx.repeats):
             for b in BATCHES:
                 for w in widths:
@@ -500,7 +525,7 @@ def section_overhead(ctx: Ctx) -> None:
 def warmups(cmode: str) -> int:
     """Untimed passes over the configurations before the timed ones: two with CUDA graphs (a shape is captured at
     its second forward, so every shape the timed runs meet is captured before them), else one."""
-    return 2 if cmode == CUDA_GRAPHS else 1
+    return 2 if cmode in GRAPH_MODES else 1
 
 
 def per_compile_mode(ctx: Ctx, section: str, run: Callable[[Ctx, str], None]) -> None:
@@ -588,7 +613,7 @@ def toks_session(ctx: Ctx, cmode: str) -> None:
     with Session(tspec, dspec, draft_timeout_s=600.0) as session:
         for i in range(warmups(cmode)):  # warm-up: every side, every shape (with graphs at full length, twice)
             for mode, b, acc in configs:
-                r = session.run(job(mode, b, acc, ctx.new_tokens if cmode == CUDA_GRAPHS else min(8, ctx.new_tokens)))
+                r = session.run(job(mode, b, acc, ctx.new_tokens if cmode in GRAPH_MODES else min(8, ctx.new_tokens)))
                 if i == 0:  # the rounds that captured graphs: marked, and none of them called a stall
                     ctx.emit({"section": "toks-warmup", "mode": mode, "b": b, "acceptance": acc, "compile": cmode,
                               **round_marks(r.rounds)})
@@ -635,17 +660,22 @@ def table_rows(rows: list[dict]) -> list[tuple[str, str, str, str, str]]:
     for model, b, w in keys:
         group = [r for r in fw if (r["model"], r["b"], r["w"]) == (model, b, w)]
         eager = median([r["ms"] for r in group if r["compile"] == "off"])
-        comp_rows = [r for r in group if r["compile"] != "off"]
-        comp = median([r["ms"] for r in comp_rows])
+        comps = {c: median([r["ms"] for r in group if r["compile"] == c])
+                 for c in dict.fromkeys(r["compile"] for r in group if r["compile"] != "off")}
         roof = group[0]["roofline_ms"]
-        best = min(x for x in (eager, comp) if x is not None)
+        best = min(x for x in (eager, *comps.values()) if x is not None)
         ratio = f", best x{best / roof:.1f}" if roof else ""
-        cname = comp_rows[0]["compile"] if comp_rows else header.get("compile", "off")
-        compiled = f"{cname} {fmt(comp, '.3f')} ms" if comp_rows else "compiled -"
+        asked = [c for c in header.get("compile", "off").split(",") if c != "off"]
+        compiled = ", ".join(f"{c} {fmt(ms, '.3f')} ms" for c, ms in comps.items()) or (
+            ", ".join(f"{c} -" for c in asked) or "compiled -")
         wb = group[0]["weight_bytes"]
         size = f"{wb / 1e9:.2f} GB" if wb >= 1e9 else f"{wb / 1e6:.1f} MB"
         out.append(("forward", f"{model} b={b}, {w} tok", f"eager {fmt(eager, '.3f')} ms, {compiled}",
                     f"roofline {fmt(roof, '.3f')} ms ({size}){ratio}", "ok"))
+    for r in rows:
+        if r.get("section") == "forward-ready":
+            out.append(("forward", f"{r['model']} {r['compile']}: ready", f"loaded in {r['load_s']:.1f} s, warm-up "
+                        f"(compiles, captures) {r['warmup_s']:.1f} s", "-", "ok"))
     ov = [r for r in rows if r.get("section") == "overhead" and "round_ms" in r]
     for mode, b, cmode in dict.fromkeys((r["mode"], r["b"], r["compile"]) for r in ov):
         g = [r for r in ov if (r["mode"], r["b"], r["compile"]) == (mode, b, cmode)]
@@ -748,9 +778,9 @@ def build_parser() -> argparse.ArgumentParser:
                     help=f"comma-separated subset of {','.join(SECTIONS)} (default all)")
     ap.add_argument("--models", default=",".join(MODELS), metavar="LIST",
                     help=f"shapes of the forward section, comma-separated ({','.join(MODELS)})")
-    ap.add_argument("--compile", choices=COMPILE_MODES, default=None,
-                    help="the compiled mode measured next to eager (ModelSpec.compile; default cuda-graphs on "
-                         "cuda, off on cpu)")
+    ap.add_argument("--compile", default=None, metavar="LIST",
+                    help="the compiled modes measured next to eager, comma-separated, in this order (ModelSpec."
+                         f"compile: {', '.join(COMPILE_MODES)}; default cuda-graphs on cuda, off on cpu)")
     ap.add_argument("-k", "--k", type=int, default=4, metavar="K", help="draft tokens per round (1..8, default 4)")
     ap.add_argument("--context", type=int, metavar="N", help="prompt tokens (default cuda 256, cpu 64, quick 32)")
     ap.add_argument("--new-tokens", type=int, metavar="N", help="tokens per sequence (default cuda 64, cpu 32, "
@@ -779,6 +809,11 @@ def parse(argv: list[str] | None) -> argparse.Namespace:
     bad = [m for m in args.models if m not in MODELS]
     if bad or not args.models:
         raise BadInput(f"--models: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(MODELS)}")
+    if args.compile is not None:
+        args.compile = tuple(dict.fromkeys(c.strip() for c in args.compile.split(",") if c.strip()))
+        bad = [c for c in args.compile if c not in COMPILE_MODES]
+        if bad or not args.compile:
+            raise BadInput(f"--compile: unknown {', '.join(bad) or '(empty)'}; choose from {', '.join(COMPILE_MODES)}")
     out = Path(args.out)
     if out.exists() and out.is_dir():
         raise BadInput(f"--out {out} is a directory; give a file path")
@@ -795,7 +830,7 @@ def make_ctx(args: argparse.Namespace) -> Ctx:
         raise BadInput(f"--device cuda: {why} (torch {torch.__version__}); use --device cpu")
     cuda = device == "cuda"
     ctx = Ctx(device="cuda:0" if cuda else "cpu", dtype="bfloat16" if cuda else "float32",
-              compile=args.compile or ("cuda-graphs" if cuda else "off"), k=args.k,
+              compiles=args.compile or (("cuda-graphs",) if cuda else ("off",)), k=args.k,
               context=args.context or (256 if cuda else 32 if args.quick else 64),
               new_tokens=args.new_tokens or (64 if cuda else 16 if args.quick else 32),
               repeats=args.repeats or (2 if args.quick else 3), inner=10 if cuda else 2 if args.quick else 3,
@@ -837,12 +872,13 @@ def main(argv: list[str] | None = None) -> int:
                   "bandwidth_source": bw_source, "compile": ctx.compile, "k": ctx.k, "context": ctx.context,
                   "new_tokens": ctx.new_tokens, "repeats": ctx.repeats, "max_seconds": args.max_seconds,
                   "started": time.strftime("%Y-%m-%dT%H:%M:%S%z")})
+        ends = section_ends(args.sections)
         runs = {"exact": lambda: section_exact(ctx), "forward": lambda: section_forward(ctx, bw),
                 "overhead": lambda: section_overhead(ctx), "toks": lambda: section_toks(ctx)}
         for name in SECTIONS:
             if name not in args.sections:
                 continue
-            left = t_start + SECTION_END[name] * args.max_seconds - time.monotonic()
+            left = t_start + ends[name] * args.max_seconds - time.monotonic()
             t0 = time.monotonic()
             print(f"{PROG}: {name} (at most {max(left, 0):.0f} s) ...", file=sys.stderr, flush=True)
             try:

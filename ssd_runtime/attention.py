@@ -70,6 +70,7 @@ class Visibility:
 class _Active:
     visibility: Visibility
     base: str  # the model's own implementation: sdpa or eager
+    mask: Callable = Visibility.mask  # how a layer gets its mask (eager_mask() under regional compilation)
 
 
 class _Current:
@@ -92,8 +93,20 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     window = kwargs["sliding_window"] if "sliding_window" in kwargs else layer_window(module)
     if active.base == "sdpa":
         groups = query.shape[1] // key.shape[1]
-        return grouped_sdpa(query, key, value, active.visibility.mask(window, None, groups), **kwargs)
-    return _eager(module)(module, query, key, value, active.visibility.mask(window, query.dtype), **kwargs)
+        return grouped_sdpa(query, key, value, active.mask(active.visibility, window, None, groups), **kwargs)
+    return _eager(module)(module, query, key, value, active.mask(active.visibility, window, query.dtype), **kwargs)
+
+
+_EAGER_MASK: list[Callable] = []
+
+
+def eager_mask() -> Callable:
+    """Visibility.mask run eagerly even when called from a compiled layer (a graph break there). Its per-forward
+    cache is a dict whose keys Dynamo would guard on: the first layer (which builds the mask) and the others
+    (which read it) would compile apart. Eager, every layer runs one compiled code (models.compile_forward)."""
+    if not _EAGER_MASK:
+        _EAGER_MASK.append(torch.compiler.disable(Visibility.mask))
+    return _EAGER_MASK[0]
 
 
 def layer_window(module: torch.nn.Module) -> int | None:
@@ -164,11 +177,12 @@ class StaticAttention:
         impl = model.config._attn_implementation
         # a model loaded with another kernel (flash, flex) gets the mask-taking one it supports
         self.base = impl if impl in BASES else "sdpa" if getattr(model, "_supports_sdpa", False) else "eager"
+        self.mask = eager_mask() if getattr(model, "_ssd_regional", False) else Visibility.mask
 
     @contextmanager
     def active(self, visibility: Visibility) -> Iterator[None]:
         """Within the block, the model's attention layers use `visibility` (and transformers builds no masks)."""
-        previous, _CURRENT.active = _CURRENT.active, _Active(visibility, self.base)
+        previous, _CURRENT.active = _CURRENT.active, _Active(visibility, self.base, self.mask)
         before = [c._attn_implementation_internal for c in self.configs]
         for c in self.configs:
             c._attn_implementation_internal = NAME

@@ -52,7 +52,17 @@ from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
 from .prompts import PROMPT_SETS, encode, load_prompts, prompt_set
-from .specs import COMPILE, DTYPE_NAMES, FAMILIES, LINEAR, QUANTIZE, ModelSpec, canonical_device, compile_mode
+from .specs import (
+    COMPILE,
+    DTYPE_NAMES,
+    FAMILIES,
+    GRAPH_MODES,
+    LINEAR,
+    QUANTIZE,
+    ModelSpec,
+    canonical_device,
+    compile_mode,
+)
 
 # torch, transformers and the runtime (.models, .run) are imported inside functions, once guarded() answers
 # Ctrl-C and SIGTERM: importing them takes a second or more
@@ -138,8 +148,10 @@ def add_model_args(p: OneLineParser) -> None:
         m.add_argument(f"--{role}-compile", choices=("auto", *COMPILE), default="auto",
                        help="how the forward runs: auto (default) = cuda-graphs on a CUDA device, off elsewhere; "
                             "off = eager; cuda-graphs = decode-sized forwards captured once per shape and replayed "
-                            "(3-9x the eager tok/s on an H200); or a torch.compile mode (dynamic shapes; the first "
-                            "forwards of each shape compile, ~1 min; was not faster on CPU)")
+                            "(3-9x the eager tok/s on an H200); inductor-graphs = the same graphs of a "
+                            "torch.compile'd forward (fused kernels; compiling takes minutes); or a torch.compile "
+                            "mode (dynamic shapes; the first forwards of each shape compile, ~1 min; was not faster "
+                            "on CPU)")
 
 
 def add_prompt_args(p: OneLineParser, default_tokens: int, default_num: int | None = None):
@@ -418,8 +430,8 @@ def model_specs(args, with_draft: bool) -> dict[str, ModelSpec | None]:
     for role, spec in specs.items():
         if spec and spec.quantize == "int8" and (spec.dtype != "float32" or spec.device != "cpu"):
             raise ConfigError(f"{role}_quantize", f"int8 needs --{role}-dtype float32 and --{role}-device cpu")
-        if spec and spec.compile == "cuda-graphs" and not spec.device.startswith("cuda"):
-            raise ConfigError(f"{role}_compile", f"cuda-graphs needs --{role}-device cuda; use auto or off on "
+        if spec and spec.compile in GRAPH_MODES and not spec.device.startswith("cuda"):
+            raise ConfigError(f"{role}_compile", f"{spec.compile} needs --{role}-device cuda; use auto or off on "
                                                  f"{spec.device}")
         if spec:
             try:

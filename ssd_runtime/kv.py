@@ -47,6 +47,7 @@ class StaticKV:
         self.lengths: list[int] = []  # cached tokens of each active row (= position id of its next token)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.attention = StaticAttention(model)
+        self._writer = eager_writer() if getattr(model, "_ssd_regional", False) else _SlotWriter
         backend = getattr(model, "_ssd_graphs", None)  # set by load_model for --*-compile cuda-graphs
         self.graphs = GraphCache(self._forward, backend) if backend else None
 
@@ -196,7 +197,7 @@ class StaticKV:
     def _forward(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
                  keep: int, width: int) -> torch.Tensor:
         """The eager forward; attention reads the first `width` slots (seen's width, or a graph's bucket)."""
-        cache = _SlotWriter(self, rows, slots, width)
+        cache = self._writer(self, rows, slots, width)
         with self.attention.active(seen):
             out = self.model(input_ids=ids, position_ids=pos, use_cache=True, logits_to_keep=keep,
                              **{self._cache_kw: cache})
@@ -245,3 +246,16 @@ class _SlotWriter:
         k.scatter_(2, idx, key.to(k.dtype))
         v.scatter_(2, idx, value.to(v.dtype))
         return k[:, :, :self.width], v[:, :, :self.width]
+
+
+_EAGER_WRITER: list[type] = []
+
+
+def eager_writer() -> type:
+    """_SlotWriter whose update runs eagerly even when called from a compiled layer (a graph break there): it picks
+    the layer's buffers by layer_idx from a list and allocates them on a first forward, so Dynamo would compile each
+    layer apart. Eager, every layer runs one compiled code (models.compile_forward's regional compilation)."""
+    if not _EAGER_WRITER:
+        _EAGER_WRITER.append(type("_EagerSlotWriter", (_SlotWriter,),
+                                  {"update": torch.compiler.disable(_SlotWriter.update)}))
+    return _EAGER_WRITER[0]

@@ -25,9 +25,10 @@ from .families import tiny_model  # noqa: F401  (re-exported: the runtime's test
 from .fetch import MODELS, converted_dir, is_converted
 from .specs import (  # ModelSpec and option names live in specs
     COMPILE,
-    CUDA_GRAPHS,
     DTYPE_NAMES,
     FAMILIES,
+    GRAPH_MODES,
+    INDUCTOR_GRAPHS,
     LINEAR,
     QUANTIZE,
     ModelSpec,
@@ -111,8 +112,8 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         source, eos = str(path), _eos_ids(model)
     if spec.compile not in COMPILE:
         raise ConfigError(f"{role}_compile", f"must be one of {', '.join(COMPILE)}, got {spec.compile!r}")
-    if spec.compile == CUDA_GRAPHS and not spec.device.startswith("cuda"):
-        raise ConfigError(f"{role}_compile", f"cuda-graphs needs a CUDA device, not {spec.device}; use off")
+    if spec.compile in GRAPH_MODES and not spec.device.startswith("cuda"):
+        raise ConfigError(f"{role}_compile", f"{spec.compile} needs a CUDA device, not {spec.device}; use off")
     if spec.linear not in LINEAR:
         raise ConfigError(f"{role}_linear", f"must be one of {LINEAR}, got {spec.linear!r}")
     model = model.to(dtype=DTYPES[spec.dtype]).eval()
@@ -127,16 +128,61 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
         pack_linears(model)
         own_memory(model)
     path = kernel_path(model)
-    if spec.compile == CUDA_GRAPHS:
-        model._ssd_graphs = "cuda"  # StaticKV captures its decode-sized forwards (ssd_runtime.graphs)
-        path += ", CUDA graphs"
-    elif spec.compile != "off":
-        model.forward = torch.compile(model.forward, mode=spec.compile, dynamic=True)
-        path += f", torch.compile {spec.compile}"
+    path += compile_forward(model, spec.compile, "cuda")
     return LoadedModel(model, spec, vocab, eos, fingerprint(tokenizer), source,
                        {"parameters": params, "linear": kernels, "kernels": path, "hf_id": cache_id(source),
                         "max_positions": context_length(model.config.get_text_config().to_dict())})
 
+
+
+def compile_forward(model: torch.nn.Module, mode: str, graphs: str = "cuda") -> str:
+    """Set up how `model`'s forward runs for COMPILE `mode`; returns what the kernel path adds (", CUDA graphs").
+
+    cuda-graphs: StaticKV captures its decode-sized forwards in CUDA graphs (ssd_runtime.graphs; `graphs` names
+    the GraphCache backend, "emulate" in the CPU tests). inductor-graphs: each decoder layer is torch.compile'd
+    (Inductor, no CUDA graphs of its own) and StaticKV captures the forward the same way, so the graph replays
+    Inductor's fused norms, rotary and activations instead of the eager path's ~40 small kernels per layer. The
+    layers share one compiled code (regional compilation: a compile costs one layer's, not the model's, and Dynamo
+    recompiles a layer only per size class it specialises); embeddings and the output head stay eager. Any other
+    mode but off: torch.compile of the whole forward with that mode (dynamic shapes)."""
+    if mode == "off":
+        return ""
+    if mode in GRAPH_MODES:
+        model._ssd_graphs = graphs
+    if mode == INDUCTOR_GRAPHS:
+        _allow_recompiles()
+        model._ssd_regional = True  # StaticKV's slot writes and masks run eagerly between the compiled parts
+        layers = decoder_layers(model)
+        for layer in layers:  # regional compilation: every layer runs the one compiled code (same code, same guards)
+            layer.compile(mode="default")
+        return f", torch.compile (Inductor) of its {len(layers)} decoder layers in CUDA graphs"
+    if mode in GRAPH_MODES:
+        return ", CUDA graphs"
+    model.forward = torch.compile(model.forward, mode=mode, dynamic=True)
+    return f", torch.compile {mode}"
+
+
+def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
+    """The model's stack of decoder layers: the ModuleList of identically typed modules holding the most parameters
+    (model.layers in Llama / Qwen, gpt_neox.layers, transformer.h in Falcon), found without naming the family."""
+    stacks = [m for m in model.modules() if isinstance(m, torch.nn.ModuleList) and len(m) > 0
+              and len({type(x) for x in m}) == 1]
+    if not stacks:
+        raise ValueError(f"{type(model).__name__} has no stack of decoder layers to compile")
+    return max(stacks, key=lambda m: sum(p.numel() for p in m.parameters()))
+
+
+def _allow_recompiles(limit: int = 64) -> None:
+    """Dynamo recompiles a forward per size class it specialises (rows or tokens 1 vs many, logits kept): raise
+    its limit from 8, past which new shapes would silently run eager."""
+    import torch._dynamo
+
+    config = torch._dynamo.config
+    config.allow_unspec_int_on_nn_module = True  # layer_idx is an input, not a constant per layer
+    for name in ("recompile_limit", "cache_size_limit"):  # the name since torch 2.6 and the older one
+        if hasattr(config, name):
+            setattr(config, name, max(limit, getattr(config, name)))
+            return
 
 def _load_hf(path: Path, dtype: torch.dtype, role: str = "model"):
     """Model and tokenizer from a model folder or GGUF file; any failure is a one-line ConfigError naming it."""

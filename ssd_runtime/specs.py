@@ -52,10 +52,14 @@ FAMILIES = {
 QUANTIZE = ("none", "int8")
 # How the model's forward runs: off (eager: on CPU compiled forwards of the tiny pair measured no faster, 11.1 vs
 # 9.8 ms, after ~60 s of compiling), cuda-graphs (CUDA only: decode-sized forwards captured once per static shape
-# and replayed, ssd_runtime.graphs; 3-9x the eager tok/s on an H200) or a torch.compile mode (dynamic shapes).
-# ssd-run's default, auto, is cuda-graphs on a CUDA device and off elsewhere.
-COMPILE = ("off", "cuda-graphs", "default", "reduce-overhead", "max-autotune")
+# and replayed, ssd_runtime.graphs; 3-9x the eager tok/s on an H200), inductor-graphs (CUDA only: the same graphs
+# of a torch.compile'd forward, whose Inductor kernels fuse the norms, rotary and masks that cuda-graphs replays one
+# small kernel each) or a torch.compile mode (dynamic shapes). ssd-run's default, auto, is cuda-graphs on a CUDA
+# device and off elsewhere.
+COMPILE = ("off", "cuda-graphs", "default", "reduce-overhead", "max-autotune", "inductor-graphs")
 CUDA_GRAPHS = "cuda-graphs"
+INDUCTOR_GRAPHS = "inductor-graphs"
+GRAPH_MODES = (CUDA_GRAPHS, INDUCTOR_GRAPHS)  # the modes StaticKV replays from its own CUDA graphs
 
 
 def compile_mode(asked: str, device: str) -> str:
@@ -97,7 +101,7 @@ class ModelSpec:
     quantize: str = "none"
     device: str = "cpu"
     linear: str = "auto"  # auto = onednn on a cpu device with float32 weights and no int8, else dense
-    compile: str = "off"  # COMPILE: off = eager, cuda-graphs, or a torch.compile mode of the forward
+    compile: str = "off"  # COMPILE: off = eager, cuda-graphs, inductor-graphs or a torch.compile mode
 
     def __post_init__(self):
         object.__setattr__(self, "device", canonical_device(self.device))

@@ -83,6 +83,8 @@ def test_the_warmup_line_counts_marked_and_stalled_rounds_and_fails_when_a_timed
     (["--sections", "forward,warp"], "--sections"),
     (["--models", "gpt-5"], "--models"),
     (["--compile", "fast"], "--compile"),
+    (["--compile", "cuda-graphs,fast"], "--compile"),
+    (["--compile", ","], "--compile"),
     (["-k", "0"], "--k"),
     (["--repeats", "0"], "--repeats"),
     (["--device", "tpu"], "--device"),
@@ -171,3 +173,31 @@ def test_the_table_compares_compiled_forwards_and_speedups_from_partial_rows():
     fwd = lines[("forward", "m b=1, 1 tok")]
     assert fwd[2] == "eager 5.000 ms, reduce-overhead 1.500 ms" and fwd[3] == "roofline 1.000 ms (3.00 GB), best x1.5"
     assert lines[("toks", "ssd b=1 acc=0.7, off")][3] == "x3.00 AR, x2.00 SD"
+
+
+def test_several_compiled_modes_are_measured_in_the_order_given_and_tabled_side_by_side():
+    args = GC.parse(["--compile", "cuda-graphs, inductor-graphs,cuda-graphs"])
+    assert args.compile == ("cuda-graphs", "inductor-graphs")
+    kw = dict(dtype="bfloat16", compiles=args.compile, k=4, context=8, new_tokens=8, repeats=1, inner=1,
+              models=("m",), out=Path("unused"))
+    assert GC.Ctx(device="cuda:0", **kw).compile_modes == ["cuda-graphs", "inductor-graphs", "off"]
+    assert GC.Ctx(device="cpu", **kw).compile_modes == ["off", "cuda-graphs", "inductor-graphs"]
+    assert GC.Ctx(device="cpu", **kw).compile == "cuda-graphs,inductor-graphs"
+    rows = [{"section": "header", "compile": "cuda-graphs,inductor-graphs"}]
+    for c, ms in (("cuda-graphs", 4.0), ("inductor-graphs", 1.2), ("off", 30.0), ("inductor-graphs", 1.4)):
+        rows.append({"section": "forward", "model": "m", "compile": c, "b": 1, "w": 1, "ms": ms,
+                     "weight_bytes": 3 * 10**9, "roofline_ms": 1.0, "status": "ok"})
+    rows.append({"section": "forward-ready", "model": "m", "compile": "inductor-graphs", "load_s": 2.04,
+                 "warmup_s": 61.26})
+    lines = {(r[0], r[1]): r for r in GC.table_rows(rows)}
+    fwd = lines[("forward", "m b=1, 1 tok")]
+    assert fwd[2] == "eager 30.000 ms, cuda-graphs 4.000 ms, inductor-graphs 1.300 ms"
+    assert fwd[3] == "roofline 1.000 ms (3.00 GB), best x1.3"
+    assert lines[("forward", "m inductor-graphs: ready")][2] == "loaded in 2.0 s, warm-up (compiles, captures) 61.3 s"
+
+
+def test_the_sections_asked_for_share_all_of_the_time_budget():
+    assert GC.section_ends(GC.SECTIONS) == pytest.approx(GC.SECTION_END)
+    assert GC.section_ends(("forward",)) == {"forward": pytest.approx(1.0)}
+    assert GC.section_ends(("exact", "forward")) == pytest.approx({"exact": 0.2, "forward": 1.0})
+    assert GC.section_ends(("overhead", "toks")) == pytest.approx({"overhead": 0.2 / 0.7, "toks": 1.0})

@@ -60,6 +60,8 @@ BAD = {
                   "draft_quantize"),
     "graphs on cpu": (["--target-compile", "cuda-graphs", "--prompts", "{d}/prompts.jsonl"],
                       "target_compile: cuda-graphs needs --target-device cuda"),
+    "inductor graphs on cpu": (["--draft-compile", "inductor-graphs", "--prompts", "{d}/prompts.jsonl"],
+                               "draft_compile: inductor-graphs needs --draft-device cuda"),
 }
 
 

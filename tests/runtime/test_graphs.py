@@ -15,7 +15,7 @@ import torch
 from ssd_runtime.draft import Drafter
 from ssd_runtime.graphs import BUCKET, GraphCache, bucket, row_bucket
 from ssd_runtime.kv import StaticKV
-from ssd_runtime.models import load_model, tiny_model
+from ssd_runtime.models import decoder_layers, load_model, tiny_model
 from ssd_runtime.specs import ModelSpec, tiny_pair
 from ssd_runtime.target import Target, TargetConfig
 from ssd_runtime.transport import LocalLink
@@ -183,10 +183,59 @@ def test_a_shape_whose_capture_fails_runs_eager_and_says_why():
     assert "1 shapes eager (RuntimeError: operation not permitted" in cache.note
 
 
-def test_cuda_graphs_on_a_cpu_device_is_refused_naming_the_flag():
-    spec = dataclasses.replace(ModelSpec.tiny_spec(**TARGET), compile="cuda-graphs")
-    with pytest.raises(ConfigError, match="target_compile.*cuda-graphs needs a CUDA device"):
+@pytest.mark.parametrize("mode", ["cuda-graphs", "inductor-graphs"])
+def test_graphs_on_a_cpu_device_are_refused_naming_the_flag(mode):
+    spec = dataclasses.replace(ModelSpec.tiny_spec(**TARGET), compile=mode)
+    with pytest.raises(ConfigError, match=f"target_compile.*{mode} needs a CUDA device"):
         load_model(spec, "target")
+
+
+@pytest.mark.parametrize("family", family_params())
+def test_the_decoder_layers_are_found_in_every_family(family):
+    """inductor-graphs compiles the stack of decoder layers, found by shape, not by the family's attribute name."""
+    model = tiny_model(**tiny_pair(family)[0])
+    layers = decoder_layers(model)
+    assert len(layers) == model.config.get_text_config().num_hidden_layers == 3
+    assert [m.layer_idx for layer in layers for m in layer.modules() if hasattr(m, "layer_idx")][:1] == [0]
+    params = sum(p.numel() for p in layers.parameters())
+    assert params > 0.3 * sum(p.numel() for p in model.parameters())
+
+
+@pytest.mark.parametrize("name", ["sd K=4 b=3", "ssd T=1 b=3"])
+def test_eager_slot_writes_and_masks_give_the_same_tokens(name):
+    """Regional compilation runs StaticKV's slot writes and the attention masks eagerly between the compiled parts
+    (kv.eager_writer, attention.eager_mask); uncompiled, that path must give exactly the default path's tokens."""
+    plan = PLANS[name]
+    eager = generate(*pair(False), plan)
+    target, draft = pair(True)
+    target._ssd_regional = draft._ssd_regional = True
+    assert generate(target, draft, plan) == eager
+    assert target._ssd_kv._writer.__name__ == "_EagerSlotWriter"
+
+
+@pytest.mark.slow  # ~1 min of Dynamo and Inductor (C++) on a 2-core host
+def test_inductor_compiled_layers_replayed_give_the_eager_tokens_and_share_one_code():
+    """inductor-graphs' CPU stand-in: every decoder layer torch.compile'd (compile_forward) under the emulated
+    graphs. AR, SD and SSD give the eager tokens, and a model of 6 layers compiles no more graphs than one of 3
+    (the layers share the compiled code; a guard on layer_idx would compile each layer apart)."""
+    from torch._dynamo.utils import counters
+
+    from ssd_runtime.models import compile_forward
+
+    counts = []
+    for layers in (3, 6):
+        torch._dynamo.reset()
+        counters.clear()
+        for name in ("ar b=2", "sd K=4 b=3", "ssd K=3 b=2"):
+            plan = PLANS[name]
+            kw = [{**k, "layers": layers} for k in (TARGET, DRAFT)]
+            eager = generate(*(tiny_model(**k) for k in kw), plan)
+            target, draft = (tiny_model(**k) for k in kw)
+            for model in (target, draft):
+                compile_forward(model, "inductor-graphs", graphs="emulate")
+            assert generate(target, draft, plan) == eager, (layers, name)
+        counts.append(counters["stats"]["unique_graphs"])
+    assert counts[1] <= counts[0], counts
 
 
 def test_an_unknown_backend_is_refused():
