@@ -32,7 +32,8 @@ it before eager (eager is host-bound there, 3-9x slower: its rows matter less if
             bench/runtime_scaling.py: per round, overhead = round wall time - time inside the models' forwards
             (StaticKV._run timed, device synchronised), median over the rounds of at most 32 new tokens, eager and
             compiled, AR / SD / SSD at b = 1 and 8, forced acceptance 0.7; host syncs per round from
-            ssd_runtime.syncs.SYNCS (both sides in this process).
+            ssd_runtime.syncs.SYNCS (both sides in this process); launches per round (ops the host launches one
+            by one outside graph replays, ssd_runtime.opcount; counted in an untimed pass after the timed ones).
   toks      ssd-run's two processes (Session: target on cuda:0, draft on cuda:1 where there are two GPUs, else both
             on cuda:0; on the CPU one core each): AR, SD and SSD decode tok/s (the runtime's summary, all
             sequences) at forced acceptance 0.7 and 1.0 (TargetConfig.forced_acceptance), b = 1 and 8, greedy, EOS
@@ -573,6 +574,24 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
                 "syncs_per_round": median([r[2] for r in body]),
                 "rounds": len(rounds)}
 
+    def launches(mode: str, b: int) -> float | None:
+        """Median ops per round launched outside graph replays (ssd_runtime.opcount), in an untimed pass."""
+        from ssd_runtime.opcount import LaunchCounter
+
+        counts = []
+
+        def wrap(round_fn):
+            def counted(*args):
+                with LaunchCounter() as c:
+                    out = round_fn(*args)
+                counts.append(c.count)
+                return out
+            return counted
+
+        generate_local(t.model, d.model, t.vocab_size, plan_for(mode, b, ctx.k), min(ctx.new_tokens, 32), ps[b],
+                       forced=acc if mode != "ar" else None, on_round=wrap)
+        return median(counts[1:] or counts)
+
     for _ in range(warmups(cmode)):  # graphs capture a shape at its second forward: two warm-ups take them all
         for mode, b in configs:
             run(mode, b, None)
@@ -582,6 +601,9 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
                 stats = run(mode, b, clock)
             ctx.emit({"section": "overhead", "mode": mode, "b": b, "compile": cmode, "acceptance":
                       acc if mode != "ar" else None, "rep": rep, **stats, "status": "ok"})
+    for mode, b in configs:
+        ctx.emit({"section": "overhead-launches", "mode": mode, "b": b, "compile": cmode,
+                  "launches_per_round": launches(mode, b)})
     graph_note(ctx, "overhead", cmode, [getattr(t.model, "_ssd_kv", None), getattr(d.model, "_ssd_kv", None)])
 
 
@@ -677,6 +699,8 @@ def table_rows(rows: list[dict]) -> list[tuple[str, str, str, str, str]]:
             out.append(("forward", f"{r['model']} {r['compile']}: ready", f"loaded in {r['load_s']:.1f} s, warm-up "
                         f"(compiles, captures) {r['warmup_s']:.1f} s", "-", "ok"))
     ov = [r for r in rows if r.get("section") == "overhead" and "round_ms" in r]
+    launched = {(r["mode"], r["b"], r["compile"]): r["launches_per_round"] for r in rows
+                if r.get("section") == "overhead-launches"}
     for mode, b, cmode in dict.fromkeys((r["mode"], r["b"], r["compile"]) for r in ov):
         g = [r for r in ov if (r["mode"], r["b"], r["compile"]) == (mode, b, cmode)]
         acc = g[0]["acceptance"]
@@ -685,7 +709,8 @@ def table_rows(rows: list[dict]) -> list[tuple[str, str, str, str, str]]:
                     f"round {fmt(median([r['round_ms'] for r in g]))} ms = forwards "
                     f"{fmt(median([r['forward_ms'] for r in g]))} + overhead "
                     f"{fmt(median([r['overhead_ms'] for r in g]))} ms",
-                    f"syncs/round {fmt(syncs, '.0f')}", "ok"))
+                    f"syncs/round {fmt(syncs, '.0f')}, launches/round "
+                    f"{fmt(launched.get((mode, b, cmode)), '.0f')}", "ok"))
     tk = [r for r in rows if r.get("section") == "toks" and "tok_s" in r]
     med = {}
     for key in dict.fromkeys((r["mode"], r["b"], r["acceptance"], r["compile"]) for r in tk):

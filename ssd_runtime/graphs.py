@@ -11,8 +11,10 @@ queries may see). W grows by one or more every round, so it is rounded up to a p
 most the cache's capacity); the extra columns are masked out (visibility False), so the attention over them is
 empty and the result is the same function of the cached tokens. The rows of a batch that shrinks as sequences
 finish are padded to a power of two with rows that see only their own scratch slot. So a run of any length needs
-about log2(rows) x log2(context) shapes per forward kind. Inputs are copied into the graph's static buffers (device
-to device, no host read), the graph is replayed, and its logits are cloned (the next replay reuses the memory).
+about log2(rows) x log2(context) shapes per forward kind. A graph holds the whole forward from StaticKV's raw inputs
+(token ids and a few integers per row): positions, slots and the visibility masks are computed inside it, so a
+replay costs the raw inputs' copies (device to device, no host read), the replay and a clone of its logits (the next
+replay reuses the memory), not the ~20-30 small launches of building each forward's masks on the host's behalf.
 All graphs of one cache share one memory pool; they replay one at a time, so that is safe.
 
 A graph holds the addresses of the K/V buffers: when StaticKV grows them (rare), every graph is dropped. A shape
@@ -34,10 +36,9 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from typing import NamedTuple
 
 import torch
-
-from .attention import Visibility
 
 BUCKET = 128  # the narrowest attention width (slots); wider ones are rounded up to a power of two
 MAX_TOKENS = 64  # forwards of more tokens per row (prefills) stay eager
@@ -78,22 +79,35 @@ def _pad_rows(x: torch.Tensor, rows: int, value) -> torch.Tensor:
     return out
 
 
-def _pad(x: torch.Tensor, width: int, value) -> torch.Tensor:
-    """x with its last dimension padded to `width` with `value`."""
-    extra = width - x.shape[-1]
-    return x if extra == 0 else torch.nn.functional.pad(x, (0, extra), value=value)
+class ShapeKey(NamedTuple):
+    """What fixes a captured forward: its kind (("append",) or ("tree", step)), rows, raw inputs' shapes past the
+    rows, logits kept and the bucketed attention width (slots)."""
+
+    kind: tuple
+    start: int
+    stop: int
+    shapes: tuple
+    keep: int
+    width: int
 
 
 @dataclass
 class _Graph:
-    """One captured shape: its static inputs, its output, and how to replay it."""
+    """One captured shape: its static raw inputs (StaticKV's, one row per row), its output, how to replay it."""
 
-    ids: torch.Tensor
-    pos: torch.Tensor
-    slots: torch.Tensor
-    seen: Visibility
+    raw: tuple[torch.Tensor, ...]
     out: torch.Tensor
     replay: Callable[[], None]
+
+
+class _Replaying:
+    """How many replays are in progress (0 or 1): a counter of the ops a round launches on its own (bench/gpu_check,
+    ssd_runtime.opcount) leaves out the ops an emulated replay runs, which a CUDA graph launches as one."""
+
+    depth = 0
+
+
+REPLAYING = _Replaying()
 
 
 class GraphCache:
@@ -129,21 +143,23 @@ class GraphCache:
         self.sightings.clear()
         self._pool = None
 
-    def run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
-            keep: int, capacity: int, max_rows: int) -> torch.Tensor | None:
+    def run(self, rows: range, raw: tuple[torch.Tensor, ...], build: Callable, width: int, keep: int, kind: tuple,
+            capacity: int, max_rows: int, active: int) -> torch.Tensor | None:
         """The forward's float32 logits [R, keep, vocab] from a graph of its shape, or None (run it eager).
 
-        Rows 0..R-1 are padded to row_bucket(R) rows: padding rows read nothing (each query sees only the
-        scratch slot 0 of its row, which it writes) and their logits are dropped. A forward over other rows (the
-        draft catching up some rows, say) keeps its rows."""
-        if ids.shape[-1] > MAX_TOKENS:
+        raw: the forward's device inputs, one row per row of `rows` (ids first); build(raw, width) makes the
+        model's inputs from them and runs inside the graph, so a replay costs the copies of raw and nothing else.
+        A forward over all `active` rows is padded to row_bucket(active) rows: the padding rows are free ones (a
+        row of zeros in raw is all padding; rows a previous, wider forward of the graph left in its buffers
+        compute into their own free rows) and their logits are dropped. A forward over some rows only (the draft
+        catching up the rows that missed) keeps its rows: a padding row there would be a live row."""
+        if raw[0].shape[-1] > MAX_TOKENS:
             return None
         n = len(rows)
-        if rows.start == 0:
+        if rows.start == 0 and rows.stop == active:
             rows = range(row_bucket(n, max_rows))
-        width = bucket(seen.vis.shape[-1], capacity)
-        key = (rows.start, rows.stop, ids.shape[-1], tuple(seen.k_pos.shape[1:-1]), seen.k_pos.shape[0] == 1,
-               keep, width)
+        width = bucket(width, capacity)
+        key = ShapeKey(kind, rows.start, rows.stop, tuple(tuple(x.shape[1:]) for x in raw), keep, width)
         if key in self.failed:
             return None
         graph = self.graphs.get(key)
@@ -155,39 +171,27 @@ class GraphCache:
             if self.sightings[key] < 2:  # a shape seen once (a prefill) stays eager
                 return None
             try:
-                graph = self.graphs[key] = self._capture(rows, ids, pos, slots, seen, keep, width)
+                graph = self.graphs[key] = self._capture(rows, raw, build, keep, width)
                 self.captures += 1
             except Exception as e:  # noqa: BLE001 - e.g. a host read inside the model: this shape runs eager
                 self.failed[key] = f"{type(e).__name__}: {(str(e).strip().splitlines() or [''])[0][:160]}"
                 return None
-        self._load(graph, n, ids, pos, slots, seen, width)
-        graph.replay()
+        for static, x in zip(graph.raw, raw, strict=True):  # rows 0..n-1; padding rows keep what they hold
+            static[:n].copy_(x)
+        REPLAYING.depth += 1
+        try:
+            graph.replay()
+        finally:
+            REPLAYING.depth -= 1
         self.replays += 1
         return graph.out[:n].clone()
 
-    def _load(self, g: _Graph, n: int, ids, pos, slots, seen: Visibility, width: int) -> None:
-        """Copy one forward's inputs into rows 0..n-1 of the graph's static buffers (device to device); the
-        padding rows after them keep what _capture put there."""
-        g.ids[:n].copy_(ids)
-        g.pos[:n].copy_(pos)
-        g.slots[:n].copy_(slots)
-        g.seen.q_pos[:n].copy_(seen.q_pos)
-        g.seen.vis[:n].copy_(_pad(seen.vis, width, False))
-        k_pos = _pad(seen.k_pos, width, 0)
-        (g.seen.k_pos if k_pos.shape[0] == 1 else g.seen.k_pos[:n]).copy_(k_pos)
-        g.seen.self_slot[:n].copy_(_pad(seen.self_slot, width, False))
-
-    def _capture(self, rows: range, ids, pos, slots, seen: Visibility, keep: int, width: int) -> _Graph:
-        ids_s, pos_s, slots_s = (_pad_rows(x, len(rows), 0) for x in (ids, pos, slots))
-        k_pos = _pad(seen.k_pos, width, 0)
-        self_slot = _pad_rows(_pad(seen.self_slot, width, False), len(rows), False)
-        self_slot[seen.self_slot.shape[0]:, :, 0] = True  # a padding row's queries see their own scratch slot
-        static = Visibility(_pad_rows(_pad(seen.vis, width, False), len(rows), False), pos_s.clone(),
-                            k_pos.clone() if k_pos.shape[0] == 1 else _pad_rows(k_pos, len(rows), 0), self_slot)
+    def _capture(self, rows: range, raw: tuple[torch.Tensor, ...], build: Callable, keep: int,
+                 width: int) -> _Graph:
+        static = tuple(_pad_rows(x, len(rows), 0) for x in raw)  # padding rows: zeros (all padding)
 
         def forward() -> torch.Tensor:
-            static._masks.clear()  # masks are built from the static buffers inside the graph, never cached across
-            return self._run(rows, ids_s, pos_s, slots_s, static, keep, width)
+            return self._run(rows, *build(static, width), keep, width)
 
         if self.backend == "emulate":
             holder = {"out": forward()}
@@ -195,7 +199,7 @@ class GraphCache:
             def replay() -> None:
                 holder["out"].copy_(forward())
 
-            return _Graph(ids_s, pos_s, slots_s, static, holder["out"], replay)
+            return _Graph(static, holder["out"], replay)
         stream = torch.cuda.Stream()
         stream.wait_stream(torch.cuda.current_stream())
         try:
@@ -210,4 +214,4 @@ class GraphCache:
         graph = torch.cuda.CUDAGraph()
         with torch.cuda.graph(graph, pool=self._pool):
             out = forward()
-        return _Graph(ids_s, pos_s, slots_s, static, out, graph.replay)
+        return _Graph(static, out, graph.replay)

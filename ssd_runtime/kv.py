@@ -23,7 +23,8 @@ Memory: rows x capacity x (2 x layers x kv_heads x head_dim x dtype bytes), fixe
 from __future__ import annotations
 
 import inspect
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
+from functools import partial
 
 import torch
 
@@ -139,21 +140,10 @@ class StaticKV:
         P = int(ids.shape[1]) if ids.dim() == 2 else 0
         if P == 0 or max(counts, default=0) == 0:
             raise ValueError("forward needs at least one token in some row")
-        dev = self.device
         lengths = self.lengths[rows.start:rows.stop]
         width = SCRATCH + max(n + c for n, c in zip(lengths, counts, strict=True))  # host arithmetic, no sync
-        lead = to_device([[n, P - c] for n, c in zip(lengths, counts, strict=True)], torch.long, dev)
-        start, pad = lead[:, 0], lead[:, 1]  # cached tokens and padding columns per row
-        real = torch.arange(P, device=dev)[None, :] >= pad[:, None]  # left padding
-        ids = torch.where(real, ids, 0)
-        pos = start[:, None] + torch.arange(P, device=dev)[None, :] - pad[:, None]
-        slots = torch.where(real, SCRATCH + pos, 0)
-        col = torch.arange(width, device=dev)
-        vis = real[:, :, None] & (col >= SCRATCH) & (col <= slots[:, :, None])  # causal over the row's slots
-        pad_self = ~real[:, :, None] & (col == 0)  # padding queries see only the scratch slot they write
-        pos = pos.clamp(min=0)
-        seen = Visibility(vis, pos, (col - SCRATCH)[None, None, :], pad_self)
-        out = self._run(rows, ids, pos, slots, seen, keep)
+        lead = to_device([[n, c] for n, c in zip(lengths, counts, strict=True)], torch.long, self.device)
+        out = self._run(rows, (ids, lead), append_inputs, width, keep, ("append",))
         for r, c in zip(rows, counts, strict=True):
             self.lengths[r] += c
         return out
@@ -168,31 +158,23 @@ class StaticKV:
         when the row is truncated back; its position is prefix + step. Returns logits [n, P, vocab] (float32).
         """
         n, P = tokens.shape
-        dev = self.device
-        rows = range(n)
-        base = SCRATCH + to_device(self.lengths, torch.long, dev)  # first branch slot of each row
-        slots = base[:, None] + step * P + torch.arange(P, device=dev)[None, :]
+        lengths = to_device(self.lengths, torch.long, self.device)
         width = SCRATCH + max(self.lengths) + (step + 1) * P
-        col = torch.arange(width, device=dev)
-        rel = col[None, None, :] - base[:, None, None]  # [n, 1, W]: >= 0 in the branch area
-        own = (rel >= 0) & (rel % P == torch.arange(P, device=dev)[None, :, None]) & (rel < (step + 1) * P)
-        seen = (col >= SCRATCH) & (col < SCRATCH + prefix[:, :, None])
-        vis = (seen | own) & real[:, :, None]
-        pad_self = ~real[:, :, None] & (col == slots[:, :, None])  # padding columns see only themselves
-        k_pos = torch.where(rel >= 0, prefix[:, :, None] + torch.div(rel, P, rounding_mode="floor"), col - SCRATCH)
-        pos = prefix + step
-        return self._run(rows, tokens, pos, slots, Visibility(vis, pos, k_pos, pad_self), P)
+        return self._run(range(n), (tokens, real, prefix, lengths), partial(tree_inputs, step=step), width, P,
+                         ("tree", step))
 
-    def _run(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
-             keep: int) -> torch.Tensor:
-        """Model forward writing K/V at `slots` [R, P] and attending where `seen` allows (per layer window):
-        replayed from a CUDA graph of its shape where the cache has graphs (ssd_runtime.graphs), else eager."""
-        self._reserve(seen.vis.shape[-1])
+    def _run(self, rows: range, raw: tuple[torch.Tensor, ...], build: Callable, width: int, keep: int,
+             kind: tuple) -> torch.Tensor:
+        """Model forward of the inputs build(raw, width) makes (ids, positions, slots, visibility): K/V written at
+        the slots, attention where the visibility allows (per layer window). Replayed from a CUDA graph of its
+        shape where the cache has graphs (ssd_runtime.graphs: `build` then runs inside the graph, so the masks
+        cost no launches of their own), else eager. raw's tensors have one row per row of `rows`."""
+        self._reserve(width)
         if self.graphs is not None and self.keys:
-            out = self.graphs.run(rows, ids, pos, slots, seen, keep, self.capacity, self.max_rows)
+            out = self.graphs.run(rows, raw, build, width, keep, kind, self.capacity, self.max_rows, self.n)
             if out is not None:
                 return out
-        return self._forward(rows, ids, pos, slots, seen, keep, seen.vis.shape[-1])
+        return self._forward(rows, *build(raw, width), keep, width)
 
     def _forward(self, rows: range, ids: torch.Tensor, pos: torch.Tensor, slots: torch.Tensor, seen: Visibility,
                  keep: int, width: int) -> torch.Tensor:
@@ -220,6 +202,45 @@ class StaticKV:
     def nbytes(self) -> int:
         """Bytes held by the K/V buffers."""
         return sum(b.numel() * b.element_size() for b in (*self.keys, *self.values))
+
+
+def append_inputs(raw: tuple[torch.Tensor, torch.Tensor], width: int):
+    """(ids, positions, slots, visibility) of an append forward from raw = (ids [R, P], lead [R, 2]): lead[r] =
+    (row r's cached tokens, its new tokens, right-aligned in ids). A row of zeros is all padding: its queries see
+    and write only the scratch slot. Device arithmetic only (it runs inside a CUDA graph)."""
+    ids, lead = raw
+    P, dev = ids.shape[1], ids.device
+    start, pad = lead[:, 0], P - lead[:, 1]  # cached tokens and padding columns per row
+    cols = torch.arange(P, device=dev)[None, :]
+    real = cols >= pad[:, None]  # left padding
+    ids = torch.where(real, ids, 0)
+    pos = start[:, None] + cols - pad[:, None]
+    slots = torch.where(real, SCRATCH + pos, 0)
+    col = torch.arange(width, device=dev)
+    vis = real[:, :, None] & (col >= SCRATCH) & (col <= slots[:, :, None])  # causal over the row's slots
+    pad_self = ~real[:, :, None] & (col == 0)  # padding queries see only the scratch slot they write
+    pos = pos.clamp(min=0)
+    return ids, pos, slots, Visibility(vis, pos, (col - SCRATCH)[None, None, :], pad_self)
+
+
+def tree_inputs(raw: tuple[torch.Tensor, ...], width: int, step: int):
+    """(ids, positions, slots, visibility) of tree step `step` from raw = (tokens [n, P], real [n, P], prefix
+    [n, P], lengths [n]): branch j of row r writes slot 1 + lengths[r] + step P + j and sees the row's first
+    prefix[r, j] cached tokens and its own earlier steps. Device arithmetic only (it runs inside a CUDA graph)."""
+    tokens, real, prefix, lengths = raw
+    P, dev = tokens.shape[1], tokens.device
+    base = SCRATCH + lengths  # first branch slot of each row
+    branch = torch.arange(P, device=dev)
+    slots = base[:, None] + step * P + branch[None, :]
+    col = torch.arange(width, device=dev)
+    rel = col[None, None, :] - base[:, None, None]  # [n, 1, W]: >= 0 in the branch area
+    own = (rel >= 0) & (rel % P == branch[None, :, None]) & (rel < (step + 1) * P)
+    seen = (col >= SCRATCH) & (col < SCRATCH + prefix[:, :, None])
+    vis = (seen | own) & real[:, :, None]
+    pad_self = ~real[:, :, None] & (col == slots[:, :, None])  # padding columns see only themselves
+    k_pos = torch.where(rel >= 0, prefix[:, :, None] + torch.div(rel, P, rounding_mode="floor"), col - SCRATCH)
+    pos = prefix + step
+    return tokens, pos, slots, Visibility(vis, pos, k_pos, pad_self)
 
 
 class _SlotWriter:

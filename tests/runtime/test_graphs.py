@@ -89,7 +89,7 @@ def test_padding_rows_leave_the_real_rows_alone(mode):
     target, draft = pair(True)
     assert generate(target, draft, plan, prompts=PROMPTS[:3]) == eager
     for model in (target, draft):  # rows finish at different rounds at T = 1: 3 rows run as 4, 1 as 1
-        rows = {key[1] for key in model._ssd_kv.graphs.graphs if key[0] == 0}  # forwards over rows 0..n-1
+        rows = {key.stop for key in model._ssd_kv.graphs.graphs if key.start == 0}  # forwards over rows 0..n-1
         assert 4 in rows and rows <= {1, 2, 4}
 
 
@@ -103,7 +103,7 @@ def test_widths_move_through_several_buckets_and_the_tokens_stay_the_same(monkey
     eager = generate(*pair(False), plan)
     target, draft = pair(True)
     assert generate(target, draft, plan) == eager
-    widths = {key[-1] for key in target._ssd_kv.graphs.graphs}
+    widths = {key.width for key in target._ssd_kv.graphs.graphs}
     assert 32 in widths and len(widths) >= 2, widths
 
 
@@ -355,3 +355,23 @@ def test_the_drafts_warmups_mark_the_rounds_they_delay():
     assert warm and warm[0] <= 1 and len(warm) < len(rounds), warm
     target2, draft2 = pair(False)
     assert not [r for r in _rounds(target2, draft2, PLANS["ssd K=3 b=2"]) if r.warmup]
+
+
+def test_a_forward_over_some_rows_never_writes_a_live_row_beyond_them():
+    """The draft's catch-up forward covers rows 0..2 of 4 live ones. Padded to 4 rows like a forward over every
+    row, it would replay row 3 with what the graph's last 4-row call left there, overwriting row 3's K/V at slots
+    that now hold other tokens (the outputs stay exact, the draft's acceptance would not)."""
+    model = tiny_model(**TARGET)
+    model._ssd_graphs = "emulate"
+    kv = StaticKV(model, 4, 64)
+    kv.add_rows(4)
+    kv.append([p[:3] for p in PROMPTS])  # every row 3 tokens long
+    for _ in range(2):  # the 1-token, 4-row shape: seen, then captured (row 3's token 90 at position 3)
+        kv.append([[90]] * 4)
+        kv.truncate([3] * 4)
+    kv.append([[91, 92]] * 4)  # another shape: row 3 now holds token 91 at position 3 (slot 4)
+    kv.truncate([3, 3, 3, 5])
+    before = [k[3].clone() for k in kv.keys]
+    kv.append([[93]] * 3, rows=range(3))  # 1 token over rows 0..2: the width of the captured 4-row shape
+    assert all(torch.equal(k[3], b) for k, b in zip(kv.keys, before, strict=True))
+    assert kv.lengths == [4, 4, 4, 5]
