@@ -23,6 +23,7 @@ The trace's bookkeeping (phase timings, bonus ranks) is not done here: see draft
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass, field
 
 import torch
@@ -31,10 +32,11 @@ from ssd_sim.io.limits import effective_temperature
 from ssd_sim.plan.plan import Plan
 
 from .device import model_device
+from .graphs import GraphedFn
 from .kv import SCRATCH, StaticKV
 from .modes import decoding
 from .protocol import Key, Reply, SpecMsg
-from .sampling import NO_TRUNCATION, Truncation, candidate_lists, draft_token
+from .sampling import NO_TRUNCATION, Truncation, candidate_lists, candidate_table, draft_token
 from .syncs import to_device, to_host
 
 
@@ -277,10 +279,20 @@ class Drafter:
             return
         glue = torch.stack([st.glue for st in states])  # [n, K+1, V]
         exclude = to_device([st.proposal for st in states], torch.long, glue.device)
-        cands = candidate_lists(glue, exclude, width)  # [n][K+1][width], -1 past the candidates
+        cands = candidate_lists(glue, exclude, width, self._candidate_table())  # [n][K+1][width], -1 pads
         branches = [[(k, c) for k in range(self.K + 1) for c in cands[r][k][:fans[r][k]] if c >= 0]
                     for r in range(len(states))]
         self._branch_decode(states, branches)
+
+    def _candidate_table(self) -> Callable[..., torch.Tensor]:
+        """sampling.candidate_table, replayed from CUDA graphs where the model runs them (one GraphedFn per model,
+        kept across jobs as its StaticKV is)."""
+        backend = getattr(self.model, "_ssd_graphs", None)
+        if backend is None:
+            return candidate_table
+        if getattr(self.model, "_ssd_candidates", None) is None:
+            self.model._ssd_candidates = GraphedFn(candidate_table, backend)
+        return self.model._ssd_candidates
 
     def _branch_decode(self, states: list[SeqState], branches: list[list[tuple[int, int]]]) -> None:
         """K tree steps: row r decodes its branches side by side, each over prefix + s_1..s_k + its own tokens."""

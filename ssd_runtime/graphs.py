@@ -36,6 +36,7 @@ from __future__ import annotations
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
 from dataclasses import dataclass
+from functools import partial
 from typing import NamedTuple
 
 import torch
@@ -178,11 +179,7 @@ class GraphCache:
                 return None
         for static, x in zip(graph.raw, raw, strict=True):  # rows 0..n-1; padding rows keep what they hold
             static[:n].copy_(x)
-        REPLAYING.depth += 1
-        try:
-            graph.replay()
-        finally:
-            REPLAYING.depth -= 1
+        _replay(graph)
         self.replays += 1
         return graph.out[:n].clone()
 
@@ -193,25 +190,78 @@ class GraphCache:
         def forward() -> torch.Tensor:
             return self._run(rows, *build(static, width), keep, width)
 
-        if self.backend == "emulate":
-            holder = {"out": forward()}
-
-            def replay() -> None:
-                holder["out"].copy_(forward())
-
-            return _Graph(static, holder["out"], replay)
-        stream = torch.cuda.Stream()
-        stream.wait_stream(torch.cuda.current_stream())
-        try:
-            with torch.cuda.stream(stream):  # warm-up off the capture: cuBLAS handles, allocator, lazy inits
-                forward()
-                with _host_reads_raise():  # a forward that reads the device (a MoE router's nonzero, say)
-                    forward()  # cannot be captured: refused here, before a capture starts, and run eager
-        finally:
-            torch.cuda.current_stream().wait_stream(stream)  # the eager forward after a refusal waits too
-        if self._pool is None:
+        if self.backend != "emulate" and self._pool is None:
             self._pool = torch.cuda.graph_pool_handle()
-        graph = torch.cuda.CUDAGraph()
-        with torch.cuda.graph(graph, pool=self._pool):
-            out = forward()
-        return _Graph(static, out, graph.replay)
+        return _Graph(static, *_captured(forward, self.backend, self._pool))
+
+
+def _replay(graph) -> None:
+    """Replay a captured graph, marked as a replay for the launch counter (ssd_runtime.opcount)."""
+    REPLAYING.depth += 1
+    try:
+        graph.replay()
+    finally:
+        REPLAYING.depth -= 1
+
+
+def _captured(forward: Callable[[], torch.Tensor], backend: str, pool) -> tuple[torch.Tensor, Callable[[], None]]:
+    """(output, replay) of `forward`, a function of static buffers: a CUDA graph of it, or ("emulate") a replay
+    that runs it again into the same output. A forward that reads the device from the host raises before any
+    capture starts (the caller runs it eager)."""
+    if backend == "emulate":
+        holder = {"out": forward()}
+
+        def replay() -> None:
+            holder["out"].copy_(forward())
+
+        return holder["out"], replay
+    stream = torch.cuda.Stream()
+    stream.wait_stream(torch.cuda.current_stream())
+    try:
+        with torch.cuda.stream(stream):  # warm-up off the capture: cuBLAS handles, allocator, lazy inits
+            forward()
+            with _host_reads_raise():  # a forward that reads the device (a MoE router's nonzero, say)
+                forward()  # cannot be captured: refused here, before a capture starts, and run eager
+    finally:
+        torch.cuda.current_stream().wait_stream(stream)  # the eager forward after a refusal waits too
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, pool=pool):
+        out = forward()
+    return out, graph.replay
+
+
+class GraphedFn:
+    """A function of a few device tensors of fixed shapes (no host reads), replayed from a CUDA graph per shape:
+    the draft's glue work between forwards (the bonus-token candidates) as one launch instead of ~20. Like
+    GraphCache, a shape is captured the second time it is seen (python keyword arguments are part of the shape)
+    and one whose capture fails stays eager; `backend` "emulate" re-runs the function on the static buffers."""
+
+    def __init__(self, fn: Callable[..., torch.Tensor], backend: str = "cuda"):
+        if backend not in BACKENDS:
+            raise ValueError(f"graph backend must be one of {BACKENDS}, got {backend!r}")
+        self.fn, self.backend = fn, backend
+        self.graphs: dict[tuple, _Graph] = {}
+        self.failed: set[tuple] = set()
+        self.sightings: dict[tuple, int] = {}
+        self._pool = None
+
+    def __call__(self, *xs: torch.Tensor, **kw) -> torch.Tensor:
+        key = (tuple((tuple(x.shape), x.dtype) for x in xs), tuple(sorted(kw.items())))
+        graph = self.graphs.get(key)
+        if graph is None:
+            self.sightings[key] = self.sightings.get(key, 0) + 1
+            if key in self.failed or self.sightings[key] < 2 or len(self.graphs) >= MAX_GRAPHS:
+                return self.fn(*xs, **kw)
+            static = tuple(x.clone() for x in xs)
+            if self.backend != "emulate" and self._pool is None:
+                self._pool = torch.cuda.graph_pool_handle()
+            try:
+                graph = self.graphs[key] = _Graph(static, *_captured(partial(self.fn, *static, **kw), self.backend,
+                                                                     self._pool))
+            except Exception:  # noqa: BLE001 - a host read inside: this shape stays eager
+                self.failed.add(key)
+                return self.fn(*xs, **kw)
+        for buf, x in zip(graph.raw, xs, strict=True):
+            buf.copy_(x)
+        _replay(graph)
+        return graph.out.clone()

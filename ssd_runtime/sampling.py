@@ -8,6 +8,7 @@ At temperature 0 everything is greedy and q is not needed.
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import torch
@@ -171,12 +172,22 @@ def top_candidates(logits: torch.Tensor, exclude: torch.Tensor, n: int) -> torch
     return _without(ids, exclude, n)
 
 
-def candidate_lists(logits: torch.Tensor, exclude: torch.Tensor, n: int) -> list:
-    """top_candidates() as host lists [R][K+1][n], read in one transfer: the ids and the rows whose top-k
-    boundary cut a tie group travel together; only when such a (rare) row exists is it redone and read again."""
+def candidate_table(logits: torch.Tensor, exclude: torch.Tensor, n: int) -> torch.Tensor:
+    """[R, W n + W]: per row, the n candidates of each of the W = K + 1 stopping positions (top_candidates before
+    any tie repair), then a flag per position whose top-k boundary cut a tie group. Device arithmetic only (the
+    draft replays it from a CUDA graph: graphs.GraphedFn)."""
     ids, cut = _top_ids(logits, n)
     R, W, _ = ids.shape
-    both = to_host(torch.cat([_without(ids, exclude, n).reshape(R, W * n), cut.long()], dim=1))
+    return torch.cat([_without(ids, exclude, n).reshape(R, W * n), cut.long()], dim=1)
+
+
+def candidate_lists(logits: torch.Tensor, exclude: torch.Tensor, n: int,
+                    table: Callable[..., torch.Tensor] = candidate_table) -> list:
+    """top_candidates() as host lists [R][K+1][n], read in one transfer: the ids and the rows whose top-k
+    boundary cut a tie group travel together (`table`: candidate_table or a graphed copy of it); only when such
+    a (rare) row exists is it redone and read again."""
+    W = logits.shape[1]
+    both = to_host(table(logits, exclude, n=n))
     cands = [[row[k * n:(k + 1) * n] for k in range(W)] for row in both]
     tied = [(r, k) for r, row in enumerate(both) for k, c in enumerate(row[W * n:]) if c]
     if tied:

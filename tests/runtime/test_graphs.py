@@ -13,7 +13,7 @@ import pytest
 import torch
 
 from ssd_runtime.draft import Drafter
-from ssd_runtime.graphs import BUCKET, GraphCache, bucket, row_bucket
+from ssd_runtime.graphs import BUCKET, GraphCache, GraphedFn, bucket, row_bucket
 from ssd_runtime.kv import StaticKV
 from ssd_runtime.models import decoder_layers, load_model, tiny_model
 from ssd_runtime.specs import ModelSpec, tiny_pair
@@ -375,3 +375,48 @@ def test_a_forward_over_some_rows_never_writes_a_live_row_beyond_them():
     kv.append([[93]] * 3, rows=range(3))  # 1 token over rows 0..2: the width of the captured 4-row shape
     assert all(torch.equal(k[3], b) for k, b in zip(kv.keys, before, strict=True))
     assert kv.lengths == [4, 4, 4, 5]
+
+
+def test_a_graphed_function_replays_its_shapes_after_the_second_sighting():
+    calls = []
+
+    def fn(x, y, n):
+        calls.append(n)
+        return torch.cat([x * n, y], dim=-1)
+
+    f = GraphedFn(fn, "emulate")
+    x, y = torch.ones(2, 3), torch.zeros(2, 1)
+    assert torch.equal(f(x, y, n=2), fn(x, y, n=2)) and not f.graphs  # first sighting: eager
+    f(x, y, n=2)  # second: captured
+    calls.clear()
+    out = f(x + 1, y + 5, n=2)  # replayed on the new inputs, a copy of the graph's output
+    assert torch.equal(out, torch.cat([(x + 1) * 2, y + 5], dim=-1)) and calls == [2] and len(f.graphs) == 1
+    out.fill_(0)
+    assert torch.equal(f(x, y, n=2), fn(x, y, n=2))
+    f(x, y, n=3)
+    assert len(f.graphs) == 1  # another keyword is another shape, seen once so far
+
+
+def test_a_graphed_function_whose_capture_fails_stays_eager():
+    state = {"n": 0}
+
+    def fn(x):
+        state["n"] += 1
+        if state["n"] == 2:
+            raise RuntimeError("operation not permitted when stream is capturing")
+        return x + 1
+
+    f = GraphedFn(fn, "emulate")
+    x = torch.ones(3)
+    f(x)
+    assert torch.equal(f(x), x + 1) and not f.graphs and len(f.failed) == 1
+    assert torch.equal(f(x), x + 1) and not f.graphs
+
+
+@pytest.mark.parametrize("name", ["ssd K=3 b=2", "ssd T=1 b=3"])
+def test_the_drafts_bonus_candidates_are_replayed_and_give_the_same_tokens(name):
+    plan = PLANS[name]
+    eager = generate(*pair(False), plan)
+    target, draft = pair(True)
+    assert generate(target, draft, plan) == eager
+    assert draft._ssd_candidates.graphs and not hasattr(target, "_ssd_candidates")
