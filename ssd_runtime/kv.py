@@ -46,6 +46,7 @@ class StaticKV:
         self.keys: list[torch.Tensor] = []  # per layer [max_rows, kv_heads, capacity, head_dim]; allocated lazily
         self.values: list[torch.Tensor] = []
         self.lengths: list[int] = []  # cached tokens of each active row (= position id of its next token)
+        self._dev_lengths: tuple[tuple, torch.Tensor | None] = ((), None)  # lengths and their device copy
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.attention = StaticAttention(model)
         self._writer = eager_writer() if getattr(model, "_ssd_regional", False) else _SlotWriter
@@ -158,10 +159,18 @@ class StaticKV:
         when the row is truncated back; its position is prefix + step. Returns logits [n, P, vocab] (float32).
         """
         n, P = tokens.shape
-        lengths = to_device(self.lengths, torch.long, self.device)
         width = SCRATCH + max(self.lengths) + (step + 1) * P
+        lengths = self._lengths_on_device()
         return self._run(range(n), (tokens, real, prefix, lengths), partial(tree_inputs, step=step), width, P,
                          ("tree", step))
+
+    def _lengths_on_device(self) -> torch.Tensor:
+        """The rows' lengths as a device tensor, copied once while they stay the same (the K tree steps of a
+        branch decode share one copy: on a GPU each copy is a launch)."""
+        key = tuple(self.lengths)
+        if self._dev_lengths[0] != key or self._dev_lengths[1] is None:
+            self._dev_lengths = (key, to_device(self.lengths, torch.long, self.device))
+        return self._dev_lengths[1]
 
     def _run(self, rows: range, raw: tuple[torch.Tensor, ...], build: Callable, width: int, keep: int,
              kind: tuple) -> torch.Tensor:

@@ -121,6 +121,18 @@ def test_tree_step_branches_share_the_prefix_and_see_only_their_own_tokens(model
     assert kv.lengths == before  # branch tokens live past the rows' lengths: nothing to roll back
 
 
+def test_the_tree_steps_of_one_branch_decode_share_one_copy_of_the_lengths(model):
+    """On a GPU every host -> device copy is a launch: the K steps copy the rows' lengths once, not K times."""
+    kv = filled(model, make_prompts([6, 4], 96, seed=7))
+    real, prefix = torch.ones(2, 2, dtype=torch.bool), torch.tensor([[6, 5], [4, 3]])
+    kv.tree_step(torch.tensor([[1, 2], [3, 4]]), real, prefix, 0)
+    first = kv._lengths_on_device()
+    kv.tree_step(torch.tensor([[5, 6], [7, 8]]), real, prefix, 1)
+    assert kv._lengths_on_device() is first and first.tolist() == [6, 4]
+    kv.append([[9], [9]])
+    assert kv._lengths_on_device().tolist() == [7, 5]
+
+
 def test_buffers_grow_when_a_row_outgrows_them(model):
     prompts = make_prompts([5, 3], 96, seed=8)
     kv = filled(model, prompts, capacity=8)
