@@ -382,7 +382,7 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
     timed = list(cal.values())
     same = probe is None and all(interleaved_with(t, timed) for t in pred.values())
     drifts = held_out_drifts(split["predict"])
-    profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"fidelity-{name}",
+    profile, report = calibrate_traces(timed, list(cal), name=f"fidelity-{name}",
                                        acceptance_from=acceptance_from, probe=probe,
                                        mix=None if workload else mix,
                                        drifts={**drifts, "session": NO_DRIFT} if same else drifts,

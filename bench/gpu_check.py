@@ -549,7 +549,11 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
     configs = [(mode, b) for b in BATCHES for mode in ("ar", "sd", "ssd")]
     ps = {b: prompts(b, ctx.context, t.vocab_size, seed=10 + b) for b in BATCHES}
 
-    def run(mode: str, b: int, clock: RunClock | None) -> dict:
+    def run(mode: str, b: int, clock: RunClock | None, count: bool = False) -> dict:
+        """Per-round medians of one job; count=True (an untimed pass, no clock) counts the ops each round launches
+        outside graph replays instead (ssd_runtime.opcount)."""
+        from ssd_runtime.opcount import LaunchCounter
+
         rounds = []
 
         def wrap(round_fn):
@@ -557,40 +561,24 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
                 sync(ctx.device)
                 s0 = counter.count
                 f0, t0 = clock.total_ms if clock else 0.0, time.perf_counter()
-                out = round_fn(*args)
+                with LaunchCounter() if count else contextlib.nullcontext() as launched:
+                    out = round_fn(*args)
                 sync(ctx.device)
                 wall = (time.perf_counter() - t0) * 1e3
                 fwd = (clock.total_ms if clock else 0.0) - f0
-                rounds.append((wall, fwd, counter.count - s0))
+                rounds.append((wall, fwd, counter.count - s0, launched.count if count else None))
                 return out
             return timed
 
-        plan = plan_for(mode, b, ctx.k)
-        generate_local(t.model, d.model, t.vocab_size, plan, min(ctx.new_tokens, 32), ps[b],
+        generate_local(t.model, d.model, t.vocab_size, plan_for(mode, b, ctx.k), min(ctx.new_tokens, 32), ps[b],
                        forced=acc if mode != "ar" else None, on_round=wrap)
         body = rounds[1:] or rounds  # the first round has nothing cached yet
+        if count:
+            return {"launches_per_round": median([r[3] for r in body])}
         return {"round_ms": median([r[0] for r in body]), "forward_ms": median([r[1] for r in body]),
                 "overhead_ms": median([r[0] - r[1] for r in body]),
                 "syncs_per_round": median([r[2] for r in body]),
                 "rounds": len(rounds)}
-
-    def launches(mode: str, b: int) -> float | None:
-        """Median ops per round launched outside graph replays (ssd_runtime.opcount), in an untimed pass."""
-        from ssd_runtime.opcount import LaunchCounter
-
-        counts = []
-
-        def wrap(round_fn):
-            def counted(*args):
-                with LaunchCounter() as c:
-                    out = round_fn(*args)
-                counts.append(c.count)
-                return out
-            return counted
-
-        generate_local(t.model, d.model, t.vocab_size, plan_for(mode, b, ctx.k), min(ctx.new_tokens, 32), ps[b],
-                       forced=acc if mode != "ar" else None, on_round=wrap)
-        return median(counts[1:] or counts)
 
     for _ in range(warmups(cmode)):  # graphs capture a shape at its second forward: two warm-ups take them all
         for mode, b in configs:
@@ -603,7 +591,7 @@ def overhead_runs(ctx: Ctx, cmode: str) -> None:
                       acc if mode != "ar" else None, "rep": rep, **stats, "status": "ok"})
     for mode, b in configs:
         ctx.emit({"section": "overhead-launches", "mode": mode, "b": b, "compile": cmode,
-                  "launches_per_round": launches(mode, b)})
+                  **run(mode, b, None, count=True)})
     graph_note(ctx, "overhead", cmode, [getattr(t.model, "_ssd_kv", None), getattr(d.model, "_ssd_kv", None)])
 
 

@@ -16,6 +16,7 @@ q - window < k <= q.
 
 from __future__ import annotations
 
+import functools
 import sys
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager
@@ -97,16 +98,12 @@ def _attention(module: torch.nn.Module, query: torch.Tensor, key: torch.Tensor, 
     return _eager(module)(module, query, key, value, active.mask(active.visibility, window, query.dtype), **kwargs)
 
 
-_EAGER_MASK: list[Callable] = []
-
-
+@functools.cache
 def eager_mask() -> Callable:
     """Visibility.mask run eagerly even when called from a compiled layer (a graph break there). Its per-forward
     cache is a dict whose keys Dynamo would guard on: the first layer (which builds the mask) and the others
     (which read it) would compile apart. Eager, every layer runs one compiled code (models.compile_forward)."""
-    if not _EAGER_MASK:
-        _EAGER_MASK.append(torch.compiler.disable(Visibility.mask))
-    return _EAGER_MASK[0]
+    return torch.compiler.disable(Visibility.mask)
 
 
 def layer_window(module: torch.nn.Module) -> int | None:

@@ -22,9 +22,9 @@ Memory: rows x capacity x (2 x layers x kv_heads x head_dim x dtype bytes), fixe
 
 from __future__ import annotations
 
+import functools
 import inspect
 from collections.abc import Callable, Sequence
-from functools import partial
 
 import torch
 
@@ -46,7 +46,7 @@ class StaticKV:
         self.keys: list[torch.Tensor] = []  # per layer [max_rows, kv_heads, capacity, head_dim]; allocated lazily
         self.values: list[torch.Tensor] = []
         self.lengths: list[int] = []  # cached tokens of each active row (= position id of its next token)
-        self._dev_lengths: tuple[tuple, torch.Tensor | None] = ((), None)  # lengths and their device copy
+        self._dev_lengths: tuple = (None, None)  # (lengths, their device copy)
         self._cache_kw = "cache" if "cache" in inspect.signature(model.forward).parameters else "past_key_values"
         self.attention = StaticAttention(model)
         self._writer = eager_writer() if getattr(model, "_ssd_regional", False) else _SlotWriter
@@ -161,14 +161,14 @@ class StaticKV:
         n, P = tokens.shape
         width = SCRATCH + max(self.lengths) + (step + 1) * P
         lengths = self._lengths_on_device()
-        return self._run(range(n), (tokens, real, prefix, lengths), partial(tree_inputs, step=step), width, P,
+        return self._run(range(n), (tokens, real, prefix, lengths), functools.partial(tree_inputs, step=step), width, P,
                          ("tree", step))
 
     def _lengths_on_device(self) -> torch.Tensor:
         """The rows' lengths as a device tensor, copied once while they stay the same (the K tree steps of a
         branch decode share one copy: on a GPU each copy is a launch)."""
         key = tuple(self.lengths)
-        if self._dev_lengths[0] != key or self._dev_lengths[1] is None:
+        if self._dev_lengths[0] != key:
             self._dev_lengths = (key, to_device(self.lengths, torch.long, self.device))
         return self._dev_lengths[1]
 
@@ -278,14 +278,9 @@ class _SlotWriter:
         return k[:, :, :self.width], v[:, :, :self.width]
 
 
-_EAGER_WRITER: list[type] = []
-
-
+@functools.cache
 def eager_writer() -> type:
     """_SlotWriter whose update runs eagerly even when called from a compiled layer (a graph break there): it picks
     the layer's buffers by layer_idx from a list and allocates them on a first forward, so Dynamo would compile each
     layer apart. Eager, every layer runs one compiled code (models.compile_forward's regional compilation)."""
-    if not _EAGER_WRITER:
-        _EAGER_WRITER.append(type("_EagerSlotWriter", (_SlotWriter,),
-                                  {"update": torch.compiler.disable(_SlotWriter.update)}))
-    return _EAGER_WRITER[0]
+    return type("_EagerSlotWriter", (_SlotWriter,), {"update": torch.compiler.disable(_SlotWriter.update)})

@@ -147,19 +147,18 @@ def compile_forward(model: torch.nn.Module, mode: str, graphs: str = "cuda") -> 
     mode but off: torch.compile of the whole forward with that mode (dynamic shapes)."""
     if mode == "off":
         return ""
-    if mode in GRAPH_MODES:
-        model._ssd_graphs = graphs
-    if mode == INDUCTOR_GRAPHS:
-        _allow_recompiles()
-        model._ssd_regional = True  # StaticKV's slot writes and masks run eagerly between the compiled parts
-        layers = decoder_layers(model)
-        for layer in layers:  # regional compilation: every layer runs the one compiled code (same code, same guards)
-            layer.compile(mode="default")
-        return f", torch.compile (Inductor) of its {len(layers)} decoder layers in CUDA graphs"
-    if mode in GRAPH_MODES:
+    if mode not in GRAPH_MODES:
+        model.forward = torch.compile(model.forward, mode=mode, dynamic=True)
+        return f", torch.compile {mode}"
+    model._ssd_graphs = graphs
+    if mode != INDUCTOR_GRAPHS:
         return ", CUDA graphs"
-    model.forward = torch.compile(model.forward, mode=mode, dynamic=True)
-    return f", torch.compile {mode}"
+    _allow_recompiles()
+    model._ssd_regional = True  # StaticKV's slot writes and masks run eagerly between the compiled parts
+    layers = decoder_layers(model)
+    for layer in layers:  # regional compilation: every layer runs the one compiled code (same code, same guards)
+        layer.compile(mode="default")
+    return f", torch.compile (Inductor) of its {len(layers)} decoder layers in CUDA graphs"
 
 
 def decoder_layers(model: torch.nn.Module) -> torch.nn.ModuleList:
