@@ -54,7 +54,9 @@ predicted runs ran on; the "workload_from" runs, of another host or session, giv
 as `ssd-plan --profile P --acceptance-from W` composes them (model.workload_profile.with_acceptance). The predicted
 runs may be cut to some prompts ("predict_prompts": canonical labels such as "code:3"); every calibration and workload
 run is cut to the prompts no predicted run used, and the workload is weighted to the predicted requests' classes
-(their prompt sets: code, chat), which a user knows of their traffic.
+(their prompt sets: code, chat), which a user knows of their traffic. A halves split may name "workload_from" runs of
+the same pool on another host: per draw, their half A gives acceptance and hits, the calibration's own half A and
+probe the latencies, and half B of the predicted runs is predicted.
 """
 
 from __future__ import annotations
@@ -467,13 +469,17 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
     """evaluate() on random halves of the runs' requests, draw by draw, pooled: every draw's runs, choices and
     warnings; the median / worst error and the coverage over all of them; per run, its spread over the draws.
     With request classes (the manifest's) and use_mix, each draw is calibrated for its half B's class shares: the
-    prediction knows how many code and chat requests B holds (not their text), as a user knows their traffic."""
+    prediction knows how many code and chat requests B holds (not their text), as a user knows their traffic.
+    With "workload_from" (runs of the same pool on another host), their half A of each draw gives the acceptance and
+    hits, the calibration's own runs and probe the latencies (evaluate's workload)."""
     h = split["halves"]
     tags = split.get("request_tags")
     cal_all = {p.name: tagged(read_trace(p), tags) for p in split["calibrate"]}
     pred_all = {p.name: tagged(read_trace(p), tags) for p in split["predict"]}
-    weigh = use_mix and all(t.header.request_tags for t in {**cal_all, **pred_all}.values())
+    work_all = {f"{p.parent.name}/{p.name}": tagged(read_trace(p), tags) for p in split.get("workload_from", [])}
+    weigh = use_mix and all(t.header.request_tags for t in {**cal_all, **pred_all, **work_all}.values())
     cal_seqs, seqs, pools = pool_requests(cal_all, pred_all, h.get("across_pools", False))
+    work_seqs = pool_requests(work_all, pred_all, h.get("across_pools", False))[0] if work_all else []
     acc = [p.name for p in split["acceptance_from"]] if split["acceptance_from"] is not None else None
     reports = []
     for d in range(h["draws"] if draws is None else draws):
@@ -481,9 +487,11 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
         a_cal = halves(cal_seqs, d, h["seed"])[0]  # = a on one pool
         cal = {f"{n}[A{d}]": t.only_requests(a_cal, f"A{d}") for n, t in cal_all.items()}
         pred = {f"{n}[B{d}]": t.only_requests(b, f"B{d}") for n, t in pred_all.items()}
+        a_work = halves(work_seqs, d, h["seed"])[0]  # another host's runs of the pool: their half A's acceptance
+        workload = {f"{n}[A{d}]": t.only_requests(a_work, f"A{d}") for n, t in work_all.items()} or None
         mix = RequestMix.of_requests(next(iter(pred_all.values())).tag(q) for q in b) if weigh else None
         res = evaluate(name, split, cal, pred, [f"{n}[A{d}]" for n in acc] if acc else None, allow_leaks, use_probe,
-                       mix)
+                       mix, workload)
         reports.append(res)
         for r in res["runs"]:
             r["draw"], r["run"] = d, r["trace"].rsplit("[", 1)[0]
@@ -499,7 +507,7 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
         "mix": weigh, **({"mixed_floor_median_abs_err_pct": statistics.median(mixed),
                           "mixed_floor_worst_abs_err_pct": max(mixed)} if mixed else {}),
         "calibrate": list(cal_all), "probe": reports[0]["probe"], "acceptance_from": acc or [],
-        "shared": reports[0]["shared"], "warnings": warnings, "choices": [c for res in reports for c in res["choices"]],
+        "workload_from": list(work_all), "shared": reports[0]["shared"], "warnings": warnings, "choices": [c for res in reports for c in res["choices"]],
         "draws": len(reports), "pool": len(seqs), "pools": pools, "per_run": per_run(runs),
         "floor_median_abs_err_pct": statistics.median(floor), "floor_worst_abs_err_pct": max(floor)})
 
