@@ -47,21 +47,21 @@ class ProjectResidual:
     weight: float  # degrees of freedom the spread counts for when pooled with a calibration's own (prior_dof)
 
 
-# bench/drift.py over traces/ on 2026-12-05 (13:47 UTC): the 13 shipped calibrations with 3 or more AR / SD runs (AMD
-# and Intel 2-core CPU hosts; four folders record no host), 78 runs. Pooled 4.8% (90% interval 4.2-5.7% were they one
+# bench/drift.py over traces/ on 2026-12-05 (22:56 UTC): the 14 shipped calibrations with 3 or more AR / SD runs (AMD
+# and Intel 2-core CPU hosts; four folders record no host), 82 runs. Pooled 4.7% (90% interval 4.1-5.5% were they one
 # spread), but one calibration alone measured 0.3% (cpu-fp32-epyc-fresh96: 4 runs, interleaved) to 10.0%
 # (cpu-fp32-halves, whose host drifted 12% within 30 minutes): they differ (Bartlett p = 1e-14), and the prior degrees
-# of freedom come out 1.11, so a calibration's own spread counts for most of its moderated one. Cross-check (with the
+# of freedom come out 1.09, so a calibration's own spread counts for most of its moderated one. Cross-check (with the
 # 10 calibrations before cpu-fp32-epyc-pool96t: 5.2%, 1.2 degrees of freedom): that prior's predictive 90% half-width
 # for a calibration that measured nothing (t with 1.2 degrees of freedom) is 8.0%, a normal one's with 5.2% 8.6%. It
 # replaced an assumed 8% where a calibration has fewer than 3 AR / SD runs (the interleaved pool grids with AR and SD
-# K = 2 only; cpu-fp32-epyc-pool96t and the two fresh96 grids have both at two temperatures, 4 runs each). Before
-# cpu-fp32-xeon-fresh96 (0.7%): 4.9% over 12 calibrations and 74 runs, weight 1.10; before cpu-fp32-epyc-fresh96:
-# 5.1% over 11 and 70, weight 1.25.
+# K = 2 only; cpu-fp32-epyc-pool96t and the three fresh96 grids have both at two temperatures, 4 runs each). Before
+# cpu-fp32-zen4-fresh96: 4.8% over 13 calibrations and 78 runs, weight 1.11; before cpu-fp32-xeon-fresh96 (0.7%): 4.9%
+# over 12 and 74, weight 1.10; before cpu-fp32-epyc-fresh96: 5.1% over 11 and 70, weight 1.25.
 SHIPPED_RESIDUAL = ProjectResidual(
-    Drift(0.048, 13, 78, "measured over the AR / SD runs of this project's calibrations in traces/ (bench/drift.py: "
-                         "13 calibrations, 78 runs; they differ, 0.3-10.0% each)"),
-    1.11)
+    Drift(0.047, 14, 82, "measured over the AR / SD runs of this project's calibrations in traces/ (bench/drift.py: "
+                         "14 calibrations, 82 runs; they differ, 0.3-10.0% each)"),
+    1.09)
 
 
 def run_residuals(traces: Sequence[Trace], target: ForwardLatency) -> list[float]:

@@ -267,6 +267,12 @@ _ISSUE_26_FRESH96_FOURTH = ("issue 26: the later drift measured again with the f
                             "within 2% of its speed): 8.8% on 10 degrees of freedom over 6 clusters of 16 sessions, "
                             "was 9.1% on 9; the next run's 9.7%, was 10.2%")
 _document(_CALIBRATE_GRID, _ISSUE_26_FRESH96_FOURTH)
+_ISSUE_26_ZEN4 = ("issue 26: the later drift measured again with pool40i's AR and SD runs repeated 60 h later on "
+                  "another guest of the Zen 4 kind (traces/cpu-fp32-zen4-pool40r, 0.73x the verify ms): 10.1% on 11 "
+                  "degrees of freedom over 6 clusters of 17 sessions, was 8.8% on 10; the next run's 11.0%, was 9.7%; "
+                  "and the runs' spread around a fit with traces/cpu-fp32-zen4-fresh96 (model.residual: 4.7% over 14 "
+                  "calibrations at 1.09 degrees of freedom, was 4.8% over 13 at 1.11)")
+_document(_CALIBRATE_GRID, _ISSUE_26_ZEN4)
 _EXTRAPOLATED_PER_MODE = ("issue 26: each mode's latency is extrapolated only past the forwards it runs "
                           "(model.uncertainty.for_forwards): AR's interval no longer takes the spread of the SSD plan's "
                           "larger verifies (2.37-3.18 -> 2.54-2.94 tok/s), and SSD's its own K's rather than the larger "
