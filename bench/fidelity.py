@@ -508,7 +508,8 @@ def run_halves(name: str, split: dict, allow_leaks: bool, use_probe: bool, draws
         "mix": weigh, **({"mixed_floor_median_abs_err_pct": statistics.median(mixed),
                           "mixed_floor_worst_abs_err_pct": max(mixed)} if mixed else {}),
         "calibrate": list(cal_all), "probe": reports[0]["probe"], "acceptance_from": acc or [],
-        "workload_from": list(work_all), "shared": reports[0]["shared"], "warnings": warnings, "choices": [c for res in reports for c in res["choices"]],
+        "workload_from": list(work_all), "shared": reports[0]["shared"], "warnings": warnings,
+        "choices": [c for res in reports for c in res["choices"]],
         "draws": len(reports), "pool": len(seqs), "pools": pools, "per_run": per_run(runs),
         "floor_median_abs_err_pct": statistics.median(floor), "floor_worst_abs_err_pct": max(floor)})
 

@@ -66,7 +66,7 @@ class Drift:
 
 
 # bench/drift.py over traces/ on 2026-12-05 (22:56 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
-# added): 36 setups run 2-4 times (88 traces, five 2-core CPU hosts and guests). Within the hour (10 setups, runs 7-51 min
+# added): 36 setups run 2-4 times (88 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
 # apart): 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (26 setups, 64 min to 60 h apart) the setups are not
 # independent repeats: they come from 6 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
 # (traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon 2.5 h later, 0.70-0.87x the verify ms), and the setups of one

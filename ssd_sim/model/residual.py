@@ -50,7 +50,7 @@ class ProjectResidual:
 # bench/drift.py over traces/ on 2026-12-05 (22:56 UTC): the 14 shipped calibrations with 3 or more AR / SD runs (AMD
 # and Intel 2-core CPU hosts; four folders record no host), 82 runs. Pooled 4.7% (90% interval 4.1-5.5% were they one
 # spread), but one calibration alone measured 0.3% (cpu-fp32-epyc-fresh96: 4 runs, interleaved) to 10.0%
-# (cpu-fp32-halves, whose host drifted 12% within 30 minutes): they differ (Bartlett p = 1e-14), and the prior degrees
+# (cpu-fp32-halves, whose host drifted 12% within 30 minutes): they differ (Bartlett p = 4e-16), and the prior degrees
 # of freedom come out 1.09, so a calibration's own spread counts for most of its moderated one. Cross-check (with the
 # 10 calibrations before cpu-fp32-epyc-pool96t: 5.2%, 1.2 degrees of freedom): that prior's predictive 90% half-width
 # for a calibration that measured nothing (t with 1.2 degrees of freedom) is 8.0%, a normal one's with 5.2% 8.6%. It
