@@ -80,20 +80,6 @@ PROG = "gpu_check"
 SECTIONS = ("exact", "forward", "overhead", "toks")
 # cumulative share of --max-seconds by the end of each section (time a section leaves over goes to the next)
 SECTION_END = {"exact": 0.06, "forward": 0.30, "overhead": 0.50, "toks": 1.0}
-
-
-def section_ends(sections: tuple[str, ...]) -> dict[str, float]:
-    """Cumulative share of --max-seconds by the end of each section run: SECTION_END's shares of the sections
-    asked for, scaled to sum to 1 (a run of forward alone gets all of it, exact + forward 20% / 80%)."""
-    ends = list(SECTION_END.values())
-    shares = {name: end - prev for name, end, prev in zip(SECTION_END, ends, [0.0, *ends[:-1]], strict=True)}
-    total = sum(shares[name] for name in sections)
-    out, acc = {}, 0.0
-    for name in SECTIONS:
-        if name in sections:
-            acc += shares[name] / total
-            out[name] = acc
-    return out
 ACCEPTANCES = (0.7, 1.0)
 BATCHES = (1, 8)
 ALPHA = 1e-3
@@ -110,6 +96,20 @@ MODELS = {
 }
 TARGET, DRAFT = "qwen2.5-1.5b", "qwen2.5-0.5b"
 CPU_VOCAB = 4096
+
+
+def section_ends(sections: tuple[str, ...]) -> dict[str, float]:
+    """Cumulative share of --max-seconds by the end of each section run: SECTION_END's shares of the sections
+    asked for, scaled to sum to 1 (a run of forward alone gets all of it, exact + forward 20% / 80%)."""
+    ends = list(SECTION_END.values())
+    shares = {name: end - prev for name, end, prev in zip(SECTION_END, ends, [0.0, *ends[:-1]], strict=True)}
+    total = sum(shares[name] for name in sections)
+    out, acc = {}, 0.0
+    for name in SECTIONS:
+        if name in sections:
+            acc += shares[name] / total
+            out[name] = acc
+    return out
 
 
 def scaled(shape: dict) -> dict:

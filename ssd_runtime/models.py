@@ -134,7 +134,6 @@ def load_model(spec: ModelSpec, role: str = "model") -> LoadedModel:
                         "max_positions": context_length(model.config.get_text_config().to_dict())})
 
 
-
 def compile_forward(model: torch.nn.Module, mode: str, graphs: str = "cuda") -> str:
     """Set up how `model`'s forward runs for COMPILE `mode`; returns what the kernel path adds (", CUDA graphs").
 
@@ -182,6 +181,7 @@ def _allow_recompiles(limit: int = 64) -> None:
         if hasattr(config, name):
             setattr(config, name, max(limit, getattr(config, name)))
             return
+
 
 def _load_hf(path: Path, dtype: torch.dtype, role: str = "model"):
     """Model and tokenizer from a model folder or GGUF file; any failure is a one-line ConfigError naming it."""
