@@ -113,11 +113,13 @@ PAIR_GAPS = ((60, "within the hour"), (180, "1-3 h"), (720, "3-12 h"), (math.inf
 def print_pairs(groups) -> None:
     """Every pair of repeat runs by the time between its own two starts (model.drift.repeat_pairs), not its group's
     span: how far runs an hour apart moved when their setup was also run hours before. Per band the pairs, the
-    session pairs they come from, the per-run SD those pairs imply (RMS ln ratio / sqrt 2) and the largest shift. The
+    session pairs they come from, how many ran on one guest or two (the hosts' boot_id; ? = not recorded, traces
+    before 2026-12-06), the per-run SD those pairs imply (RMS ln ratio / sqrt 2) and the largest shift. The
     pairs of one group or session pair share their shifts: a diagnostic, not the estimate SHIPPED_DRIFTS holds."""
     pairs = repeat_pairs(groups)
     table = Table(title="repeat pairs by the time between their own starts (not independent)")
-    for col in ("apart", "pairs", "session pairs", "cross-session pairs", "SD per run", "largest shift"):
+    for col in ("apart", "pairs", "session pairs", "cross-session pairs", "one / two guests / ?", "SD per run",
+                "largest shift"):
         table.add_column(col, justify="right")
     bands: dict[str, list] = {}
     for p in pairs:  # each pair in the first band whose upper end it does not pass
@@ -128,7 +130,8 @@ def print_pairs(groups) -> None:
         rms = math.sqrt(statistics.fmean(p.log_ratio ** 2 for p in band) / 2)
         cross = sum(p.sessions[0] != p.sessions[1] for p in band)
         worst = max(band, key=lambda p: abs(p.log_ratio))
-        table.add_row(label, str(len(band)), str(len({p.sessions for p in band})), str(cross), f"{rms:.1%}",
+        guests = "{} / {} / {}".format(*(sum(p.same_guest is v for p in band) for v in (True, False, None)))
+        table.add_row(label, str(len(band)), str(len({p.sessions for p in band})), str(cross), guests, f"{rms:.1%}",
                       f"{math.exp(worst.log_ratio) - 1:+.1%} ({worst.minutes:.0f} min: {' -> '.join(worst.sessions)})")
     Console(width=160).print(table)
 

@@ -9,20 +9,25 @@ decides K, differed too (2.0x one token vs 1.3x). So every trace header and ever
   gpus          "name (driver X)" per visible NVIDIA GPU
   torch, onednn versions, and cpu_capability: the ISA torch's own kernels dispatch to ("AVX512", "AVX2")
   kernels       role -> the Linear kernel path that actually ran ("onednn-prepacked", "dense", ...)
+  boot_id, booted_at  which guest: the kernel's random id of this boot and when it booted (UTC). Not the host kind:
+                two guests of one kind differ here only, and their latencies still moved 0.73x between two of them
+                (traces/cpu-fp32-zen4-pool40r), so a profile from another guest gets its own warning (guest_note)
 The runtime fills onednn, cpu_capability and kernels (ssd_sim never imports torch).
 `current_host()` reads this host without torch; `host_differences` names what differs in one short phrase
-per field; `host_warning` turns that into the one line `ssd-plan` and the dashboard print.
+per field (the host kind: not the guest); `guest_note` says when only the guest differs; `host_warning` turns
+either into the one line `ssd-plan` and the dashboard print.
 """
 
 from __future__ import annotations
 
+import datetime
 import importlib.metadata
 import os
 import platform
 import re
 import shutil
 import subprocess
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from pathlib import Path
 from typing import Any
 
@@ -49,10 +54,15 @@ class Host:
     cpu_capability: str = ""
     kernels: dict[str, str] = field(default_factory=dict)
     note: str = ""  # free text, e.g. why a field is not recorded
+    boot_id: str = ""  # /proc/sys/kernel/random/boot_id: one boot of one guest ("" = not recorded, or several)
+    booted_at: str = ""  # when that guest booted, ISO UTC to the minute (/proc/stat btime)
 
     def to_dict(self) -> dict[str, Any]:
         d = asdict(self)
         d["isa"], d["gpus"] = list(self.isa), list(self.gpus)
+        for key in GUEST_FIELDS:  # records made before the guest was recorded stay as they were
+            if not d[key]:
+                del d[key]
         return d
 
     @classmethod
@@ -69,7 +79,8 @@ class Host:
                        torch=str(d.get("torch", "")), onednn=str(d.get("onednn", "")),
                        cpu_capability=str(d.get("cpu_capability", "")),
                        kernels={str(k): str(v) for k, v in dict(d.get("kernels", {})).items()},
-                       note=str(d.get("note", "")))
+                       note=str(d.get("note", "")), boot_id=str(d.get("boot_id", "")),
+                       booted_at=str(d.get("booted_at", "")))
         except (TypeError, ValueError) as e:
             raise ConfigError(where, f"malformed host record ({e}); write it with ssd-run") from None
 
@@ -91,6 +102,20 @@ class Host:
         parts += [", ".join(self.gpus)] if self.gpus else []
         return ", ".join(p for p in parts if p)
 
+    def guest(self) -> str:
+        """'booted 2026-12-05 21:23 UTC' ('boot id 7986af9b' when the time is unknown), or '' without a guest."""
+        if not self.boot_id:
+            return ""
+        return f"booted {self.booted_at.replace('T', ' ').removesuffix('Z')} UTC" if self.booted_at \
+            else f"boot id {self.boot_id[:8]}"
+
+    def without_guest(self) -> Host:
+        """This host kind with no guest recorded: what a record pooled over several guests can say."""
+        return replace(self, boot_id="", booted_at="")
+
+
+GUEST_FIELDS = ("boot_id", "booted_at")
+
 
 def isa_summary(isa: tuple[str, ...]) -> str:
     """The widest vector / matrix extension: 'AMX', 'AVX-512', 'AVX2', 'NEON/SVE' or ''."""
@@ -103,10 +128,14 @@ def isa_summary(isa: tuple[str, ...]) -> str:
 
 
 # ---- this host ---------------------------------------------------------------------------------------
-def current_host(cpuinfo: str | None = None, meminfo: str | None = None) -> Host:
-    """This host as ssd_sim can see it without torch (torch's version from package metadata, no import)."""
+def current_host(cpuinfo: str | None = None, meminfo: str | None = None, boot_id: str | None = None,
+                 stat: str | None = None) -> Host:
+    """This host as ssd_sim can see it without torch (torch's version from package metadata, no import); the text
+    of /proc/cpuinfo, /proc/meminfo, /proc/sys/kernel/random/boot_id and /proc/stat is read where not given."""
     cpuinfo = _read("/proc/cpuinfo") if cpuinfo is None else cpuinfo
     meminfo = _read("/proc/meminfo") if meminfo is None else meminfo
+    boot_id = _read("/proc/sys/kernel/random/boot_id") if boot_id is None else boot_id
+    stat = _read("/proc/stat") if stat is None else stat
     first = _first_cpu(cpuinfo)
     flags = set(first.get("flags", first.get("Features", "")).split())
     cpu_id = " ".join(f"{k} {first[key]}" if k else first[key] for k, key in
@@ -116,7 +145,16 @@ def current_host(cpuinfo: str | None = None, meminfo: str | None = None) -> Host
     return Host(cpu=first.get("model name", platform.processor() or platform.machine()), cpu_id=cpu_id,
                 isa=tuple(f for f in KERNEL_ISA if f in flags), cores=usable_cores(),
                 memory_gib=round(int(mem.group(1)) / 2**20, 1) if mem else 0.0, gpus=_nvidia_gpus(),
-                torch=_version("torch"))
+                torch=_version("torch"), boot_id=boot_id.strip(), booted_at=_booted_at(stat))
+
+
+def _booted_at(stat: str) -> str:
+    """The boot time in /proc/stat ('btime <unix seconds>') as ISO UTC to the minute, or '' without one."""
+    btime = re.search(r"^btime\s+(\d+)\s*$", stat, flags=re.M)
+    if btime is None:
+        return ""
+    at = datetime.datetime.fromtimestamp(int(btime.group(1)), tz=datetime.UTC)
+    return at.strftime("%Y-%m-%dT%H:%MZ")
 
 
 def _read(path: str) -> str:
@@ -208,11 +246,20 @@ def _release(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def host_warning(profile_name: str, measured: Host | None, here: Host) -> str | None:
+def guest_note(measured: Host, here: Host) -> str | None:
+    """'another guest of this host kind (...)' when both records name their guest and the two differ; else None (the
+    same guest, or not known: records made before guests were recorded, or pooled over several)."""
+    if not (measured.boot_id and here.boot_id) or measured.boot_id == here.boot_id:
+        return None
+    return f"another guest of this host kind ({measured.guest()} there, {here.guest()} here)"
+
+
+def host_warning(profile_name: str, measured: Host | None, here: Host, guest_fix: str = "") -> str | None:
     """The one-line warning for a profile used on `here`, or None when nothing suggests a mismatch.
 
     No record at all (GPU presets built from datasheets and published numbers) gives no warning; a CPU
-    record without the CPU's identity gives one, because it cannot be checked.
+    record without the CPU's identity gives one, because it cannot be checked. The same host kind on another
+    guest (guest_note) gives one ending in `guest_fix` (what to do, from the caller, who knows the drift).
     """
     if measured is None:
         return None
@@ -221,5 +268,6 @@ def host_warning(profile_name: str, measured: Host | None, here: Host) -> str | 
                 f"this one; CPU latencies differ by up to 1.7x between hosts of one kind: {FIX}")
     diffs = host_differences(measured, here)
     if not diffs:
-        return None
+        other = guest_note(measured, here)
+        return f"profile {profile_name} was measured on {other}{guest_fix}" if other else None
     return f"profile {profile_name} was measured on another host ({'; '.join(diffs)}): its latencies may not hold here; {FIX}"

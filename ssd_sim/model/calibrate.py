@@ -144,7 +144,27 @@ def common_host(traces: Sequence[Trace]) -> tuple[Host | None, str]:
         kernels.update(h.kernels)
     missing = len(traces) - len(recorded)
     note = f"recorded in the traces: {host.label()}" + (f" ({missing} older traces have no record)" if missing else "")
+    guests = trace_guests(traces)
+    if guests > 1 or missing or any(not h.boot_id for _, h in recorded):
+        host = host.without_guest()  # pooled over guests, or over traces that cannot say: no one guest's latency
+        note += f"; {guests} guests" if guests > 1 else ""
+    elif host.guest():
+        note += f"; the guest {host.guest()}"
     return replace(host, kernels=kernels), note
+
+
+def trace_guests(traces: Sequence[Trace]) -> int:
+    """How many guests (distinct host boot_id) the traces name; traces that do not record one are not counted."""
+    return len({b for t in traces if (b := (t.header.host or {}).get("boot_id"))})
+
+
+def probed_host(host: Host | None, probe: Probe) -> Host | None:
+    """The host a probed profile's latencies were timed on: the traces' host kind, on the probe's guest (none
+    when the probe does not record one)."""
+    if host is None:
+        return probe.host
+    guest = probe.host or Host()
+    return replace(host, boot_id=guest.boot_id, booted_at=guest.booted_at)
 
 
 def _k(r: RoundRecord) -> int:
@@ -818,12 +838,18 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     report.warnings.extend(w for p, t in zip(paths, traces, strict=True) if (w := stall_warning(t.rounds, str(p))))
     if probe is not None:
         check_probe(probe, setup, host)
+    elif (guests := trace_guests(traces)) > 1:
+        report.warnings.append(f"the traces ran on {guests} guests of one host kind (their hosts' boot_id): the "
+                               "latencies are fitted over all of them, and one kind's guests ran the same runs up to "
+                               "27% apart; calibrate one guest's traces, or add a probe of the guest you will run on "
+                               "(--probe)")
     timed = [steady(t) for t in traces]  # latency from steady rounds (no stall, no graph warm-up); tokens from all
     report.unsteady = unsteady_counts(traces, timed)
     with _fitting("latency"):
         latency = fit_latency(timed, report, probed=probe is not None)
         if probe is not None:
             latency = apply_probe(latency, probe, timed, report)
+            host = probed_host(host, probe)
     chosen = {str(p) for p in acceptance_from} if acceptance_from is not None else None
     unknown = sorted(chosen - {str(p) for p in paths}) if chosen is not None else []
     if unknown:

@@ -65,29 +65,31 @@ class Drift:
         return self.sd * float(stdtrit(self.dof, q) / ndtri(q))
 
 
-# bench/drift.py over traces/ on 2026-12-05 (22:56 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
-# added): 36 setups run 2-4 times (88 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
+# bench/drift.py over traces/ on 2026-12-06 (00:45 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
+# added): 36 setups run 2-4 times (90 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min
 # apart): 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (26 setups, 64 min to 60 h apart) the setups are not
 # independent repeats: they come from 6 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
 # (traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon 2.5 h later, 0.70-0.87x the verify ms), and the setups of one
-# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 10.1% on 11 degrees of
-# freedom (the clusters' sessions - 1), 90% interval 7.6-15.7%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i repeating
+# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 10.5% on 12 degrees of
+# freedom (the clusters' sessions - 1), 90% interval 8.0-16.0%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i repeating
 # cpu-fp32-pool40 2.5 h later and two of its setups repeated 60 h later on another guest of the Zen 4 kind
-# (traces/cpu-fp32-zen4-pool40r, 0.73x the verify ms of pool40i) 15.6%, the fresh96 grid's T = 0 runs repeated
+# (traces/cpu-fp32-zen4-pool40r, 0.73x the verify ms of pool40i) and 1.8 h after that on the same guest
+# (traces/cpu-fp32-zen4-pool40s, 1.00-1.01x pool40r's) 15.2%, the fresh96 grid's T = 0 runs repeated
 # three times on the same Xeon guest (traces/cpu-fp32-xeon-fresh96-later 2.7 h later, 1.15-1.26x the verify ms;
 # traces/cpu-fp32-xeon-fresh96-third 3.7 h later, 0.98-0.99x; traces/cpu-fp32-xeon-fresh96-fourth 4.9 h later,
 # 1.00-1.02x) 8.9%, the EPYC pool's three sessions (2.8 h and 12.4 h apart) 3.6%, cpu-fp32-bench -> cpu-fp32-grid
 # 3.4%, the Xeon pool grid repeated 3.9 h later and (two of its setups) 35 h later on another guest,
 # traces/cpu-fp32-xeon-pool32i-day2, 0.8%. Until 2026-12-05 the later drift counted every setup (13.7% on 26 degrees of
 # freedom, 11.2-17.8%: narrower than the evidence; clustered, 9.4% on 6 before the day-2 runs, 8.7% on 7 before the
-# fresh96 repeats, 9.2% on 8, 9.1% on 9 and 8.8% on 10 between them and the Zen 4 repeat across guests). A run's drift
-# is predicted from these estimates by Student's t on their degrees of freedom (Drift.predictive_sd).
+# fresh96 repeats, 9.2% on 8, 9.1% on 9 and 8.8% on 10 between them and the Zen 4 repeat across guests, 10.1% on 11
+# before its repeat on the same guest). A run's drift is predicted from these estimates by Student's t on their degrees
+# of freedom (Drift.predictive_sd).
 SHIPPED_DRIFTS = {
     "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
                                     "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
-    "later": Drift(0.101, 6, 17, "measured over the repeat runs in this project's traces/ more than an hour apart, "
+    "later": Drift(0.105, 6, 18, "measured over the repeat runs in this project's traces/ more than an hour apart, "
                                  "each cluster of sessions counted once (bench/drift.py: 26 setups, 64 min to 60 h "
-                                 "apart, in 6 clusters of 17 sessions; 90% interval 7.6-15.7%; beyond 60 h assumed "
+                                 "apart, in 6 clusters of 18 sessions; 90% interval 8.0-16.0%; beyond 60 h assumed "
                                  "the same)"),
 }
 
@@ -170,6 +172,12 @@ class RepeatPair:
     minutes: float
     log_ratio: float
     sessions: tuple[str, str]  # the two runs' sessions (session_of), earlier first
+    same_guest: bool | None = None  # one boot of one guest (the hosts' boot_id); None where either is not recorded
+
+
+def guest_of(trace: Trace) -> str:
+    """The boot id of the guest a trace ran on ('' when its host record does not say: traces before 2026-12-06)."""
+    return str((trace.header.host or {}).get("boot_id", ""))
 
 
 def repeat_pairs(groups: Sequence[Sequence[Trace]]) -> list[RepeatPair]:
@@ -178,9 +186,11 @@ def repeat_pairs(groups: Sequence[Sequence[Trace]]) -> list[RepeatPair]:
     apart). The pairs of one group are not independent; a diagnostic, not an estimate."""
     out = []
     for g in groups:
-        runs = sorted((at, math.log(median_verify_ms(t)), session_of(t)) for t in g if (at := started(t)) is not None)
-        for i, (t0, ln0, s0) in enumerate(runs):
-            out.extend(RepeatPair((t1 - t0).total_seconds() / 60, ln1 - ln0, (s0, s1)) for t1, ln1, s1 in runs[i + 1:])
+        runs = sorted((at, math.log(median_verify_ms(t)), session_of(t), guest_of(t))
+                      for t in g if (at := started(t)) is not None)
+        for i, (t0, ln0, s0, g0) in enumerate(runs):
+            out.extend(RepeatPair((t1 - t0).total_seconds() / 60, ln1 - ln0, (s0, s1), g0 == g1 if g0 and g1 else None)
+                       for t1, ln1, s1, g1 in runs[i + 1:])
     return out
 
 

@@ -273,6 +273,11 @@ _ISSUE_26_ZEN4 = ("issue 26: the later drift measured again with pool40i's AR an
                   "and the runs' spread around a fit with traces/cpu-fp32-zen4-fresh96 (model.residual: 4.7% over 14 "
                   "calibrations at 1.09 degrees of freedom, was 4.8% over 13 at 1.11)")
 _document(_CALIBRATE_GRID, _ISSUE_26_ZEN4)
+_ISSUE_26_ZEN4_SAME_GUEST = ("issue 26: the later drift measured again with those two runs repeated 1.8 h later on the "
+                             "same Zen 4 guest (traces/cpu-fp32-zen4-pool40s, 1.00-1.01x the verify ms): 10.5% on 12 "
+                             "degrees of freedom over 6 clusters of 18 sessions, was 10.1% on 11; the next run's 11.4%, "
+                             "was 11.0%")
+_document(_CALIBRATE_GRID, _ISSUE_26_ZEN4_SAME_GUEST)
 _EXTRAPOLATED_PER_MODE = ("issue 26: each mode's latency is extrapolated only past the forwards it runs "
                           "(model.uncertainty.for_forwards): AR's interval no longer takes the spread of the SSD plan's "
                           "larger verifies (2.37-3.18 -> 2.54-2.94 tok/s), and SSD's its own K's rather than the larger "

@@ -2,10 +2,12 @@
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import pytest
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.host import Host, current_host, host_differences, host_warning, isa_summary
+from ssd_sim.io.host import Host, current_host, guest_note, host_differences, host_warning, isa_summary
 
 CPUINFO = """processor\t: 0
 vendor_id\t: AuthenticAMD
@@ -96,3 +98,37 @@ def test_round_trip_and_bad_records():
         Host.from_dict({"cores": "two"})
     with pytest.raises(ConfigError, match="host: must be an object"):
         Host.from_dict(["AMD"])
+
+
+# ---- the guest: one boot of one host kind -------------------------------------------------------------
+BOOT_A, BOOT_B = "7986af9b-b6f3-4082-9718-211a4c8c8b8d", "0c1d2e3f-0000-4000-8000-123456789abc"
+STAT = "cpu  1 2 3 4\nbtime 1796505813\nprocesses 9\n"  # 2026-12-05 21:23:33 UTC
+
+
+def test_current_host_records_its_guest_from_the_boot_id_and_btime():
+    h = current_host(CPUINFO.format(family=26, model=2, extra=""), MEMINFO, BOOT_A + "\n", STAT)
+    assert (h.boot_id, h.booted_at) == (BOOT_A, "2026-12-05T21:23Z")
+    assert h.guest() == "booted 2026-12-05 21:23 UTC"
+    assert replace(h, booted_at="").guest() == "boot id 7986af9b"
+    bare = current_host(CPUINFO.format(family=26, model=2, extra=""), MEMINFO, "", "cpu 1 2\n")  # not Linux
+    assert (bare.boot_id, bare.booted_at, bare.guest()) == ("", "", "")
+
+
+def test_a_record_without_a_guest_reads_and_writes_as_before():
+    old = host().without_guest()
+    assert "boot_id" not in old.to_dict() and "booted_at" not in old.to_dict()  # the shipped traces' records
+    h = replace(old, boot_id=BOOT_A, booted_at="2026-12-05T21:23Z")
+    assert h.to_dict()["boot_id"] == BOOT_A and Host.from_dict(h.to_dict()) == h
+
+
+def test_another_guest_of_one_host_kind_is_no_host_difference_but_its_own_warning():
+    a, b = replace(host(), boot_id=BOOT_A, booted_at="2026-12-05T21:23Z"), replace(host(), boot_id=BOOT_B, booted_at="")
+    assert host_differences(a, b) == []
+    assert guest_note(a, b) == "another guest of this host kind (booted 2026-12-05 21:23 UTC there, boot id 0c1d2e3f here)"
+    assert host_warning("cpu", a, b, "; re-time it") == ("profile cpu was measured on another guest of this host kind "
+                                                         "(booted 2026-12-05 21:23 UTC there, boot id 0c1d2e3f here); "
+                                                         "re-time it")
+    for same in (a, a.without_guest()):  # the same guest, or a record that cannot say: nothing to warn about
+        assert guest_note(same, a) is None and host_warning("cpu", same, a, "; re-time it") is None
+    other_kind = replace(host(family=25, model=1, extra=""), boot_id=BOOT_B)
+    assert "another host (CPU" in host_warning("cpu", a, other_kind, "; re-time it")  # the host kind comes first

@@ -161,6 +161,25 @@ def test_traces_of_two_hosts_are_refused(tmp_path):
         calibrate([a, b])
 
 
+def test_the_profile_keeps_the_traces_guest_only_when_they_all_ran_on_it(tmp_path):
+    one = replace(ZEN5, boot_id="guest-a", booted_at="2026-12-05T21:23Z")
+    ar = hosted(tmp_path, "ar", Plan(mode="ar"), one)
+    sd = hosted(tmp_path, "sd", Plan(mode="sd", num_speculative_tokens=2), one)
+    prof, _ = calibrate([ar, sd])
+    assert prof.host.boot_id == "guest-a" and prof.provenance["host"].endswith("; the guest booted 2026-12-05 21:23 UTC")
+    other = hosted(tmp_path, "sd3", Plan(mode="sd", num_speculative_tokens=3), replace(one, boot_id="guest-b"))
+    pooled, rep = calibrate([ar, sd, other])  # one host kind on two guests: calibrated, but no one guest's latency
+    assert (pooled.host.boot_id, pooled.host.booted_at) == ("", "") and pooled.host.cpu_id == ZEN5.cpu_id
+    assert pooled.provenance["host"].endswith("; 2 guests")
+    assert [w for w in rep.warnings if "guests" in w] == [
+        "the traces ran on 2 guests of one host kind (their hosts' boot_id): the latencies are fitted over all of them, "
+        "and one kind's guests ran the same runs up to 27% apart; calibrate one guest's traces, or add a probe of the "
+        "guest you will run on (--probe)"]
+    assert not [w for w in calibrate([ar, sd])[1].warnings if "guests" in w]
+    unknown = hosted(tmp_path, "sd4", Plan(mode="sd", num_speculative_tokens=4), ZEN5)  # a record from before guests
+    assert calibrate([ar, sd, unknown])[0].host.boot_id == ""
+
+
 def test_traces_without_a_host_record_give_a_profile_without_one(traces):
     prof, _ = calibrate(traces[2:4])
     assert prof.host is None

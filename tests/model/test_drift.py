@@ -17,6 +17,7 @@ from ssd_sim.model.drift import (
     Drift,
     calibration_drift,
     clustered_drift,
+    guest_of,
     horizon_of,
     interleaved_with,
     measured_drift,
@@ -159,6 +160,17 @@ def test_repeat_pairs_take_the_horizon_of_their_own_two_runs(tmp_path):
     assert pairs[2].log_ratio == pytest.approx(math.log(ms[2] / ms[1]))
     assert pairs[0].sessions == (Path(runs[0].path).parent.name,) * 2  # one folder: one session
     assert repeat_groups(runs, "later") == [runs]  # the estimate still counts the group by its span
+
+
+def test_repeat_pairs_say_whether_their_runs_shared_a_guest(tmp_path):
+    sd = Plan(mode="sd", num_speculative_tokens=3)
+    boots = ("guest-a", "guest-a", "guest-b", "")  # the last: a host record from before guests were recorded
+    runs = [read_trace(write_trace(tmp_path / f"g{i}.jsonl", sd, rounds=40, seed=i, header={
+        "started_at": f"2026-12-03T1{i}:00:00Z", "host": {"cpu_id": "x", **({"boot_id": b} if b else {})}}))
+        for i, b in enumerate(boots)]
+    assert [guest_of(t) for t in runs] == list(boots)
+    pairs = {(round(p.minutes), p.same_guest) for p in repeat_pairs(repeat_groups(runs))}
+    assert pairs == {(60, True), (120, False), (60, False), (180, None), (120, None), (60, None)}
 
 
 def test_an_unknown_time_is_later(tmp_path):

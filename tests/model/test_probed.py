@@ -1,11 +1,13 @@
 """A calibration with a probe takes its latencies from the probe's tables, and the planner plans with them."""
 
 import json
+from dataclasses import replace
 from pathlib import Path
 
 import pytest
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.host import Host
 from ssd_sim.io.probe import load_probe
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.calibrate import calibrate, calibrate_traces
@@ -83,6 +85,19 @@ def test_a_probe_of_other_models_or_another_host_is_refused(traces, tmp_path):
     (tmp_path / "other.json").write_text(json.dumps(other))
     with pytest.raises(ConfigError, match="probe.models"):
         calibrate(paths, probe=load_probe(tmp_path / "other.json"))
+
+
+def test_a_probed_profile_is_on_the_probes_guest(tmp_path):
+    there = Host(cpu="AMD EPYC", cpu_id="AuthenticAMD family 25 model 17 stepping 1", cores=2, boot_id="runs-guest",
+                 booted_at="2026-12-03T07:40Z")
+    plans = [Plan(mode="ar"), Plan(mode="sd", num_speculative_tokens=3)]
+    paths = [write_trace(tmp_path / f"g{i}.jsonl", p, rounds=120, seed=i, header={"host": there.to_dict()})
+             for i, p in enumerate(plans)]
+    here = replace(there, boot_id="probe-guest", booted_at="2026-12-05T21:23Z")
+    prof = calibrate(paths, probe=write_probe(tmp_path / "p.json", host=here.to_dict()))[0]
+    assert prof.host == here  # the latencies are the probe's: timed on its guest, not the runs'
+    assert calibrate(paths)[0].host == there
+    assert calibrate(paths, probe=write_probe(tmp_path / "q.json"))[0].host == replace(there, boot_id="", booted_at="")
 
 
 def idle_section(target_extra: float, draft_extra: float, gaps=(5.0, 500.0)) -> dict:
