@@ -34,7 +34,7 @@ from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.sanity import distinct_traces, stall_warning, steady, unsteady_counts
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.drift import Drift, calibration_drift, timed_span
+from ssd_sim.model.drift import GUEST_SHIFT, Drift, calibration_drift, timed_span
 from ssd_sim.model.latency import (
     FitReport,
     ForwardLatency,
@@ -841,8 +841,8 @@ def calibrate_traces(parsed: Sequence[Trace], paths: Sequence[str | Path], name:
     elif (guests := trace_guests(traces)) > 1:
         report.warnings.append(f"the traces ran on {guests} guests of one host kind (their hosts' boot_id): the "
                                "latencies are fitted over all of them, and one kind's guests ran the same runs up to "
-                               "27% apart; calibrate one guest's traces, or add a probe of the guest you will run on "
-                               "(--probe)")
+                               f"{GUEST_SHIFT:.0%} apart; calibrate one guest's traces, or add a probe of the guest you "
+                               "will run on (--probe)")
     timed = [steady(t) for t in traces]  # latency from steady rounds (no stall, no graph warm-up); tokens from all
     report.unsteady = unsteady_counts(traces, timed)
     with _fitting("latency"):

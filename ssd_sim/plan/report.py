@@ -6,7 +6,7 @@ from __future__ import annotations
 import math
 
 from ssd_sim.io.host import Host, current_host, host_warning
-from ssd_sim.model.drift import SHIPPED_DRIFTS
+from ssd_sim.model.drift import GUEST_SHIFT, SHIPPED_DRIFTS
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.plan.emit import engine_flags
@@ -114,12 +114,12 @@ def host_report(profile: Profile, here: Host | None = None) -> dict:
             "warning": host_warning(profile.name, measured, here, GUEST_FIX)}
 
 
-# Not a host difference: one host kind's guests ran the same runs 0.73x apart (traces/cpu-fp32-zen4-pool40r; the same
-# guest 1.8 h later within 1%, traces/cpu-fp32-zen4-pool40s), more than the later intervals' drift holds, and so is a
-# slow episode on one guest (1.15-1.26x, traces/cpu-fp32-xeon-fresh96-later): re-timing is the remedy for both.
-GUEST_FIX = (f": repeats of one run hours apart or on another guest moved up to 27% in this project's traces, beyond "
-             f"the later intervals' drift ({SHIPPED_DRIFTS['later'].sd:.0%} SD); re-time this guest before a run: "
-             "`ssd-run probe -o probe.json`, then `ssd-plan calibrate TRACES --probe probe.json`")
+# Not a host difference: one host kind's guests ran the same runs 0.73x apart (model.drift.GUEST_SHIFT), more than the
+# later intervals' drift holds, and so is a slow episode on one guest (1.15-1.26x, traces/cpu-fp32-xeon-fresh96-later):
+# re-timing is the remedy for both.
+GUEST_FIX = (f": repeats of one run hours apart or on another guest moved up to {GUEST_SHIFT:.0%} in this project's "
+             f"traces, beyond the later intervals' drift ({SHIPPED_DRIFTS['later'].sd:.1%} SD); re-time this guest "
+             "before a run: `ssd-run probe -o probe.json`, then `ssd-plan calibrate TRACES --probe probe.json`")
 
 
 def _finite(x: float) -> float | None:
