@@ -114,7 +114,7 @@ def host_report(profile: Profile, here: Host | None = None) -> dict:
             "warning": host_warning(profile.name, measured, here, GUEST_FIX)}
 
 
-# Not a host difference: one host kind's guests ran the same runs 0.73x apart (model.drift.GUEST_SHIFT), more than the
+# Not a host difference: one host kind's guests ran the same runs 27% apart (model.drift.GUEST_SHIFT), more than the
 # later intervals' drift holds, and so is a slow episode on one guest (1.15-1.26x, traces/cpu-fp32-xeon-fresh96-later):
 # re-timing is the remedy for both.
 GUEST_FIX = (f": repeats of one run hours apart or on another guest moved up to {GUEST_SHIFT:.0%} in this project's "

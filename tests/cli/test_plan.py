@@ -170,7 +170,7 @@ def test_a_profile_calibrated_from_traces_without_a_host_record_warns_in_one_lin
 
 
 def test_a_profile_from_another_guest_of_this_host_kind_warns_to_re_time_it(monkeypatch, tmp_path, capsys):
-    """One host kind's guests ran the same runs 0.73x apart (traces/cpu-fp32-zen4-pool40r): no host difference,
+    """One host kind's guests ran the same runs 27% apart (traces/cpu-fp32-zen4-pool40r): no host difference,
     but a profile timed on another guest gets a warning naming both boots and the probe that re-times this one."""
     prof = json.loads(Path(GRID_PROFILE).read_text())
     prof["host"] = {**HERE.to_dict(), "boot_id": "guest-there", "booted_at": "2026-12-03T07:40Z"}
