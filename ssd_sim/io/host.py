@@ -73,14 +73,12 @@ class Host:
         if unknown:
             raise ConfigError(f"{where}.{unknown[0]}", f"unknown host field; known: {', '.join(cls.__dataclass_fields__)}")
         try:
-            return cls(cpu=str(d.get("cpu", "")), cpu_id=str(d.get("cpu_id", "")),
+            return cls(cpu=_text(d, "cpu"), cpu_id=_text(d, "cpu_id"),
                        isa=tuple(str(x) for x in d.get("isa", ())), cores=int(d.get("cores", 0)),
                        memory_gib=float(d.get("memory_gib", 0.0)), gpus=tuple(str(x) for x in d.get("gpus", ())),
-                       torch=str(d.get("torch", "")), onednn=str(d.get("onednn", "")),
-                       cpu_capability=str(d.get("cpu_capability", "")),
+                       torch=_text(d, "torch"), onednn=_text(d, "onednn"), cpu_capability=_text(d, "cpu_capability"),
                        kernels={str(k): str(v) for k, v in dict(d.get("kernels", {})).items()},
-                       note=str(d.get("note", "")), boot_id=str(d.get("boot_id", "")),
-                       booted_at=str(d.get("booted_at", "")))
+                       note=_text(d, "note"), boot_id=_text(d, "boot_id"), booted_at=_text(d, "booted_at"))
         except (TypeError, ValueError) as e:
             raise ConfigError(where, f"malformed host record ({e}); write it with ssd-run") from None
 
@@ -115,6 +113,12 @@ class Host:
 
 
 GUEST_FIELDS = ("boot_id", "booted_at")
+
+
+def _text(d: dict[str, Any], key: str) -> str:
+    """A text field of a host record: '' where it is missing or null (not the text 'None', which would name a guest)."""
+    value = d.get(key)
+    return "" if value is None else str(value)
 
 
 def isa_summary(isa: tuple[str, ...]) -> str:

@@ -121,6 +121,12 @@ def test_a_record_without_a_guest_reads_and_writes_as_before():
     assert h.to_dict()["boot_id"] == BOOT_A and Host.from_dict(h.to_dict()) == h
 
 
+def test_a_null_text_field_reads_as_not_recorded():
+    h = Host.from_dict({"cpu": None, "cpu_id": "AuthenticAMD family 25", "boot_id": None, "booted_at": None, "note": None})
+    assert (h.cpu, h.boot_id, h.booted_at, h.note, h.guest()) == ("", "", "", "", "")
+    assert guest_note(h, replace(h, boot_id=BOOT_A)) is None  # a null boot id names no guest to differ from
+
+
 def test_another_guest_of_one_host_kind_is_no_host_difference_but_its_own_warning():
     a, b = replace(host(), boot_id=BOOT_A, booted_at="2026-12-05T21:23Z"), replace(host(), boot_id=BOOT_B, booted_at="")
     assert host_differences(a, b) == []
