@@ -34,7 +34,7 @@ from ssd_sim.io.records import Phase, RoundRecord, SeqRecord
 from ssd_sim.io.sanity import distinct_traces, stall_warning, steady, unsteady_counts
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
-from ssd_sim.model.drift import GUEST_SHIFT, Drift, calibration_drift, timed_span
+from ssd_sim.model.drift import GUEST_SHIFT, Drift, calibration_drift, guest_of, timed_span
 from ssd_sim.model.latency import (
     FitReport,
     ForwardLatency,
@@ -154,8 +154,9 @@ def common_host(traces: Sequence[Trace]) -> tuple[Host | None, str]:
 
 
 def trace_guests(traces: Sequence[Trace]) -> int:
-    """How many guests (distinct host boot_id) the traces name; traces that do not record one are not counted."""
-    return len({b for t in traces if (b := (t.header.host or {}).get("boot_id"))})
+    """How many guests (distinct host boot_id, model.drift.guest_of) the traces name; traces that do not record one
+    are not counted."""
+    return len({g for t in traces if (g := guest_of(t))})
 
 
 def probed_host(host: Host | None, probe: Probe) -> Host | None:

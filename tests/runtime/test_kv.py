@@ -19,6 +19,10 @@ from tests.helpers.runtime import TARGET, make_prompts
 ATOL, RTOL = 1e-4, 1e-4
 
 
+def assert_logits_close(got: torch.Tensor, want: torch.Tensor) -> None:
+    torch.testing.assert_close(got, want, atol=ATOL, rtol=RTOL)
+
+
 @pytest.fixture(scope="module", params=["qwen2-full", *FAMILIES])
 def model(request):
     """The default tiny Qwen2 (full attention), and every family with a sliding window of TINY_WINDOW tokens where
@@ -46,7 +50,7 @@ def test_prefill_of_different_lengths_matches_each_row_alone(model):
     kv.add_rows(3)
     out = kv.append(prompts, keep=1)[:, -1]
     for r, p in enumerate(prompts):
-        torch.testing.assert_close(out[r], fresh(model, p), atol=ATOL, rtol=RTOL)
+        assert_logits_close(out[r], fresh(model, p))
     assert kv.lengths == [2, 9, 5]
 
 
@@ -62,17 +66,17 @@ def test_resume_rolls_back_by_length_and_returns_the_rest(model):
     assert kv.lengths == [3, 8, 8]
     out = kv.append(pending)[:, -1]
     for r in range(3):
-        torch.testing.assert_close(out[r], fresh(model, committed[r]), atol=ATOL, rtol=RTOL)
+        assert_logits_close(out[r], fresh(model, committed[r]))
 
 
 def test_rows_without_input_are_left_alone(model):
     prompts = make_prompts([3, 5], 96, seed=3)
     kv = filled(model, prompts)
     out = kv.append([[], [11, 12]])[:, -1]
-    torch.testing.assert_close(out[1], fresh(model, prompts[1] + [11, 12]), atol=ATOL, rtol=RTOL)
+    assert_logits_close(out[1], fresh(model, prompts[1] + [11, 12]))
     assert kv.lengths == [3, 7]
     out = kv.append([[13], []])[:, -1]
-    torch.testing.assert_close(out[0], fresh(model, prompts[0] + [13]), atol=ATOL, rtol=RTOL)
+    assert_logits_close(out[0], fresh(model, prompts[0] + [13]))
 
 
 def test_a_row_range_is_prefilled_without_touching_the_others(model):
@@ -83,10 +87,10 @@ def test_a_row_range_is_prefilled_without_touching_the_others(model):
     assert rows == range(2, 4)
     out = kv.append(new, rows=rows)[:, -1]
     for i, p in enumerate(new):
-        torch.testing.assert_close(out[i], fresh(model, p), atol=ATOL, rtol=RTOL)
+        assert_logits_close(out[i], fresh(model, p))
     out = kv.append([[1], [2], [3], [4]])[:, -1]
     for r, (p, t) in enumerate(zip(prompts + new, [1, 2, 3, 4], strict=True)):
-        torch.testing.assert_close(out[r], fresh(model, p + [t]), atol=ATOL, rtol=RTOL)
+        assert_logits_close(out[r], fresh(model, p + [t]))
     with pytest.raises(ValueError, match="do not fit"):
         kv.add_rows(1)
 
@@ -96,8 +100,8 @@ def test_removing_a_row_moves_the_last_row_into_it(model):
     kv = filled(model, prompts)
     assert kv.remove_row(0) == 2 and kv.lengths == [5, 7]
     out = kv.append([[9], [8]])[:, -1]
-    torch.testing.assert_close(out[0], fresh(model, prompts[2] + [9]), atol=ATOL, rtol=RTOL)
-    torch.testing.assert_close(out[1], fresh(model, prompts[1] + [8]), atol=ATOL, rtol=RTOL)
+    assert_logits_close(out[0], fresh(model, prompts[2] + [9]))
+    assert_logits_close(out[1], fresh(model, prompts[1] + [8]))
     assert kv.remove_row(1) == 1 and kv.lengths == [6]
 
 
@@ -116,7 +120,7 @@ def test_tree_step_branches_share_the_prefix_and_see_only_their_own_tokens(model
             for j in range(3):
                 if real[r, j]:
                     context = prompts[r][:int(prefix[r, j])] + history[r][j]
-                    torch.testing.assert_close(out[r, j], fresh(model, context), atol=ATOL, rtol=RTOL)
+                    assert_logits_close(out[r, j], fresh(model, context))
         tokens = out.argmax(-1)
         for r in range(2):
             for j in range(3):
@@ -144,7 +148,7 @@ def test_buffers_grow_when_a_row_outgrows_them(model):
     out = kv.append(more)[:, -1]
     assert kv.capacity >= SCRATCH + 14 and kv.capacity >= 2 * first
     for r in range(2):
-        torch.testing.assert_close(out[r], fresh(model, prompts[r] + more[r]), atol=ATOL, rtol=RTOL)
+        assert_logits_close(out[r], fresh(model, prompts[r] + more[r]))
 
 
 def test_memory_is_rows_times_capacity_and_fixed_after_the_first_forward(model):
