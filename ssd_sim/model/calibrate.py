@@ -35,6 +35,7 @@ from ssd_sim.io.sanity import distinct_traces, stall_warning, steady, unsteady_c
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.drift import GUEST_SHIFT, Drift, calibration_drift, guest_of, timed_span
+from ssd_sim.model.interference import fit_interference
 from ssd_sim.model.latency import (
     FitReport,
     ForwardLatency,
@@ -42,7 +43,6 @@ from ssd_sim.model.latency import (
     fit_forward_latency,
     fit_scaled_latency,
     fit_warnings,
-    overlapped_ms,
 )
 from ssd_sim.model.logged import MIN_CONTEXTS, derived_model, logged_positions
 from ssd_sim.model.mix import RequestMix, left_out, mix_provenance
@@ -98,9 +98,6 @@ class CalibrationReport:
             return None
         return (f"latency timed on {u['rounds'] - u['stalled'] - u['warmup']} of {u['rounds']} rounds: "
                 f"{u['stalled']} stalled and {u['warmup']} CUDA graph warm-up rounds left out (io.sanity.steady)")
-
-
-MAX_FIT_ERROR = 1.0  # a median |relative error| of the SSD verifies above 100% means the traces do not fit together
 
 
 def check_setup(traces: Sequence[Trace]) -> dict:
@@ -296,72 +293,6 @@ def fit_latency(traces: Sequence[Trace], report: CalibrationReport, probed: bool
                         draft_slowdown=d_slow)
 
 
-def _branch_rows(t: Trace, r: RoundRecord) -> int:
-    """Branch rows the draft decoded during this round's verify: each sequence's budget (hit: fan_out)."""
-    hit, miss = sum(t.plan.get("fan_out") or [0]), sum(t.plan.get("fan_out_miss") or t.plan.get("fan_out") or [0])
-    return sum(hit if s.hit else miss for s in r.seqs)
-
-
-def interference_samples(traces: Sequence[Trace], target: ForwardLatency) -> dict[str, np.ndarray]:
-    """Per SSD round: measured verify, the idle-draft prediction, the draft's glue and branch ms, branch rows."""
-    cols: dict[str, list] = {"verify": [], "alone": [], "glue": [], "branch": [], "rows": []}
-    for t in traces:
-        if t.mode != "ssd":
-            continue
-        for r in t.rounds:
-            ms = r.timings_ms
-            if ms[Phase.VERIFY] <= 0 or _k(r) == 0:
-                continue
-            cols["verify"].append(ms[Phase.VERIFY])
-            cols["alone"].append(float(target(_rows(r), _k(r) + 1)))
-            cols["glue"].append(ms[Phase.DRAFT_GLUE])
-            cols["branch"].append(ms[Phase.DRAFT_BRANCH])
-            cols["rows"].append(_branch_rows(t, r))
-    return {k: np.asarray(v, dtype=float) for k, v in cols.items()}
-
-
-def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds: int = 10) -> dict:
-    """The target's slowdown while the draft runs its glue and branch decode (fractions, robust least squares).
-
-    Model per SSD round (latency.overlapped_ms): the verify measured alone (`target`) progresses at 1 / (1 + s)
-    during the draft's glue (s = rows) and branch (s = one_row if one branch row per step, else rows). With
-    fewer than `min_rounds` rounds of a kind its fraction is copied from the other (and said so).
-    """
-    from scipy.optimize import least_squares
-
-    x = interference_samples(traces, target)
-    one = x["rows"] == 1
-    n_one, n_rows = int(one.sum()), int((~one).sum())
-    if n_one + n_rows < min_rounds:
-        return {"one_row": 0.0, "rows": 0.0, "source": f"assumed 0: only {n_one + n_rows} SSD rounds"}
-
-    both = min(n_one, n_rows) >= min_rounds  # else one fraction serves both kinds
-
-    def fractions(p) -> tuple[float, float]:
-        return (p[0], p[1]) if both else (p[0], p[0])
-
-    def residuals(p):
-        s_one, s_rows = fractions(p)
-        model = overlapped_ms(x["alone"], [(x["glue"], s_rows), (x["branch"], np.where(one, s_one, s_rows))])
-        return (model - x["verify"]) / x["verify"]
-
-    fit = least_squares(residuals, x0=[0.1, 0.1], bounds=([0.0, 0.0], [3.0, 3.0]), loss="soft_l1", f_scale=0.05)
-    s_one, s_rows = fractions(fit.x)
-    shift = interference_level(x, s_one, s_rows)
-    s_one, s_rows = s_one + shift, s_rows + shift
-    note = (f"measured on {n_one + n_rows} SSD rounds: verify +{s_one:.0%} while the draft decodes one branch row per "
-            f"step ({n_one} rounds), +{s_rows:.0%} during its glue and multi-row steps ({n_rows} rounds); levelled "
-            f"{shift:+.1%} so the modelled verifies sum to the measured ones")
-    if not both:
-        note += f"; the kind with fewer than {min_rounds} rounds copies the other"
-    err = float(np.median(np.abs(residuals(fit.x))))
-    if err > MAX_FIT_ERROR:
-        raise ConfigError("traces", f"the SSD traces' verify timings are {err:.0%} (median) off what the AR / SD traces' "
-                                    "target fit and a slowdown predict: are all traces from one setup and host?")
-    return {"one_row": float(s_one), "rows": float(s_rows), "source": note, "samples": n_one + n_rows,
-            "median_abs_rel_err": float(np.median(np.abs(residuals(fit.x))))}
-
-
 def _traces_interference(traces: Sequence[Trace], target: ForwardLatency, report: CalibrationReport,
                          probed: bool) -> dict:
     """fit_interference; with a probe to replace it, a fit too far off is a warning and its slowdowns 0."""
@@ -374,24 +305,6 @@ def _traces_interference(traces: Sequence[Trace], target: ForwardLatency, report
                                "these runs were slowed by something the probe did not see: another process, or "
                                "another setup)")
         return {"one_row": 0.0, "rows": 0.0, "source": "not fitted: the SSD verifies do not fit the AR / SD traces"}
-
-
-def interference_level(x: dict[str, np.ndarray], s_one: float, s_rows: float) -> float:
-    """The shift added to both fitted slowdowns (fractions) that makes the modelled SSD verifies of the samples
-    (interference_samples) sum to the measured ones: the robust fit sits at the typical round, but tok/s pays the
-    mean verify, outliers included (latency.total_level's argument). Kept within [-min(s_one, s_rows), 3]."""
-    from scipy.optimize import brentq
-
-    one = x["rows"] == 1
-
-    def gap(d: float) -> float:
-        model = overlapped_ms(x["alone"], [(x["glue"], s_rows + d), (x["branch"], np.where(one, s_one + d, s_rows + d))])
-        return float(model.sum() - x["verify"].sum())
-
-    lo, hi = -min(s_one, s_rows), 3.0 - max(s_one, s_rows)
-    if gap(lo) >= 0 or gap(hi) <= 0:  # the total is out of reach of a shift: the nearest end
-        return lo if gap(lo) >= 0 else hi
-    return float(brentq(gap, lo, hi, xtol=1e-6))
 
 
 def _warn_fit(report: CalibrationReport, role: str, rep) -> None:

@@ -2,11 +2,12 @@
 
 With a probe (`ssd-plan calibrate TRACES --probe P`, `ssd-run calibrate-here`) every latency quantity the probe
 measures comes from it: the target's and the draft's forwards at every probed (rows, tokens) shape
-(model.table.MeasuredForward, interpolated inside, a curve fitted to the table outside), the verify's slowdown
-beside a busy draft and the draft's beside a verify, and (without SSD traces) the request + reply transfer. The
+(model.table.MeasuredForward, interpolated inside, a curve fitted to the table outside) and, without SSD traces, the
+verify's slowdown beside a busy draft, the draft's beside a verify and the request + reply transfer. The
 traces keep what only a run shows (per-round commit, lookups, fast backups, acceptance and hits; the transfer of a
 whole round where SSD traces time it: the probe's channel round trip alone was 0.9 ms against 3.0 ms in an SSD
-run's rounds on one host) and cross-check the probe: each
+run's rounds on one host; the two slowdowns where SSD traces time them, against the tables at the rounds' own shapes,
+model.interference.probed_interference: the probe's loops time them at other shapes) and cross-check the probe: each
 AR / SD trace's median verify against the table (the drift between the probe and the runs, reported per trace),
 and the traces' own fits of the slowdowns and the transfer beside the probe's.
 """
@@ -25,6 +26,7 @@ from ssd_sim.io.records import Phase
 from ssd_sim.io.trace import Trace
 from ssd_sim.io.values import parse_utc, utc_text
 from ssd_sim.model.drift import timed_span
+from ssd_sim.model.interference import idle_verify_ratio, probed_interference
 from ssd_sim.model.latency import LatencyModel, fit_warnings
 from ssd_sim.model.table import MeasuredForward
 from ssd_sim.model.uncertainty import EXTRAPOLATION_SD, Uncertainty
@@ -64,12 +66,8 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
         report.latency[role] = {**report.latency[role], "source": f"measured: probe table, {len(fwd.table)} shapes "
                                 f"({fwd.probed_range()}) at {probe.context} cached tokens; curve fitted to the table "
                                 "outside it", "table_range": fwd.probed_range()}
-    report.latency["interference"] = {
-        "one_row": probe.one_row, "rows": probe.rows, "draft": probe.draft_slowdown,
-        "median_abs_rel_err": max(probe.spread.values(), default=0.03),
-        "source": f"measured by the probe: verify +{probe.one_row:.0%} beside one-row draft steps, +{probe.rows:.0%} "
-                  "beside multi-row steps",
-        "draft_source": f"measured by the probe: draft steps and glue +{probe.draft_slowdown:.0%} beside a verify"}
+    slow = _interference(probe, traces, target, draft, drift)
+    report.latency["interference"] = slow
     far = {p: r for p, r in drift.items() if abs(r - 1) > 0.15}
     if far:
         worst = max(far, key=lambda p: abs(far[p] - 1))
@@ -80,11 +78,31 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
     ssd_rounds = any(t.mode == "ssd" for t in traces)
     report.latency["probe"]["transfer_from"] = "traces" if ssd_rounds else "probe"
     model = replace(fitted, target=target, draft=draft, transfer_ms=fitted.transfer_ms if ssd_rounds else probe.transfer_ms,
-                    verify_slowdown_one_row=probe.one_row, verify_slowdown_rows=probe.rows,
-                    draft_slowdown=probe.draft_slowdown, target_after_idle=probe.after_idle.get("target", ()),
+                    verify_slowdown_one_row=slow["one_row"], verify_slowdown_rows=slow["rows"],
+                    draft_slowdown=slow["draft"], target_after_idle=probe.after_idle.get("target", ()),
                     draft_after_idle=probe.after_idle.get("draft", ()))
     _after_idle(probe, model, traces, drift, report)
     return model
+
+
+def _interference(probe: Probe, traces: Sequence[Trace], target: MeasuredForward, draft: MeasuredForward,
+                  ratios: dict[str, float]) -> dict:
+    """report.latency's interference entry: measured on the SSD traces' rounds against the tables where the
+    calibration has them (model.interference.probed_interference: the slowdowns at the runs' own shapes), else the
+    probe's loops (the first names the loops beside its own numbers)."""
+    loops = (f"the probe's loops: verify +{probe.one_row:.1%} beside one-row draft steps, +{probe.rows:.1%} beside "
+             f"multi-row steps; draft +{probe.draft_slowdown:.1%} beside a verify")
+    spread = max(probe.spread.values(), default=0.03)
+    rounds = probed_interference(traces, target, draft, idle_verify_ratio(ratios, traces),
+                                 {"one_row": probe.one_row, "rows": probe.rows})
+    if rounds is not None:
+        return {**rounds, "median_abs_rel_err": max(spread, rounds["median_abs_rel_err"]), "from": "traces",
+                "source": f"{rounds['source']} ({loops}, at other shapes)"}
+    return {"one_row": probe.one_row, "rows": probe.rows, "draft": probe.draft_slowdown, "median_abs_rel_err": spread,
+            "from": "probe",
+            "source": f"measured by the probe: verify +{probe.one_row:.0%} beside one-row draft steps, +{probe.rows:.0%} "
+                      "beside multi-row steps (no SSD traces timed among AR runs measure the runs' own overlap)",
+            "draft_source": f"measured by the probe: draft steps and glue +{probe.draft_slowdown:.0%} beside a verify"}
 
 
 def _replace_fit_warnings(report, fits: dict[str, tuple[MeasuredForward, object]]) -> None:

@@ -202,7 +202,7 @@ _ISSUE_26_SD_STEP = ("issue 26: SD's first draft step feeds 2 tokens after a rou
 _document(['calibrate-grid', 'calibrate-grid-t1', 'plan-cpu-fanout-miss', 'plan-cpu-limits', 'plan-profile', 'plan-profile-t1-json', 'plan-qwen-coder-1.5b-0.5b-cpu', 'plan-qwen-coder-1.5b-0.5b-cpu-dense', 'plan-qwen-coder-1.5b-0.5b-cpu-dense-json', 'plan-qwen-coder-1.5b-0.5b-cpu-int8', 'plan-qwen-coder-1.5b-0.5b-cpu-int8-json', 'plan-qwen-coder-1.5b-0.5b-cpu-json'], _ISSUE_26_SD_STEP)
 
 _ISSUE_26_INTERFERENCE = ("issue 26: calibrated interference is levelled like the latencies: a shift added to both fitted "
-                          "slowdowns makes the modelled SSD verifies sum to the measured ones (calibrate.interference_level; "
+                          "slowdowns makes the modelled SSD verifies sum to the measured ones (model.interference.interference_level; "
                           "the grid's +1.9% / +6.1% -> +2.1% / +6.3%)")
 _document(['calibrate-grid', 'calibrate-grid-t1', 'plan-profile', 'plan-profile-t1-json'], _ISSUE_26_INTERFERENCE)
 

@@ -28,10 +28,11 @@ def sample_rank(rng, c: float, r: float) -> int:
 
 def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0.7, primary_hit=(0.4, 0.8),
                 backup_hit=(0.3, 0.8), seed: int = 0, noise: float = 0.01, header: dict | None = None,
-                interference: tuple[float, float] = (0.0, 0.0)) -> Path:
+                interference: tuple[float, float] = (0.0, 0.0), draft_slowdown: float = 0.0) -> Path:
     """Simulate `rounds` rounds of plan.mode with i.i.d. acceptance and power-law bonus ranks; `header` adds
     or replaces header fields (e.g. a host record); SSD verifies are slowed by `interference` = (one-row,
-    multi-row) while the draft's glue and branch run (latency.overlapped_ms)."""
+    multi-row) while the draft's glue and branch run (latency.overlapped_ms), and those take `draft_slowdown` longer
+    than the draft's forwards alone."""
     rng = np.random.default_rng(seed)
     b, K = plan.batch_size, plan.K
     head = Header.build(**{**SETUP, "mode": plan.mode, "plan": plan.to_dict(), "batch_size": b,
@@ -69,7 +70,8 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
         two = plan.mode == "sd" and any(prev_all)
         prev_all = [e["accepted"] == K for e in seqs]
         records.append(RoundRecord.from_json({"round": i, "K": K if plan.mode != "ar" else 0, "batch": b, "seqs": seqs,
-                 "timings_ms": timings(plan, b, K, missed, jitter, interference, two, overrun)}, "test"))
+                 "timings_ms": timings(plan, b, K, missed, jitter, interference, two,
+                                  overrun, draft_slowdown)}, "test"))
         ms = records[-1].timings_ms
         overrun = max(ms["draft_glue"] + ms["draft_branch"] - ms["verify"], 0.0) if plan.mode == "ssd" else 0.0
         w.round(records[-1])
@@ -77,7 +79,7 @@ def write_trace(path: Path, plan: Plan, rounds: int = 200, acceptance: float = 0
 
 
 def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 0.0), two: bool = False,
-            overrun: float = 0.0) -> dict:
+            overrun: float = 0.0, draft_slowdown: float = 0.0) -> dict:
     """Phase timings (ms) of one round from the ground-truth latency functions (`two`: SD's first draft step feeds
     2 tokens, as the runtime's does after a round in which some row accepted all K). SSD as the runtime records it:
     a round's glue and branch are those beside its own verify, and the target waits for the draft's `overrun` of the
@@ -98,7 +100,8 @@ def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 
         rows = b if plan.jit_redraft == "batch" else missed
         backup = jitter(K * DRAFT(rows, 1)) if plan.backup_for(b) == "jit" else jitter(OVERHEAD["fast"])
     t.update(draft_lookup=jitter(OVERHEAD["lookup"]), draft_backup=backup,
-             draft_glue=jitter(DRAFT(b, K + 1)), draft_branch=jitter(K * DRAFT(b * plan.budget, 1)))
+             draft_glue=jitter(DRAFT(b, K + 1) * (1 + draft_slowdown)),
+             draft_branch=jitter(K * DRAFT(b * plan.budget, 1) * (1 + draft_slowdown)))
     s_one, s_rows = interference
     s_branch = s_one if b * plan.budget == 1 else s_rows
     t["verify"] = float(overlapped_ms(t["verify"], [(t["draft_glue"], s_rows), (t["draft_branch"], s_branch)]))

@@ -13,12 +13,10 @@ from ssd_sim.io.trace import read_trace
 from ssd_sim.model.calibrate import (
     calibrate,
     fit_hit_curve,
-    interference_level,
     latency_samples,
     ssd_transfer_samples,
     wilson,
 )
-from ssd_sim.model.latency import overlapped_ms
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from tests.helpers.synthetic_traces import DRAFT, OVERHEAD, TARGET, sample_rank, write_trace
@@ -200,21 +198,6 @@ def test_interference_is_recovered_per_kind_of_draft_step(tmp_path):
     assert prof.provenance["latency.interference"].startswith("measured on 300 SSD rounds: verify +4")
     for r, t in ((1, 1), (1, 3), (2, 4)):  # the target fit is the idle one, not biased by the SSD verifies
         assert float(lat.target(r, t)) == pytest.approx(float(TARGET(r, t)), rel=0.02)
-
-
-def test_interference_is_levelled_so_the_modelled_verifies_sum_to_the_measured_ones():
-    # 100 SSD rounds: a 300 ms verify alone beside 100 ms of glue (s = rows) and 200 ms of one-row branch steps;
-    # measured at s = 0.2 for both, and every 10th round 50% slower (the outliers a robust fit looks past)
-    n = 100
-    x = {"alone": np.full(n, 300.0), "glue": np.full(n, 100.0), "branch": np.full(n, 200.0),
-         "rows": np.where(np.arange(n) % 2 == 0, 1, 4)}
-    typical = overlapped_ms(x["alone"], [(x["glue"], 0.2), (x["branch"], 0.2)])
-    x["verify"] = typical * np.where(np.arange(n) % 10 == 0, 1.5, 1.0)
-    shift = interference_level(x, 0.2, 0.2)
-    levelled = overlapped_ms(x["alone"], [(x["glue"], 0.2 + shift), (x["branch"], 0.2 + shift)])
-    assert shift > 0.05 and levelled.sum() == pytest.approx(x["verify"].sum(), rel=1e-6)
-    assert interference_level({**x, "verify": typical}, 0.2, 0.2) == pytest.approx(0.0, abs=1e-5)
-    assert interference_level({**x, "verify": x["alone"] * 0.9}, 0.05, 0.2) == -0.05  # faster than alone: no slowdown
 
 
 def test_interference_without_idle_verifies_is_assumed_zero(tmp_path):

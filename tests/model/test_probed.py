@@ -66,6 +66,30 @@ def test_the_probe_replaces_the_fitted_latencies_slowdowns_and_transfer(traces):
     assert all(r == pytest.approx(1.0, abs=0.03) for r in rep.latency["probe"]["runs_vs_table"].values())
 
 
+def test_ssd_rounds_timed_among_ar_runs_measure_the_interference_against_the_tables(tmp_path):
+    # the probe's loops say +30% / +10% / +5%; an interleaved grid's SSD run (4 branch rows per step) ran +12% / +4%
+    plans = {"ar": Plan(mode="ar"), "sd": Plan(mode="sd", num_speculative_tokens=3),
+             "ssd": Plan(num_speculative_tokens=2, fan_out=(1, 1, 2))}
+
+    def runs(prefix: str, header: dict | None) -> list:
+        return [write_trace(tmp_path / f"{prefix}{m}.jsonl", p, rounds=150, seed=i, header=header,
+                            interference=(0.0, 0.12), draft_slowdown=0.04) for i, (m, p) in enumerate(plans.items())]
+
+    prof, rep = calibrate(runs("", {"started_at": "2026-12-03T12:00:00Z", "interleave": 12}),
+                          probe=write_probe(tmp_path / "p.json"))
+    lat = prof.latency
+    assert lat.verify_slowdown_rows == pytest.approx(0.12, abs=0.01)
+    assert lat.draft_slowdown == pytest.approx(0.04, abs=0.005)
+    assert lat.verify_slowdown_one_row == 0.3  # no one-row steps in the rounds: the loops' value
+    assert rep.latency["interference"]["from"] == "traces"
+    line = prof.provenance["latency.interference"]
+    assert line.startswith("measured on 150 SSD rounds") and "(the probe's loops: verify +30.0%" in line
+    assert prof.provenance["latency.draft_slowdown"].startswith("measured on 150 SSD rounds: glue and branch decode")
+    # the same runs timed one after another: a drift between them would read as interference, so the loops serve
+    lat = calibrate(runs("seq-", None), probe=write_probe(tmp_path / "q.json"))[0].latency
+    assert (lat.verify_slowdown_one_row, lat.verify_slowdown_rows, lat.draft_slowdown) == (0.3, 0.1, 0.05)
+
+
 def test_the_planner_plans_with_the_probed_table(traces):
     paths, d = traces
     flat = calibrate(paths, probe=write_probe(d / "flat.json"))[0]
