@@ -229,6 +229,14 @@ def err_pct(pred: float | None, meas: float | None) -> float | None:
     return 100.0 * (pred - meas) / meas
 
 
+def round_ms_err(pred_tok_s: float, pred_accept: float, meas_tok_s: float, meas_accept: float) -> float | None:
+    """The error (%) of the predicted time per round (mean acceptance length / tok/s, ms x rows): the latency side of a
+    tok/s error, apart from the acceptance (SSD's round includes the backups of its misses, so hit rates still enter)."""
+    if not (pred_tok_s and meas_tok_s and pred_accept and meas_accept):
+        return None
+    return err_pct(pred_accept / pred_tok_s, meas_accept / meas_tok_s)
+
+
 class LeakingSplit(ValueError):
     """A split whose predicted runs share text with its calibration (ssd_sim.io.overlap)."""
 
@@ -411,6 +419,7 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
             "measured_tok_s": meas.tok_s, "predicted_tok_s": guess["tok_s"], "tok_s_err_pct": err_pct(guess["tok_s"], meas.tok_s),
             "measured_mean_accept_len": meas.mean_accept_len, "predicted_mean_accept_len": guess["mean_accept_len"],
             "mean_accept_len_err_pct": err_pct(guess["mean_accept_len"], meas.mean_accept_len),
+            "round_ms_err_pct": round_ms_err(guess["tok_s"], guess["mean_accept_len"], meas.tok_s, meas.mean_accept_len),
             "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": guess["hit_rate"], "shared_text": text[run],
             "workload": (tuple(sorted(prompt_ids(trace))), trace.plan.get("temperature", 0.0), trace.header.batch_size),
         })
@@ -596,12 +605,15 @@ def floor_err(trace: Trace, a: list[int], b: list[int]) -> float:
 
 
 def per_run(runs: list[dict]) -> dict[str, dict]:
-    """Per run of a halves split, over its draws: median and worst |tok/s error|, the median signed error, the worst
-    error of the floor (floor_err) and the share of draws inside the 90% interval."""
+    """Per run of a halves split, over its draws: median and worst |tok/s error|, the median signed error, the median
+    error of the time per round (round_ms_err), the worst error of the floor (floor_err) and the share of draws inside
+    the 90% interval."""
     out: dict[str, dict] = {}
     for r in runs:
-        out.setdefault(r["run"], {"errs": [], "inside": [], "floor": [], "mixed": []})
+        out.setdefault(r["run"], {"errs": [], "inside": [], "floor": [], "mixed": [], "round": []})
         out[r["run"]]["errs"].append(r["tok_s_err_pct"])
+        if r.get("round_ms_err_pct") is not None:
+            out[r["run"]]["round"].append(r["round_ms_err_pct"])
         out[r["run"]]["inside"].append(r["inside"])
         out[r["run"]]["floor"].append(r["floor_err_pct"])
         if r.get("mixed_floor_err_pct") is not None:
@@ -609,6 +621,7 @@ def per_run(runs: list[dict]) -> dict[str, dict]:
     return {run: {"draws": len(v["errs"]), "median_err_pct": statistics.median(v["errs"]),
                   "median_abs_err_pct": statistics.median(abs(e) for e in v["errs"]),
                   "worst_abs_err_pct": max(abs(e) for e in v["errs"]),
+                  "median_round_ms_err_pct": statistics.median(v["round"]) if v["round"] else None,
                   "floor_worst_abs_err_pct": max(abs(e) for e in v["floor"]),
                   "mixed_floor_worst_abs_err_pct": max((abs(e) for e in v["mixed"]), default=None),
                   "coverage_90": sum(v["inside"]) / len(v["inside"])} for run, v in out.items()}
@@ -688,19 +701,20 @@ def print_table(res: dict) -> None:
         print(f"{res['draws']} random halves of {res['pool']} requests: calibrated on half A of each draw, predicted "
               f"on half B{across}" + (", the calibration weighted to B's request classes (B's code / chat shares, not its "
                              "text; --no-mix: unweighted)" if res["mix"] else ""))
-        head = ("run", "draws", "median err %", "median |err| %", "worst |err| %", "floor worst %",
+        head = ("run", "draws", "median err %", "median |err| %", "worst |err| %", "ms/round err %", "floor worst %",
                 "class floor worst %", "inside 90%")
         rows = [(run, str(v["draws"]), f"{v['median_err_pct']:+.1f}", f"{v['median_abs_err_pct']:.1f}",
-                 f"{v['worst_abs_err_pct']:.1f}", f"{v['floor_worst_abs_err_pct']:.1f}",
+                 f"{v['worst_abs_err_pct']:.1f}", f(v["median_round_ms_err_pct"], "+.1f"),
+                 f"{v['floor_worst_abs_err_pct']:.1f}",
                  f(v["mixed_floor_worst_abs_err_pct"], ".1f"), f"{v['coverage_90']:.0%}")
                 for run, v in res["per_run"].items()]
     else:
-        head = ("run", "mode", "K", "b", "T", "C", "tok/s meas", "pred", "90% interval", "err %", "acc.len meas",
-                "pred", "hit meas", "pred")
+        head = ("run", "mode", "K", "b", "T", "C", "tok/s meas", "pred", "90% interval", "err %", "ms/round err %",
+                "acc.len meas", "pred", "hit meas", "pred")
         rows = [(r["trace"], r["mode"], str(r["K"]), str(r["batch_size"]), f"{r['temperature']:g}",
                  f"{r['saguaro_c']:g}", f(r["measured_tok_s"], ".3f"), f(r["predicted_tok_s"], ".3f"),
                  f"{r['interval_90'][0]:.2f}-{r['interval_90'][1]:.2f}" + ("" if r["inside"] else " (out)"),
-                 f(r["tok_s_err_pct"], "+.1f"),
+                 f(r["tok_s_err_pct"], "+.1f"), f(r["round_ms_err_pct"], "+.1f"),
                  f(r["measured_mean_accept_len"], ".2f"), f(r["predicted_mean_accept_len"], ".2f"),
                  f(r["measured_hit_rate"], ".3f"), f(r["predicted_hit_rate"], ".3f")) for r in res["runs"]]
     widths = [max(len(h), *(len(row[i]) for row in rows)) for i, h in enumerate(head)]

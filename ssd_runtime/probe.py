@@ -9,7 +9,8 @@ target on core 0, the draft on core 1, one thread each; or each on its CUDA devi
     draft    kv.append + draft sampling at the same shapes (SD steps, the SSD glue) and one tree step
              (kv.tree_step + sampling) of 1 sequence x P branches for P in `branch_rows` (branch decode)
     both     the target's verifies while the draft loops one-row tree steps, then multi-row ones (the verify's
-             slowdown beside a busy draft), and the draft's steps while the target loops a verify
+             slowdown beside a busy draft), and the draft's steps while the target loops each verify shape; every
+             time beside the other model against the same shapes timed alone right before and right after it
     transfer one request + reply round trip through the runtime's channel (gloo / NCCL) with the reply's
              tokens and (T > 0) its q of b x K x vocab float32, per (b, K)
     idle     each model's one-row forwards right after a sleep of each of `idle_gaps_ms`, interleaved with the same
@@ -372,7 +373,7 @@ def run_probe(target: ModelSpec, draft: ModelSpec, grid: ProbeGrid, pin: bool = 
         pair.send("draft", P.TIME, (grid.draft_shapes(), grid.repeats))
         res.draft = pair.expect("draft", P.TIMES)
         say("probe: both at once (interference)")
-        res.interference = _interference(pair, grid, res)
+        res.interference = _interference(pair, grid)
         say("probe: transfer round trips")
         cases = [(b, k) for b in grid.batch for k in grid.transfer_k]
         for role in ("target", "draft"):
@@ -392,21 +393,42 @@ def run_probe(target: ModelSpec, draft: ModelSpec, grid: ProbeGrid, pin: bool = 
     return res
 
 
-def _interference(pair: _Pair, grid: ProbeGrid, res: ProbeResult) -> dict:
+def _interference(pair: _Pair, grid: ProbeGrid) -> dict:
     """Slowdown fractions (median ratio - 1): the verify beside one-row and multi-row draft steps, the draft's
-    steps and glue beside a looping verify."""
+    steps and glue beside each verify shape looping. Each time beside the other model is set against the same shapes
+    timed alone right before and right after it (`_bracketed`), so drift over the probe's minutes is not read as
+    interference (on one Zen 4 guest the draft's forwards alone moved 4-10% in two minutes); "pairs" keeps every
+    (busy shape, timed shape, ratio)."""
     verifies = sorted({("append", 1, t) for t in (2, (grid.max_k + 2) // 2 + 1, grid.max_k + 1)})
     rows = max([r for r in grid.branch_rows if r <= INTERFERENCE_ROWS] or [min(grid.branch_rows)])
-    out: dict = {"verify_shapes": [list(s) for s in verifies]}
+    out: dict = {"verify_shapes": [list(s) for s in verifies], "pairs": []}
     for name, busy in (("one_row", ("tree", 1, 1)), ("rows", ("tree", rows, 1))):
-        beside = _while_looping(pair, "draft", busy, "target", verifies, grid.repeats)
-        out[name] = _slowdown(beside, res.target)
+        ratios = _bracketed(pair, "draft", busy, "target", verifies, grid.repeats)
+        out[name] = _slowdown(ratios)
         out[f"{name}_draft_shape"] = list(busy)
+        out["pairs"] += [[list(busy), list(s), r] for s, r in ratios.items()]
     steps = [("tree", 1, 1), ("tree", rows, 1), ("append", 1, grid.max_k + 1)]
-    beside = _while_looping(pair, "target", verifies[-1], "draft", steps, grid.repeats)
-    out["draft"] = _slowdown(beside, res.draft)
+    ratios = {}
+    for v in verifies:  # the draft beside every verify shape: a short verify loops more often than a long one
+        beside = _bracketed(pair, "target", v, "draft", steps, grid.repeats)
+        ratios |= {(v, s): r for s, r in beside.items()}
+        out["pairs"] += [[list(v), list(s), r] for s, r in beside.items()]
+    out["draft"] = _slowdown(ratios)
     out["draft_shapes"] = [list(s) for s in steps]
     return out
+
+
+def _bracketed(pair: _Pair, looper: str, shape: Shape, timed: str, shapes: list[Shape], repeats: int) -> dict:
+    """{timed shape: its median time while `looper` loops `shape`, over its median alone right before and after}."""
+    before = _alone(pair, timed, shapes, repeats)
+    beside = _while_looping(pair, looper, shape, timed, shapes, repeats)
+    after = _alone(pair, timed, shapes, repeats)
+    return {s: statistics.median(v) / statistics.median(before[s] + after[s]) for s, v in beside.items()}
+
+
+def _alone(pair: _Pair, role: str, shapes: list[Shape], repeats: int) -> dict[Shape, list[float]]:
+    pair.send(role, P.TIME, (shapes, repeats))
+    return pair.expect(role, P.TIMES)
 
 
 def _while_looping(pair: _Pair, looper: str, shape: Shape, timed: str, shapes: list[Shape], repeats: int):
@@ -419,11 +441,10 @@ def _while_looping(pair: _Pair, looper: str, shape: Shape, timed: str, shapes: l
     return beside
 
 
-def _slowdown(beside: dict[Shape, list[float]], alone: dict[Shape, list[float]]) -> float:
-    """The median (time beside the other model / time alone) - 1 over the shapes, at least 0; RuntimeError beyond
+def _slowdown(ratios: dict) -> float:
+    """The median of the ratios (time beside the other model / time alone) - 1, at least 0; RuntimeError beyond
     MAX_SLOWDOWN (the host was busy with something else: no file that load_probe would refuse)."""
-    ratios = [statistics.median(v) / statistics.median(alone[s]) for s, v in beside.items()]
-    slowdown = max(statistics.median(ratios) - 1.0, 0.0)
+    slowdown = max(statistics.median(ratios.values()) - 1.0, 0.0)
     if slowdown > MAX_SLOWDOWN:
         raise RuntimeError(f"a forward ran {slowdown + 1:.1f}x slower beside the other model than alone: something "
                            "else is using these cores; probe again with nothing else running")

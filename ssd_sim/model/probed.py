@@ -88,8 +88,8 @@ def apply_probe(fitted: LatencyModel, probe: Probe, traces: Sequence[Trace], rep
 def _interference(probe: Probe, traces: Sequence[Trace], target: MeasuredForward, draft: MeasuredForward,
                   ratios: dict[str, float]) -> dict:
     """report.latency's interference entry: measured on the SSD traces' rounds against the tables where the
-    calibration has them (model.interference.probed_interference: the slowdowns at the runs' own shapes), else the
-    probe's loops (the first names the loops beside its own numbers)."""
+    calibration has SSD runs timed among AR runs (model.interference.probed_interference: the slowdowns at the runs'
+    own shapes; its source line also gives the probe's loop values, to compare), else the probe's loops."""
     loops = (f"the probe's loops: verify +{probe.one_row:.1%} beside one-row draft steps, +{probe.rows:.1%} beside "
              f"multi-row steps; draft +{probe.draft_slowdown:.1%} beside a verify")
     spread = max(probe.spread.values(), default=0.03)

@@ -9,6 +9,7 @@ import pytest
 
 from ssd_runtime.cli import main
 from ssd_runtime.probe import ProbeGrid
+from ssd_runtime.protocol import ProbeCtl as P
 from ssd_sim.io.probe import load_probe
 from tests.helpers.runtime import DRAFT, TARGET, spec
 
@@ -34,6 +35,8 @@ def test_every_shape_of_the_grid_is_timed_repeats_times(probed):
     assert sorted(res.transfer) == [(1, 1), (1, 3), (2, 1), (2, 3)]
     assert {"one_row", "rows", "draft"} <= set(res.interference)
     assert res.interference["rows_draft_shape"] == ["tree", 4, 1]
+    # every verify shape beside each draft step kind, every draft shape beside each verify shape
+    assert len(res.interference["pairs"]) == 2 * 3 + 3 * 3 and all(r > 0 for *_, r in res.interference["pairs"])
     assert list(res.after_idle["target"]["after"]) == [1.0, 10.0]
     assert sorted(res.after_idle["target"]["back"]) == [("append", 1, 2), ("append", 1, 3), ("append", 1, 4)]
     assert sorted(res.after_idle["draft"]["after"][10.0]) == [("append", 1, 1), ("append", 1, 2), ("append", 1, 4)]
@@ -125,11 +128,35 @@ def test_probe_cli_refuses_a_bad_grid_in_one_line(capsys, tmp_path, flag, value)
     assert not (tmp_path / "p.json").exists()
 
 
+class DriftingPair:
+    """A probe pair whose timed forwards take `levels` ms in turn (alone, beside, alone, ...), as a host that drifts."""
+
+    def __init__(self, levels):
+        self.levels, self.shapes = iter(levels), None
+
+    def send(self, role, cmd, arg=None):
+        if cmd == P.TIME:
+            self.shapes, self.repeats = arg
+
+    def expect(self, role, kind):
+        return {s: [next(self.levels)] * self.repeats for s in self.shapes} if kind == P.TIMES else None
+
+
+def test_interference_is_timed_against_the_same_shapes_alone_right_before_and_after():
+    from ssd_runtime.probe import _bracketed
+
+    shapes = [("append", 1, 2)]
+    # the host slows 10 -> 14 ms over the three timings: beside at 12 is no slowdown, the drift is not interference
+    assert _bracketed(DriftingPair([10.0, 12.0, 14.0]), "draft", ("tree", 1, 1), "target", shapes, 3) == {
+        ("append", 1, 2): pytest.approx(1.0)}
+    assert _bracketed(DriftingPair([10.0, 13.2, 14.0]), "draft", ("tree", 1, 1), "target", shapes, 3) == {
+        ("append", 1, 2): pytest.approx(1.1)}
+
+
 def test_a_slowdown_beyond_what_a_probe_file_holds_is_refused_not_written():
     from ssd_runtime.probe import _slowdown
 
-    alone = {("append", 1, 2): [10.0, 10.0]}
-    assert _slowdown({("append", 1, 2): [43.0]}, alone) == pytest.approx(3.3)
-    assert _slowdown({("append", 1, 2): [9.0]}, alone) == 0.0
+    assert _slowdown({("append", 1, 2): 4.3}) == pytest.approx(3.3)
+    assert _slowdown({("append", 1, 2): 0.9}) == 0.0
     with pytest.raises(RuntimeError, match="something else is using these cores"):
-        _slowdown({("append", 1, 2): [120.0]}, alone)
+        _slowdown({("append", 1, 2): 12.0})
