@@ -5,13 +5,16 @@ bandwidth. Two measurements, both from the SSD traces' logged phases at the shap
 
 - the verify's slowdown (fit_interference): each round's verify against the target's forward alone at its
   (rows, K + 1) shape, the draft's glue and branch phases as the overlap (latency.overlapped_ms);
-- the draft's (draft_concurrent_ratio): the rounds' glue + branch decode against the draft's forwards alone.
+- the draft's (draft_concurrent_ratio): the rounds' glue + branch decode against the draft's forwards alone at the
+  shapes the model prices them (LatencyModel.glue_ms: the glue at K + 1 tokens in every round, although after a jit
+  backup that redrafted every row the runtime's glue feeds one token; the ratio absorbs that at the runs' miss rate).
 
 Against a probe's tables (probed_interference) these are the slowdowns at the run's own shapes and moments. The
-probe's loops time them at other shapes (beside a 9-token verify, K = 8) and minutes after the forwards alone: on one
-Zen 4 guest the draft's steps ran +9-14% beside a looping 3-token verify and +2-5% beside a 9-token one, and the same
-forwards alone drifted +4-10% between two timings two minutes apart (2026-12-06), so the loops' one number is not the
-slowdown a K = 2 round pays (the probe said +9.9% for the draft; the SSD runs' rounds measured +1.9-2.6%).
+probe's loops time them at other shapes, and until 2026-12-06 timed the draft beside a 9-token verify only and
+minutes after its forwards alone: on one Zen 4 guest the draft's steps ran +9-14% beside a looping 3-token verify and
++2-5% beside a 9-token one, and the same forwards alone moved +4-10% between two timings two minutes apart, so the
+loops' one number is not the slowdown a K = 2 round pays (that probe said +9.9% for the draft; the SSD runs' rounds
+measured 1.9-2.6% over its draft table, +0.1% beyond the runs' drift since the probe).
 """
 
 from __future__ import annotations
