@@ -367,11 +367,9 @@ def run_probe(target: ModelSpec, draft: ModelSpec, grid: ProbeGrid, pin: bool = 
     try:
         res = ProbeResult(grid, models={r: pair.info[r] for r in ("target", "draft")}, started_at=started_at)
         say(f"probe: target alone, {len(grid.target_shapes())} shapes x {grid.repeats}")
-        pair.send("target", P.TIME, (grid.target_shapes(), grid.repeats))
-        res.target = pair.expect("target", P.TIMES)
+        res.target = _timed(pair, "target", grid.target_shapes(), grid.repeats)
         say(f"probe: draft alone, {len(grid.draft_shapes())} shapes x {grid.repeats}")
-        pair.send("draft", P.TIME, (grid.draft_shapes(), grid.repeats))
-        res.draft = pair.expect("draft", P.TIMES)
+        res.draft = _timed(pair, "draft", grid.draft_shapes(), grid.repeats)
         say("probe: both at once (interference)")
         res.interference = _interference(pair, grid)
         say("probe: transfer round trips")
@@ -420,13 +418,14 @@ def _interference(pair: _Pair, grid: ProbeGrid) -> dict:
 
 def _bracketed(pair: _Pair, looper: str, shape: Shape, timed: str, shapes: list[Shape], repeats: int) -> dict:
     """{timed shape: its median time while `looper` loops `shape`, over its median alone right before and after}."""
-    before = _alone(pair, timed, shapes, repeats)
+    before = _timed(pair, timed, shapes, repeats)
     beside = _while_looping(pair, looper, shape, timed, shapes, repeats)
-    after = _alone(pair, timed, shapes, repeats)
+    after = _timed(pair, timed, shapes, repeats)
     return {s: statistics.median(v) / statistics.median(before[s] + after[s]) for s, v in beside.items()}
 
 
-def _alone(pair: _Pair, role: str, shapes: list[Shape], repeats: int) -> dict[Shape, list[float]]:
+def _timed(pair: _Pair, role: str, shapes: list[Shape], repeats: int) -> dict[Shape, list[float]]:
+    """{shape: `repeats` ms} of `role`'s forwards of `shapes` (P.TIME), whatever the other process is doing."""
     pair.send(role, P.TIME, (shapes, repeats))
     return pair.expect(role, P.TIMES)
 
@@ -434,8 +433,7 @@ def _alone(pair: _Pair, role: str, shapes: list[Shape], repeats: int) -> dict[Sh
 def _while_looping(pair: _Pair, looper: str, shape: Shape, timed: str, shapes: list[Shape], repeats: int):
     pair.send(looper, P.LOOP, shape)
     pair.expect(looper, P.LOOPING)
-    pair.send(timed, P.TIME, (shapes, repeats))
-    beside = pair.expect(timed, P.TIMES)
+    beside = _timed(pair, timed, shapes, repeats)
     pair.send(looper, Ctl.STOP)
     pair.expect(looper, P.LOOPED)
     return beside

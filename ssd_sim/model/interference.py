@@ -64,9 +64,14 @@ def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds
     during the draft's glue (s = rows) and branch (s = one_row if one branch row per step, else rows). With
     fewer than `min_rounds` rounds of a kind its fraction is copied from the other (and said so).
     """
+    return fit_interference_samples(interference_samples(traces, target), min_rounds)
+
+
+def fit_interference_samples(x: dict[str, np.ndarray], min_rounds: int = 10, say_copied: bool = True) -> dict:
+    """fit_interference on the columns of interference_samples; say_copied=False leaves out the note that a kind with
+    fewer than `min_rounds` rounds copies the other (for a caller that fills that kind itself)."""
     from scipy.optimize import least_squares
 
-    x = interference_samples(traces, target)
     one = x["rows"] == 1
     n_one, n_rows = int(one.sum()), int((~one).sum())
     if n_one + n_rows < min_rounds:
@@ -89,14 +94,14 @@ def fit_interference(traces: Sequence[Trace], target: ForwardLatency, min_rounds
     note = (f"measured on {n_one + n_rows} SSD rounds: verify +{s_one:.0%} while the draft decodes one branch row per "
             f"step ({n_one} rounds), +{s_rows:.0%} during its glue and multi-row steps ({n_rows} rounds); levelled "
             f"{shift:+.1%} so the modelled verifies sum to the measured ones")
-    if not both:
+    if not both and say_copied:
         note += f"; the kind with fewer than {min_rounds} rounds copies the other"
     err = float(np.median(np.abs(residuals(fit.x))))
     if err > MAX_FIT_ERROR:
         raise ConfigError("traces", f"the SSD traces' verify timings are {err:.0%} (median) off what the AR / SD traces' "
                                     "target fit and a slowdown predict: are all traces from one setup and host?")
     return {"one_row": float(s_one), "rows": float(s_rows), "source": note, "samples": n_one + n_rows,
-            "median_abs_rel_err": float(np.median(np.abs(residuals(fit.x))))}
+            "median_abs_rel_err": err}
 
 
 def interference_level(x: dict[str, np.ndarray], s_one: float, s_rows: float) -> float:
@@ -153,18 +158,17 @@ def probed_interference(traces: Sequence[Trace], target: ForwardLatency, draft: 
     if not ssd or not ar or idle_ratio is None or not all(interleaved_with(t, ar) for t in ssd):
         return None
     ratio = draft_concurrent_ratio(ssd, draft)
-    if ratio is None or ratio[1] < min_rounds:
+    x = interference_samples(ssd, target.scaled(idle_ratio))
+    if ratio is None or ratio[1] < min_rounds or x["verify"].size < min_rounds:
         return None
-    scaled = target.scaled(idle_ratio)
     try:
-        verify = fit_interference(ssd, scaled, min_rounds)
+        verify = fit_interference_samples(x, min_rounds, say_copied=False)
     except ConfigError:
         return None
-    one = interference_samples(ssd, scaled)["rows"] == 1
+    one = x["rows"] == 1
     kept = [k for k, n in (("one_row", int(one.sum())), ("rows", int((~one).sum()))) if n < min_rounds]
-    note = verify["source"].split("; the kind with fewer")[0]
-    note += "".join(f"; {k.replace('_', '-')} steps: the probe's loops (+{loops[k]:.1%}; fewer than {min_rounds} "
-                    "rounds time them)" for k in kept)
+    note = verify["source"] + "".join(f"; {k.replace('_', '-')} steps: the probe's loops (+{loops[k]:.1%}; fewer "
+                                      f"than {min_rounds} rounds time them)" for k in kept)
     level = f"the table x {idle_ratio:.3f} (the interleaved AR runs' verifies over the table: the drift since the probe)"
     slow = max(ratio[0] / idle_ratio - 1.0, 0.0)
     return {**verify, **{k: float(loops[k]) for k in kept}, "draft": slow, "source": f"{note}; against {level}",

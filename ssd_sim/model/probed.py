@@ -135,8 +135,7 @@ def _after_idle(probe: Probe, model: LatencyModel, traces: Sequence[Trace], rati
     by_mode = {m: [t for t in traces if t.mode == m and t.path in ratios] for m in ("ar", "sd")}
     if not by_mode["ar"] or not by_mode["sd"]:
         return
-    excess = statistics.median(ratios[t.path] for t in by_mode["sd"]) / statistics.median(
-        ratios[t.path] for t in by_mode["ar"])
+    excess = statistics.median(ratios[t.path] for t in by_mode["sd"]) / idle_verify_ratio(ratios, traces)
     priced = statistics.median(_priced_sd_ratio(t, model) for t in by_mode["sd"])
     report.latency["probe"].update(sd_vs_ar=excess, sd_wake_priced=priced)
     if excess - priced > AFTER_IDLE_WARN:
