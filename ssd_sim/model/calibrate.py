@@ -2,8 +2,8 @@
 
 Fits, with scipy:
 - the target's ForwardLatency to every verification (rows = active sequences, tokens = K + 1; 1 in AR);
-- the draft's ForwardLatency jointly to glue forwards (b x (K+1)), branch decodes (K steps of b x budget
-  rows), SD drafting (K steps of b rows) and jit backups (K steps of the missed rows);
+- the draft's ForwardLatency jointly to glue forwards (b x (K+1); b x 1 after a jit backup of every row), branch
+  decodes (K steps of b x budget rows), SD drafting (K steps of b rows) and jit backups (K steps of the missed rows);
 - per-round overheads (commit, transfer, lookup, fast backup) as medians of the phase timings (SSD's transfer:
   the wait for a reply beyond the draft's lookup, backup and overrun of the verify before it);
 - per (temperature, C): per-position acceptance (counts, Wilson 95% intervals) from neurally drafted
@@ -35,7 +35,7 @@ from ssd_sim.io.sanity import distinct_traces, stall_warning, steady, unsteady_c
 from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.drift import GUEST_SHIFT, Drift, calibration_drift, guest_of, timed_span
-from ssd_sim.model.interference import fit_interference
+from ssd_sim.model.interference import fit_interference, glue_tokens
 from ssd_sim.model.latency import (
     FitReport,
     ForwardLatency,
@@ -220,7 +220,7 @@ def latency_samples(traces: Sequence[Trace]) -> LatencySamples:
             if t.mode != "ssd":
                 continue
             if ms[Phase.DRAFT_GLUE] > 0:
-                out.add_draft([(b, K + 1, 1)], ms[Phase.DRAFT_GLUE], True)
+                out.add_draft([(b, glue_tokens(t, r), 1)], ms[Phase.DRAFT_GLUE], True)
             if ms[Phase.DRAFT_BRANCH] > 0:
                 out.add_draft([(b * budget, 1, K)], ms[Phase.DRAFT_BRANCH], True)
             missed = [s for s in r.seqs if s.hit is False and s.backup == "jit"]

@@ -6,8 +6,7 @@ bandwidth. Two measurements, both from the SSD traces' logged phases at the shap
 - the verify's slowdown (fit_interference): each round's verify against the target's forward alone at its
   (rows, K + 1) shape, the draft's glue and branch phases as the overlap (latency.overlapped_ms);
 - the draft's (draft_concurrent_ratio): the rounds' glue + branch decode against the draft's forwards alone at the
-  shapes the model prices them (LatencyModel.glue_ms: the glue at K + 1 tokens in every round, although after a jit
-  backup that redrafted every row the runtime's glue feeds one token; the ratio absorbs that at the runs' miss rate).
+  shapes the runs fed (glue_tokens: K + 1 tokens per row, one after a jit backup that redrafted every row).
 
 Against a probe's tables (probed_interference) these are the slowdowns at the run's own shapes and moments. The
 probe's loops time them at other shapes, and until 2026-12-06 timed the draft beside a 9-token verify only and
@@ -37,6 +36,14 @@ def branch_rows(t: Trace, r: RoundRecord) -> int:
     """Branch rows the draft decoded during this round's verify: each sequence's budget (hit: fan_out)."""
     hit, miss = sum(t.plan.get("fan_out") or [0]), sum(t.plan.get("fan_out_miss") or t.plan.get("fan_out") or [0])
     return sum(hit if s.hit else miss for s in r.seqs)
+
+
+def glue_tokens(t: Trace, r: RoundRecord) -> int:
+    """Tokens per row of the draft's glue after this round's reply (the glue its record times): s_K alone when a
+    jit backup redrafted every row (it cached t*, s_1..s_{K-1}; ssd_runtime.draft.DraftWorker.glue), else K + 1."""
+    jit = sum(s.hit is False and s.backup == "jit" for s in r.seqs)
+    every = jit > 0 and (jit == len(r.seqs) or t.plan.get("jit_redraft") == "batch")
+    return 1 if every else r.K + 1
 
 
 def interference_samples(traces: Sequence[Trace], target: ForwardLatency) -> dict[str, np.ndarray]:
@@ -83,9 +90,7 @@ def fit_interference_samples(x: dict[str, np.ndarray], min_rounds: int = 10, say
         return (p[0], p[1]) if both else (p[0], p[0])
 
     def residuals(p):
-        s_one, s_rows = fractions(p)
-        model = overlapped_ms(x["alone"], [(x["glue"], s_rows), (x["branch"], np.where(one, s_one, s_rows))])
-        return (model - x["verify"]) / x["verify"]
+        return (modelled_verify(x, *fractions(p)) - x["verify"]) / x["verify"]
 
     fit = least_squares(residuals, x0=[0.1, 0.1], bounds=([0.0, 0.0], [3.0, 3.0]), loss="soft_l1", f_scale=0.05)
     s_one, s_rows = fractions(fit.x)
@@ -104,17 +109,21 @@ def fit_interference_samples(x: dict[str, np.ndarray], min_rounds: int = 10, say
             "median_abs_rel_err": err}
 
 
+def modelled_verify(x: dict[str, np.ndarray], s_one: float, s_rows: float) -> np.ndarray:
+    """The samples' verifies (ms) as latency.overlapped_ms models them at slowdowns s_one and s_rows (fractions): s_one
+    during one-row branch steps, s_rows during the glue (any shape) and multi-row steps."""
+    one = x["rows"] == 1
+    return overlapped_ms(x["alone"], [(x["glue"], s_rows), (x["branch"], np.where(one, s_one, s_rows))])
+
+
 def interference_level(x: dict[str, np.ndarray], s_one: float, s_rows: float) -> float:
     """The shift added to both fitted slowdowns (fractions) that makes the modelled SSD verifies of the samples
     (interference_samples) sum to the measured ones: the robust fit sits at the typical round, but tok/s pays the
     mean verify, outliers included (latency.total_level's argument). Kept within [-min(s_one, s_rows), 3]."""
     from scipy.optimize import brentq
 
-    one = x["rows"] == 1
-
     def gap(d: float) -> float:
-        model = overlapped_ms(x["alone"], [(x["glue"], s_rows + d), (x["branch"], np.where(one, s_one + d, s_rows + d))])
-        return float(model.sum() - x["verify"].sum())
+        return float(modelled_verify(x, s_one + d, s_rows + d).sum() - x["verify"].sum())
 
     lo, hi = -min(s_one, s_rows), 3.0 - max(s_one, s_rows)
     if gap(lo) >= 0 or gap(hi) <= 0:  # the total is out of reach of a shift: the nearest end
@@ -135,7 +144,7 @@ def draft_concurrent_ratio(traces: Sequence[Trace], draft: ForwardLatency) -> tu
             if r.K == 0 or ms[Phase.DRAFT_GLUE] <= 0:
                 continue
             measured += ms[Phase.DRAFT_GLUE] + ms[Phase.DRAFT_BRANCH]
-            alone += float(draft(r.batch, r.K + 1)) + (r.K * float(draft(rows, 1)) if rows else 0.0)
+            alone += float(draft(r.batch, glue_tokens(t, r))) + (r.K * float(draft(rows, 1)) if rows else 0.0)
             n += 1
     return (measured / alone, n) if n else None
 

@@ -33,6 +33,12 @@ beyond the longest. On one Intel Xeon host both models paid ~35-55 ms after any 
 forward's length (the target's 700 ms forward +5-8%, the draft's 200 ms one +17-21%: an extra time, not a fraction).
 The gaps are those of a round without wake costs (first order) and of a round without a miss: an SSD round whose
 reply waits for a jit backup pays the wake of its hit-round gap (the cost is flat beyond ~50 ms of sleep).
+
+The glue after a jit backup: a jit backup decodes t*, s_1..s_{K-1} into the draft's KV cache, so when it redrafted
+every row of the batch (every row missed, or jit_redraft = "batch") ssd-run's next glue feeds s_K alone: one token
+per row, not K + 1 (ssd_runtime.draft.DraftWorker.glue; measured on the Zen 4 guest at b = 1 and K = 2, 142-145 ms
+against 199-204 after a hit). The `after_jit` argument of the SSD methods prices that round. The reference engine
+re-reads all K + 1 tokens in every round (draft_runner, seqlen_q = K + 1): jit_glue_full.
 """
 
 from __future__ import annotations
@@ -143,6 +149,7 @@ class LatencyModel:
     verify_slowdown_one_row: float = 0.0  # SSD: target forward slower by this fraction while the draft decodes 1 row
     verify_slowdown_rows: float = 0.0  # ... while it decodes several rows per step or its multi-token glue
     draft_slowdown: float = 0.0  # SSD: the draft's glue and branch decode slower by this fraction (target busy)
+    jit_glue_full: bool = False  # SSD: the glue re-reads K + 1 tokens even after a jit backup cached K (reference)
     target_after_idle: tuple[tuple[float, float], ...] = ()  # ((sleep ms, extra ms of the next forward), ...)
     draft_after_idle: tuple[tuple[float, float], ...] = ()  # the same for the draft (module docstring)
 
@@ -217,61 +224,68 @@ class LatencyModel:
         """SD's request + reply per round (ms): measured on SD rounds where calibrated, else SSD's transfer_ms."""
         return self.transfer_ms if self.sd_transfer_ms is None else self.sd_transfer_ms
 
-    def glue_ms(self, b: ArrayLike, K: ArrayLike):
-        """SSD glue forward: the draft re-reads the K + 1 tokens it just proposed, b rows (ms)."""
-        return self.draft(b, np.asarray(K) + 1)
+    def glue_ms(self, b: ArrayLike, K: ArrayLike, after_jit: bool = False):
+        """SSD glue forward over b rows (ms): the draft re-reads the K + 1 tokens it just proposed, or only s_K after
+        a jit backup that redrafted every row (after_jit; not with jit_glue_full: module docstring)."""
+        return self.draft(b, 1 if after_jit and not self.jit_glue_full else np.asarray(K) + 1)
 
     def branch_ms(self, rows: ArrayLike, K: ArrayLike):
         """SSD branch decode: K draft steps over all branch rows at once (ms)."""
         return np.asarray(K) * self.draft(rows, 1)
 
-    def primary_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+    def primary_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1,
+                   after_jit: bool = False):
         """SSD primary speculation after replying: glue + branch decode of b x budget rows (ms), plus the draft's
-        wake when it idled for the request (ssd_wakes_ms).
+        wake when it idled for the request (ssd_wakes_ms). after_jit: the reply was a jit backup of every row.
 
         With several draft devices each runs the glue for the whole batch and its share of branches.
         """
-        alone = self._primary_alone_ms(b, K, budget, draft_devices)
-        return alone + self.ssd_wakes_ms(b, K, budget, draft_devices)[1] if self.draft_after_idle else alone
+        alone = self._primary_alone_ms(b, K, budget, draft_devices, after_jit)
+        return alone + self.ssd_wakes_ms(b, K, budget, draft_devices, after_jit)[1] if self.draft_after_idle else alone
 
-    def _primary_alone_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+    def _primary_alone_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1,
+                          after_jit: bool = False):
         """primary_ms without the wake (ms)."""
         rows = np.ceil(np.asarray(b) * np.asarray(budget) / draft_devices)
-        alone = self.glue_ms(b, K) + np.where(np.asarray(budget) > 0, self.branch_ms(rows, K), 0.0)
+        alone = self.glue_ms(b, K, after_jit) + np.where(np.asarray(budget) > 0, self.branch_ms(rows, K), 0.0)
         return alone * (1.0 + self.draft_slowdown)  # it runs while the target verifies
 
-    def ssd_wakes_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+    def ssd_wakes_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1,
+                     after_jit: bool = False):
         """(target's, draft's) wake per SSD round (ms): in a round without a miss the target waits for the reply
         max(t_p - t_v, 0) + transfer + lookup, and the draft waits for the request max(t_v - t_p, 0) + half the
         transfer before its glue (t_v, t_p: the round's verify and primary speculation without wakes)."""
         if not (self.target_after_idle or self.draft_after_idle):
             zero = np.zeros(np.broadcast(np.asarray(b), np.asarray(budget)).shape)
             return zero, zero
-        return self._wakes(self._ssd_verify_alone_ms(b, K, budget, draft_devices),
-                           self._primary_alone_ms(b, K, budget, draft_devices))
+        return self._wakes(self._ssd_verify_alone_ms(b, K, budget, draft_devices, after_jit),
+                           self._primary_alone_ms(b, K, budget, draft_devices, after_jit))
 
     def _wakes(self, t_v, t_p):
         """ssd_wakes_ms from the round's verify and primary speculation without wakes (ms)."""
         target = self.wake_ms("target", np.maximum(t_p - t_v, 0.0) + self.transfer_ms + self.lookup_ms)
         return target, self.wake_ms("draft", np.maximum(t_v - t_p, 0.0) + self.transfer_ms / 2)
 
-    def ssd_phases_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+    def ssd_phases_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1,
+                      after_jit: bool = False):
         """(ssd_verify_ms, primary_ms, the draft's wake) in one pass over the round (ms)."""
-        t_v, t_p = self._ssd_verify_alone_ms(b, K, budget, draft_devices), self._primary_alone_ms(b, K, budget,
-                                                                                                   draft_devices)
+        t_v = self._ssd_verify_alone_ms(b, K, budget, draft_devices, after_jit)
+        t_p = self._primary_alone_ms(b, K, budget, draft_devices, after_jit)
         if not (self.target_after_idle or self.draft_after_idle):
             return t_v, t_p, 0.0
         target, draft = self._wakes(t_v, t_p)
         return t_v + target, t_p + draft, draft
 
-    def ssd_verify_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+    def ssd_verify_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1,
+                      after_jit: bool = False):
         """SSD verification while the draft runs its glue, then its branch decode (ms): verify_ms slowed by
         interference for as long as the draft works (see overlapped_ms), plus the target's wake when it idled for
         the reply (ssd_wakes_ms). Equals verify_ms without interference and wakes."""
-        alone = self._ssd_verify_alone_ms(b, K, budget, draft_devices)
-        return alone + self.ssd_wakes_ms(b, K, budget, draft_devices)[0] if self.target_after_idle else alone
+        alone = self._ssd_verify_alone_ms(b, K, budget, draft_devices, after_jit)
+        return alone + self.ssd_wakes_ms(b, K, budget, draft_devices, after_jit)[0] if self.target_after_idle else alone
 
-    def _ssd_verify_alone_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1):
+    def _ssd_verify_alone_ms(self, b: ArrayLike, K: ArrayLike, budget: ArrayLike, draft_devices: int = 1,
+                             after_jit: bool = False):
         """ssd_verify_ms without the wake (ms)."""
         t_v = self.verify_ms(b, K)
         if not (self.verify_slowdown_one_row or self.verify_slowdown_rows):
@@ -280,7 +294,10 @@ class LatencyModel:
         d = 1.0 + self.draft_slowdown  # the draft's phases as they run beside the verify
         branch = np.where(rows > 0, self.branch_ms(np.maximum(rows, 1), K), 0.0) * d
         s_branch = np.where(rows == 1, self.verify_slowdown_one_row, self.verify_slowdown_rows)
-        return overlapped_ms(t_v, [(self.glue_ms(b, K) * d, self.verify_slowdown_rows), (branch, s_branch)])
+        # the glue slows the verify as multi-row steps do, also the one-token glue after a jit backup (an assumption:
+        # the interference fit, model.interference, takes it so; it is 20-30% of the draft's work in a K = 2 round)
+        glue = self.glue_ms(b, K, after_jit) * d
+        return overlapped_ms(t_v, [(glue, self.verify_slowdown_rows), (branch, s_branch)])
 
     def jit_backup_ms(self, rows: ArrayLike, K: ArrayLike):
         """Neural just-in-time backup: the draft decodes K tokens for `rows` missed sequences (ms)."""

@@ -84,6 +84,7 @@ def get_preset(name: str, context: int | None = None) -> Profile:
         fast_backup_ms=float(ov.get("fast_backup_ms", 0.0)),
         sd_transfer=bool(ov.get("sd_transfer", False)),
         sd_extra_forward=engine == "reference",
+        jit_glue_full=engine == "reference",
         verify_slowdown_one_row=float(interference.get("one_row", 0.0)),
         verify_slowdown_rows=float(interference.get("rows", 0.0)),
     )

@@ -179,6 +179,9 @@ def latency_from_dict(d: dict) -> LatencyModel:
         raise ConfigError("latency", "must be an object with 'target' and 'draft' forward latencies "
                                      "(see ssd_sim/model/latency.py)")
     d = dict(d)
+    # written before jit_glue_full existed: the engine that runs K + 1 SD draft forwards (the reference engine) is the
+    # one whose glue re-reads K + 1 tokens after a jit backup too
+    d.setdefault("jit_glue_full", bool(d.get("sd_extra_forward", False)))
     try:
         target = forward_from_dict(d.pop("target"), "target")
         draft = forward_from_dict(d.pop("draft"), "draft")

@@ -3,7 +3,9 @@
 SSD round model (one round = one target verification), for b sequences:
     hit round  = transfer + lookup + max(T_v, T_p)
     miss round = transfer + lookup + T_b + max(T_v, T_p)     (the draft runs the backup before replying)
-A round is a hit round when every sequence hits (Corollary 16: probability pi^b with independent hits).
+A round is a hit round when every sequence hits (Corollary 16: probability pi^b with independent hits). After a
+jit backup that redrafted every row (probability (1 - pi)^b, or 1 - pi^b with jit_redraft = "batch") the glue feeds
+one token per row, so max(T_v, T_p) is the one after it (LatencyModel.glue_ms, after_jit).
 Hit chain per sequence: after a cache-served round the next hits with h_p = sum_k P_p(k) (1 - miss_p(F^p_k));
 after a backup-served round with h_b = sum_k P_b(k) (1 - miss_b(F^b_k)). The stationary share of cache-served
 rounds is pi = h_b / (1 - h_p + h_b). Tokens per round per sequence: pi E_hit + (1 - pi) E_miss.
@@ -90,12 +92,19 @@ def backup_outcomes(acc: AcceptancePoint, K: int, backup: str):
 def round_times(profile: Profile, b: int, K: int, budget, draft_devices: int = 1) -> dict:
     """The parts of the SSD round that do not depend on hit rates or the backup, vectorised over budgets (ms):
     t_v (the verify as slowed while the draft works), t_p (primary speculation) and base (transfer + lookup +
-    max(t_v, t_p)). ssd_rates takes them precomputed, so a search over C and backups at one (b, K) shares them."""
+    max(t_v, t_p)); base_jit: base after a jit backup of every row. ssd_rates takes them precomputed, so a search
+    over C and backups at one (b, K) shares them."""
     lat = profile.latency
     budget = np.asarray(budget, dtype=float)
     t_v = lat.ssd_verify_ms(b, K, budget, draft_devices) * np.ones_like(budget)  # slowed while the draft works
     t_p = lat.primary_ms(b, K, budget, draft_devices)
-    return {"t_v": t_v, "t_p": t_p, "base": lat.transfer_ms + lat.lookup_ms + np.maximum(t_v, t_p)}
+    over = lat.transfer_ms + lat.lookup_ms
+    base = over + np.maximum(t_v, t_p)
+    if lat.jit_glue_full:  # the glue is the same after a jit backup
+        return {"t_v": t_v, "t_p": t_p, "base": base, "base_jit": base}
+    t_vj = lat.ssd_verify_ms(b, K, budget, draft_devices, after_jit=True) * np.ones_like(budget)
+    t_pj = lat.primary_ms(b, K, budget, draft_devices, after_jit=True)
+    return {"t_v": t_v, "t_p": t_p, "base": base, "base_jit": over + np.maximum(t_vj, t_pj)}
 
 
 def ssd_rates(profile: Profile, b: int, K: int, budget, h_p, h_b, e_hit: float, e_miss: float,
@@ -109,12 +118,14 @@ def ssd_rates(profile: Profile, b: int, K: int, budget, h_p, h_b, e_hit: float, 
     times = times or round_times(profile, b, K, budget, draft_devices)
     t_v, t_p = times["t_v"], times["t_p"]
     if backup == "fast":
-        t_b = np.full_like(pi, lat.fast_backup_ms)
+        t_b, p_redraft = np.full_like(pi, lat.fast_backup_ms), 0.0
     else:
         # Per-row redraft: expected number of missed rows given at least one miss.
         rows = np.full_like(pi, b) if jit_redraft == "batch" else b * (1 - pi) / np.maximum(1 - p_all, 1e-12)
         t_b = lat.jit_backup_ms(np.maximum(rows, 1.0), K)
-    round_ms = times["base"] + (1.0 - p_all) * t_b
+        p_redraft = 1.0 - p_all if jit_redraft == "batch" else (1.0 - pi) ** b  # every row redrafted
+    base = times["base"]
+    round_ms = base + p_redraft * (times["base_jit"] - base) + (1.0 - p_all) * t_b
     tokens = pi * e_hit + (1.0 - pi) * e_miss
     per_seq = tokens / round_ms * 1e3
     return {"pi": pi, "p_all": p_all, "t_v": t_v, "t_p": t_p, "t_b": t_b, "round_ms": round_ms,

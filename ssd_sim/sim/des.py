@@ -280,7 +280,7 @@ class Simulation:
                                    reply))
             self._new_prompt_tokens = 0
             yield reply
-            verify = lat.at(b, context).verify
+            verify = lat.at(b, context, lat.redrafted(b, n_miss, batch.backup, self.per_row)).verify
             if self.spans is not None:
                 self.span(sent, env.now - sent, "target", "wait", b)
                 self.span(env.now, verify, "target", "verify", b)
@@ -329,10 +329,11 @@ class Simulation:
                 self.record_serve(free_at, now, ready, prefill, prefill_start, backup, backup_ms, b, n_miss)
             yield env.timeout(ready - now + lat.transfer + lat.lookup + backup_ms)
             reply.succeed()
-            cost = lat.at(b, context)
+            redrafted = lat.redrafted(b, n_miss, backup, self.per_row)  # its glue feeds one token per row
+            cost = lat.at(b, context, redrafted)
             primary = cost.primary
             if self.spans is not None:
-                self.record_primary(env.now, b, context)
+                self.record_primary(env.now, b, context, redrafted)
             self.busy["draft"] += prefill + lat.lookup + backup_ms + primary
             self.phase[Phase.DRAFT_BACKUP] += backup_ms
             glue = min(cost.primary_glue, primary)
@@ -368,9 +369,9 @@ class Simulation:
             self.span(t, dur, d, name, rows)
             t += dur
 
-    def record_primary(self, t: float, b: int, context: float):
+    def record_primary(self, t: float, b: int, context: float, redrafted: bool):
         """Glue over the whole batch, then each draft device's share of the branch rows."""
-        glue = self.lat.at(b, context).glue
+        glue = self.lat.at(b, context, redrafted).glue
         for d, rows in zip(self.drafts, self.lat.branch_rows(b), strict=True):
             self.span(t, glue, d, "glue", b)
             self.span(t + glue, self.lat.branch_ms(rows, context), d, "branch", rows)

@@ -105,7 +105,7 @@ def _ssd(sim, clock: Clock) -> None:
         else:
             sim.all_hit_rounds += 1
         reply = now + (ready - now + lat.transfer + lat.lookup + backup_ms)
-        cost = lat.at(b, context)
+        cost = lat.at(b, context, lat.redrafted(b, n_miss, batch.backup, sim.per_row))
         primary = cost.primary
         sim.busy["draft"] += prefill + lat.lookup + backup_ms + primary
         phase[Phase.DRAFT_BACKUP] += backup_ms

@@ -357,15 +357,28 @@ class FastLoop:
             self.dur = [d + v for d, v in zip(lat.sd_draft, lat.verify, strict=True)]
         else:  # reply to reply without a backup (ms), backup ms by batch size and missing rows
             self.step = [max(v, p) + lat.transfer + lat.lookup for v, p in zip(lat.verify, lat.primary, strict=True)]
+            # the same after a round whose reply was a jit backup of every row (RoundLatency.redrafted)
+            self.step_jit = [max(v, p) + lat.transfer + lat.lookup
+                             for v, p in zip(lat.verify_jit, lat.primary_jit, strict=True)]
             self.bk = {k: [self._backup_ms(k, b) for b in range(B)] for k in self.backups}
             self.bk_list = {id(a): a.tolist() for v in self.bk.values() for a in v}  # the same as lists
+            self.red_at, self.red_steps_at = [0] * B, [0] * B  # redrafted rounds; those followed in their epoch
             self._bk0 = 0.0  # backup ms of the last epoch's first round
+        if self.kind == "ssd":  # by backup and batch size: whether a round redrafts every row, by its missing rows
+            self.red = {k: [self._redrafted(k, b) for b in range(B)] for k in self.backups}
+            self.red_list = {id(a): a.tolist() for v in self.red.values() for a in v}
 
     def _backup_ms(self, backup: str, b: int) -> np.ndarray:
         """Backup latency (ms) of a round at batch size b by its number of missing rows (0 .. max_batch)."""
         lat, per_row = self.lat, self.sim.per_row
         return np.asarray([0.0] + [lat.fast if backup == "fast" else lat.jit[n if per_row else b]
                                    for n in range(1, self.max_batch + 1)])
+
+    def _redrafted(self, backup: str, b: int) -> np.ndarray:
+        """Whether a round at batch size b replies with a jit backup of every row, by its missing rows."""
+        if not self.lat.redrafted(b, b, backup, self.sim.per_row):  # not even when every row missed
+            return np.zeros(self.max_batch + 1, dtype=bool)
+        return np.asarray([self.lat.redrafted(b, n, backup, self.sim.per_row) for n in range(self.max_batch + 1)])
 
     # ---- the run ------------------------------------------------------------------------------
     def run(self) -> None:
@@ -570,18 +583,23 @@ class FastLoop:
             nxt = math.inf  # no admission before a sequence finishes
         miss = self.misses.view(r, n)
         rounds = self._rounds_py if n <= PY_ROUNDS else self._rounds_np
-        n, reply0, last_reply, missed, sum_bk = rounds(miss, self.bk[backup][b], t, step, verify, nxt)
+        jit = (self.step_jit[b], self.lat.verify_jit[b])
+        n, reply0, last_reply, missed, sum_bk, red = rounds(miss, self.bk[backup][b], self.red[backup][b], t,
+                                                            (step, verify), jit, nxt)
         if missed:
             self.backup_ms_sum += sum_bk
             self.backup_rounds[backup] += missed
         self.wait_ms += (reply0 - t) + (sum_bk - self._bk0)
         self.rounds_at[b] += n
         self.epochs_at[b] += 1
-        self.free_at = last_reply + self.lat.primary[b]
-        self.now = last_reply + verify
+        self.red_at[b] += red[0]
+        self.red_steps_at[b] += red[0] - red[2]
+        lat = self.lat
+        self.free_at = last_reply + (lat.primary_jit if red[2] else lat.primary)[b]
+        self.now = last_reply + (lat.verify_jit if red[2] else lat.verify)[b]
         self.round = r + n
         if self.awaiting:
-            self._first_tokens(reply0 + verify)
+            self._first_tokens(reply0 + (lat.verify_jit if red[1] else lat.verify)[b])
         self.new_prompt = 0
         if self.round >= self.e_min:
             self.retire(self.now)
@@ -598,39 +616,52 @@ class FastLoop:
             self.backup, self.mixed = backup, False
         return backup
 
-    def _rounds_np(self, miss: np.ndarray, bk: np.ndarray, t: float, step: float, verify: float, nxt: float):
+    def _rounds_np(self, miss: np.ndarray, bk: np.ndarray, red: np.ndarray, t: float, plain: tuple[float, float],
+                   jit: tuple[float, float], nxt: float):
         """Up to miss.size rounds from `t`, stopping after the first that ends at or after `nxt` (ms), as one
-        cumulative sum of reply times. (rounds, first reply, last reply, rounds with a miss, backup ms)."""
-        bk = bk[miss]
+        cumulative sum of reply times. plain / jit: (step, verify) after a round without / with a jit backup of every
+        row (`red`, by missing rows). (rounds, first reply, last reply, rounds with a miss, backup ms, (redrafted
+        rounds, first redrafted, last redrafted))."""
+        bk, red = bk[miss], red[miss]
         bk0 = self._bk0 = float(bk[0])
         reply0 = self._first_reply(t, bk0)
-        d = bk + step
+        step = np.where(red, jit[0], plain[0])
+        verify = np.where(red, jit[1], plain[1])
+        d = np.empty(miss.size)
         d[0] = reply0
+        d[1:] = bk[1:] + step[:-1]
         reply = d.cumsum()
         n = miss.size
-        if nxt <= reply[-1] + verify:
+        if nxt <= reply[-1] + verify[-1]:
             n = int((reply + verify).searchsorted(nxt, side="left")) + 1
         missed = int(np.count_nonzero(miss[:n]))
-        return n, reply0, float(reply[n - 1]), missed, float(bk[:n].sum()) if missed else 0.0
+        flags = (int(np.count_nonzero(red[:n])), bool(red[0]), bool(red[n - 1]))
+        return n, reply0, float(reply[n - 1]), missed, float(bk[:n].sum()) if missed else 0.0, flags
 
-    def _rounds_py(self, miss: np.ndarray, bk: np.ndarray, t: float, step: float, verify: float, nxt: float):
+    def _rounds_py(self, miss: np.ndarray, bk: np.ndarray, red: np.ndarray, t: float, plain: tuple[float, float],
+                   jit: tuple[float, float], nxt: float):
         """_rounds_np round by round, for a few rounds (stops at the cut instead of computing them all)."""
-        ms, bkl = miss.tolist(), self.bk_list[id(bk)]
+        ms, bkl, redl = miss.tolist(), self.bk_list[id(bk)], self.red_list[id(red)]
         m = ms[0]
         bk0 = self._bk0 = bkl[m]
         reply0 = reply = self._first_reply(t, bk0)
-        missed, sum_bk, n, size = (1 if m else 0), bk0, 1, len(ms)
+        was = first = redl[m]
+        step, verify = jit if was else plain
+        missed, sum_bk, n, size, reds = (1 if m else 0), bk0, 1, len(ms), int(was)
         while n < size and reply + verify < nxt:
             m = ms[n]
             if m:
                 x = bkl[m]
-                reply += step + x
+                reply += x + step
                 sum_bk += x
                 missed += 1
             else:
                 reply += step
+            was = redl[m]
+            reds += was
+            step, verify = jit if was else plain
             n += 1
-        return n, reply0, reply, missed, sum_bk if missed else 0.0
+        return n, reply0, reply, missed, sum_bk if missed else 0.0, (reds, first, was)
 
     def finish_counters(self) -> None:
         """Add the per-batch-size tallies of the run to sim's counters (ms, rows, rounds) as des.py counts them."""
@@ -646,15 +677,23 @@ class FastLoop:
             if self.kind == "sd":
                 phase[Phase.DRAFT_SD] += sum(n * lat.sd_draft[b] for b, n in at)
             return
+        # every field at b: the rounds that were not redrafted at its plain value, the others at its jit one
+        red, red_steps = self.red_at, self.red_steps_at
+
+        def total(plain: list[float], jit: list[float]) -> float:
+            return sum((n - red[b]) * plain[b] + red[b] * jit[b] for b, n in at)
+
         glue = [min(g, p) for g, p in zip(lat.primary_glue, lat.primary, strict=True)]
-        phase[Phase.VERIFY] += sum(n * lat.verify[b] for b, n in at)
-        phase[Phase.TARGET_WAIT] += self.wait_ms + sum((n - self.epochs_at[b]) * (self.step[b] - lat.verify[b])
-                                                       for b, n in at)
+        glue_jit = [min(g, p) for g, p in zip(lat.primary_glue_jit, lat.primary_jit, strict=True)]
+        phase[Phase.VERIFY] += total(lat.verify, lat.verify_jit)
+        phase[Phase.TARGET_WAIT] += self.wait_ms + sum(
+            (n - self.epochs_at[b] - red_steps[b]) * (self.step[b] - lat.verify[b])
+            + red_steps[b] * (self.step_jit[b] - lat.verify_jit[b]) for b, n in at)
         phase[Phase.DRAFT_BACKUP] += self.backup_ms_sum
-        phase[Phase.DRAFT_GLUE] += sum(n * glue[b] for b, n in at)
-        phase[Phase.DRAFT_BRANCH] += sum(n * (lat.primary[b] - glue[b]) for b, n in at)
-        sim.busy["draft"] += self.draft_prefill_ms + self.backup_ms_sum + sum(n * (lat.lookup + lat.primary[b])
-                                                                               for b, n in at)
+        phase[Phase.DRAFT_GLUE] += total(glue, glue_jit)
+        phase[Phase.DRAFT_BRANCH] += total(lat.primary, lat.primary_jit) - total(glue, glue_jit)
+        sim.busy["draft"] += (self.draft_prefill_ms + self.backup_ms_sum + sum(n * lat.lookup for b, n in at)
+                              + total(lat.primary, lat.primary_jit))
         missed = sum(self.backup_rounds.values())
         sim.all_hit_rounds += sum(self.rounds_at) - missed
         for k, v in self.backup_rounds.items():

@@ -28,10 +28,14 @@ def _contexts(loop, b: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return before / b, added
 
 
-def _phase(loop, b: int, name: str, context: np.ndarray) -> np.ndarray:
-    """One phase (ms) at b rows in each round, at each round's mean context."""
+def _phase(loop, b: int, name: str, context: np.ndarray, red: np.ndarray | None = None) -> np.ndarray:
+    """One phase (ms) at b rows in each round, at each round's mean context; red: the rounds whose reply was a jit
+    backup of every row (RoundLatency.redrafted), which take the phase's value after it."""
     lat = loop.lat
-    return np.interp(context, lat.nodes, lat.at_nodes(b, name))
+    plain = np.interp(context, lat.nodes, lat.at_nodes(b, name))
+    if red is None or not red.any():
+        return plain
+    return np.where(red, np.interp(context, lat.nodes, lat.at_nodes(b, name, after_jit=True)), plain)
 
 
 def epoch_const(loop) -> None:
@@ -66,7 +70,10 @@ def epoch_ssd(loop) -> None:
         n = max(1, min(n, int((nxt - t) / (max(verify[0], primary[0]) + lat.transfer + lat.lookup)) + 2))
         context, added, verify, primary = context[:n], added[:n], verify[:n], primary[:n]
     miss = loop.misses.view(r, n)
-    glue = np.minimum(_phase(loop, b, "primary_glue", context), primary)
+    red = loop.red[backup][b][miss]
+    if red.any():
+        verify, primary = _phase(loop, b, "verify", context, red), _phase(loop, b, "primary", context, red)
+    glue = np.minimum(_phase(loop, b, "primary_glue", context, red), primary)
     step = np.maximum(verify, primary) + lat.transfer + lat.lookup  # from round j's reply to round j + 1's request
     bk = _backup_ms(loop, backup, b, miss, context)
     reply0 = loop._first_reply(t, float(bk[0]))

@@ -42,16 +42,18 @@ class RoundCost(NamedTuple):
     primary_glue: float  # the glue's share of `primary` as it runs beside the verify
 
 
-def phase_table(lat: LatencyModel, plan: Plan, max_batch: int, p_all: float = 0.0) -> tuple[np.ndarray, np.ndarray]:
+def phase_table(lat: LatencyModel, plan: Plan, max_batch: int, p_all: float = 0.0,
+                after_jit: bool = False) -> tuple[np.ndarray, np.ndarray]:
     """The RoundCost fields for every batch size b = 0..max_batch (rows b, columns the fields; ms) and the jit
-    backup by rows redrafted (ms)."""
+    backup by rows redrafted (ms). after_jit: of a round whose reply was a jit backup of every row (the glue after it
+    feeds one token per row: LatencyModel.glue_ms)."""
     b, K = np.arange(max_batch + 1), plan.K
     if plan.mode == "ssd":  # the verify and primary speculation with their wakes, and the draft's before its glue
-        verify, primary, draft_wake = lat.ssd_phases_ms(b, K, plan.budget, plan.draft_devices)
+        verify, primary, draft_wake = lat.ssd_phases_ms(b, K, plan.budget, plan.draft_devices, after_jit)
     else:
         verify = lat.sd_verify_ms(b, K, p_all) if plan.mode == "sd" else lat.verify_ms(b, K)
-        primary, draft_wake = lat.primary_ms(b, K, plan.budget, plan.draft_devices), 0.0
-    glue = np.asarray(lat.glue_ms(b, K), dtype=float)
+        primary, draft_wake = lat.primary_ms(b, K, plan.budget, plan.draft_devices, after_jit), 0.0
+    glue = np.asarray(lat.glue_ms(b, K, after_jit), dtype=float)
     columns = [lat.ar_step_ms(b), verify,
                # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms). A request's
                # first round follows its prefill, never an all-accepted round, and is charged the expectation too:
@@ -73,6 +75,12 @@ class RoundLatency:
         table, jit = phase_table(lat, plan, max_batch, p_all)
         self.ar_step, self.verify, self.sd_draft, self.glue, self.primary, self.primary_glue = table.T.tolist()
         self.jit = jit.tolist()  # by rows redrafted
+        # the same after a round whose reply was a jit backup of every row (`redrafted`)
+        self.glue_cached = plan.mode == "ssd" and plan.backup != "fast" and not lat.jit_glue_full
+        after = phase_table(lat, plan, max_batch, p_all, after_jit=True)[0] if self.glue_cached else table
+        cols = dict(zip(RoundCost._fields, after.T.tolist(), strict=True))
+        self.verify_jit, self.primary_jit, self.primary_glue_jit = cols["verify"], cols["primary"], cols["primary_glue"]
+        self.costs_jit = [RoundCost(*c) for c in after.tolist()]
         self.fast = float(lat.fast_backup_ms)
         self.transfer = float(lat.transfer_ms)  # request + reply
         self.lookup = float(lat.lookup_ms)
@@ -80,9 +88,15 @@ class RoundLatency:
         self.costs = [RoundCost(*c) for c in table.tolist()]
         self.varies = False  # the latencies do not depend on the context
 
-    def at(self, b: int, context: float = 0.0) -> RoundCost:
-        """The phases of a round of b rows (the context does not matter here)."""
-        return self.costs[b]
+    def at(self, b: int, context: float = 0.0, after_jit: bool = False) -> RoundCost:
+        """The phases of a round of b rows (the context does not matter here); after_jit: its reply was a jit
+        backup of every row (redrafted)."""
+        return self.costs_jit[b] if after_jit else self.costs[b]
+
+    def redrafted(self, b: int, n_miss: int, backup: str, per_row: bool) -> bool:
+        """Whether a round of b rows with n_miss missed rows replies with a jit backup of every row, whose cached
+        tokens shorten the glue after it (LatencyModel.glue_ms); False where the glue is the same either way."""
+        return self.glue_cached and n_miss > 0 and backup == "jit" and (n_miss == b or not per_row)
 
     def jit_ms(self, rows: int, context: float = 0.0) -> float:
         """A jit backup redrafting `rows` rows (ms)."""
@@ -148,9 +162,13 @@ class ContextLatency:
         tables = [phase_table(m, plan, max_batch, p_all) for m in self._models]
         self._costs = np.stack([t for t, _ in tables], axis=1)  # batch size x node x field
         self._jit = np.stack([j for _, j in tables], axis=1)  # rows x node
+        self.glue_cached = base.glue_cached
+        self._costs_jit = (np.stack([phase_table(m, plan, max_batch, p_all, after_jit=True)[0] for m in self._models],
+                                    axis=1) if self.glue_cached else self._costs)
         self.model, self.fast, self.transfer, self.lookup = base.model, base.fast, base.transfer, base.lookup
         self.K, self.budget, self.draft_devices = base.K, base.budget, base.draft_devices
         self.branch_rows = base.branch_rows
+        self.redrafted = base.redrafted
         self.varies = True
 
     def _where(self, context: float) -> tuple[int, float]:
@@ -163,10 +181,10 @@ class ContextLatency:
             return len(nodes) - 1, 0.0
         return i, (context - nodes[i]) / (nodes[i + 1] - nodes[i])
 
-    def at(self, b: int, context: float) -> RoundCost:
-        """The phases of a round of b rows whose mean context is `context` tokens (ms)."""
+    def at(self, b: int, context: float, after_jit: bool = False) -> RoundCost:
+        """The phases of a round of b rows whose mean context is `context` tokens (ms); after_jit: as RoundLatency.at."""
         i, w = self._where(context)
-        t = self._costs[b]
+        t = (self._costs_jit if after_jit else self._costs)[b]
         return RoundCost(*(t[i] if w == 0.0 else t[i] + w * (t[i + 1] - t[i])).tolist())
 
     def jit_ms(self, rows: int, context: float) -> float:
@@ -194,9 +212,9 @@ class ContextLatency:
         lo = float(self._models[i].branch_ms(rows, self.K))
         return lo if w == 0.0 else lo + w * (float(self._models[i + 1].branch_ms(rows, self.K)) - lo)
 
-    def at_nodes(self, b: int, field: str) -> np.ndarray:
+    def at_nodes(self, b: int, field: str, after_jit: bool = False) -> np.ndarray:
         """One phase at b rows at every node (ms), for vectorised interpolation (np.interp over self.nodes)."""
-        return self._costs[b][:, RoundCost._fields.index(field)]
+        return (self._costs_jit if after_jit else self._costs)[b][:, RoundCost._fields.index(field)]
 
 
 def _geometric(lo: int, hi: int, n: int) -> list[int]:

@@ -284,6 +284,17 @@ _EXTRAPOLATED_PER_MODE = ("issue 26: each mode's latency is extrapolated only pa
                           "of its K and SD's (4.74-6.05 -> 4.79-6.09)")
 _document(["plan-profile"], _EXTRAPOLATED_PER_MODE)
 
+_ISSUE_26_JIT_GLUE = ("issue 26: after a jit backup of every row ssd-run's glue feeds one token per row, not K + 1 "
+                      "(LatencyModel.glue_ms after_jit; the reference engine's presets keep K + 1: jit_glue_full): the "
+                      "CPU preset's SSD at b = 1, T = 0 5.32 -> 5.38 tok/s, ssd-sim's CPU round 830.5 -> 825.8 ms; "
+                      "calibration times those glues at one token (model.interference.glue_tokens): the T = 1 grid's "
+                      "draft fit R^2 0.975 -> 0.990, largest residual 50% -> 16%, glue / branch beside a verify "
+                      "+1% -> +8%; the shipped grid profile refit with it (and with the timed range calibration now "
+                      "records, so its intervals take the later drift: SSD 4.79-6.09 -> 4.45-6.52 tok/s)")
+_document(["calibrate-grid", "calibrate-grid-t1", "plan-cpu-fanout-miss", "plan-cpu-limits", "plan-profile",
+           "plan-profile-t1-json", *(f"plan-qwen-coder-1.5b-0.5b-cpu{v}{j}" for v in ("", "-dense", "-int8")
+                                     for j in ("", "-json")), "sim-cpu-fixed-knobs", "sim-cpu-json"], _ISSUE_26_JIT_GLUE)
+
 
 def fixed_host():
     from ssd_sim.io.host import Host

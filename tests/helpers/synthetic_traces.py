@@ -82,8 +82,8 @@ def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 
             overrun: float = 0.0, draft_slowdown: float = 0.0) -> dict:
     """Phase timings (ms) of one round from the ground-truth latency functions (`two`: SD's first draft step feeds
     2 tokens, as the runtime's does after a round in which some row accepted all K). SSD as the runtime records it:
-    a round's glue and branch are those beside its own verify, and the target waits for the draft's `overrun` of the
-    previous verify (ms) before the next round's reply."""
+    a round's glue and branch are those beside its own verify (the glue one token per row after a jit backup of every
+    row), and the target waits for the draft's `overrun` of the previous verify (ms) before the next round's reply."""
     t = {"commit": jitter(OVERHEAD["commit"])}
     if plan.mode == "ar":
         t["verify"] = jitter(TARGET(b, 1))
@@ -95,12 +95,14 @@ def timings(plan: Plan, b: int, K: int, missed: int, jitter, interference=(0.0, 
         t["target_wait"] = t["draft_sd"] + OVERHEAD["transfer"]
         t["round"] = t["target_wait"] + t["verify"] + t["commit"]
         return t
-    backup = 0.0
+    backup, glue_tokens = 0.0, K + 1
     if missed:
         rows = b if plan.jit_redraft == "batch" else missed
-        backup = jitter(K * DRAFT(rows, 1)) if plan.backup_for(b) == "jit" else jitter(OVERHEAD["fast"])
+        jit = plan.backup_for(b) == "jit"
+        backup = jitter(K * DRAFT(rows, 1)) if jit else jitter(OVERHEAD["fast"])
+        glue_tokens = 1 if jit and rows == b else K + 1  # the backup cached all but s_K of every row
     t.update(draft_lookup=jitter(OVERHEAD["lookup"]), draft_backup=backup,
-             draft_glue=jitter(DRAFT(b, K + 1) * (1 + draft_slowdown)),
+             draft_glue=jitter(DRAFT(b, glue_tokens) * (1 + draft_slowdown)),
              draft_branch=jitter(K * DRAFT(b * plan.budget, 1) * (1 + draft_slowdown)))
     s_one, s_rows = interference
     s_branch = s_one if b * plan.budget == 1 else s_rows

@@ -17,6 +17,7 @@ from ssd_sim.model.calibrate import (
     ssd_transfer_samples,
     wilson,
 )
+from ssd_sim.model.interference import glue_tokens
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 from tests.helpers.synthetic_traces import DRAFT, OVERHEAD, TARGET, sample_rank, write_trace
@@ -56,6 +57,17 @@ def test_sd_drafting_after_an_all_accepted_round_is_timed_as_a_two_token_first_s
     assert [w[0] for w in work[1:]] == [(2, 2 if c else 1, 1) for c in carried[:-1]]
 
 
+def test_ssd_glue_after_a_jit_backup_of_every_row_is_timed_as_one_token_per_row(tmp_path):
+    plan = Plan(num_speculative_tokens=2, fan_out=(1, 1, 2), batch_size=2)
+    trace = read_trace(write_trace(tmp_path / "ssd.jsonl", plan, rounds=80, seed=3))
+    samples = latency_samples([trace])
+    # beside the verify: the glue over both rows once, and K = 2 branch steps of 8 rows
+    glue = [w[0] for w, beside in zip(samples.draft_work, samples.draft_concurrent, strict=True) if beside and w[0][0] == 2]
+    every = [all(s.hit is False for s in r.seqs) for r in trace.rounds]
+    assert 5 < sum(every) < 75 and len(glue) == 80
+    assert glue == [(2, 1 if e else 3, 1) for e in every]
+
+
 def test_overheads_are_recovered(traces):
     prof, _ = calibrate(traces)
     lat = prof.latency
@@ -64,11 +76,12 @@ def test_overheads_are_recovered(traces):
     assert lat.fast_backup_ms == pytest.approx(OVERHEAD["fast"], rel=0.05)
     assert lat.transfer_ms == pytest.approx(OVERHEAD["transfer"], abs=0.3)
     assert lat.sd_transfer
-    # every SSD round here has the draft outlast its verify (by 60-400 ms), and the target waits for it in the next
-    # round: a low quantile of the wait alone would read that overrun as transfer
+    # every SSD round here whose glue re-read K + 1 tokens has the draft outlast its verify (by 60-400 ms), and the
+    # target waits for it in the next round: a low quantile of the wait alone would read that overrun as transfer
     ssd = [t for t in map(read_trace, traces) if t.mode == "ssd"]
-    waits = [r.timings_ms["target_wait"] for t in ssd for r in t.rounds[1:]]
-    assert np.percentile(waits, 25) > 50 * OVERHEAD["transfer"]
+    waits = [r.timings_ms["target_wait"] for t in ssd for p, r in zip(t.rounds, t.rounds[1:], strict=False)
+             if glue_tokens(t, p) > 1]
+    assert len(waits) > 300 and np.percentile(waits, 25) > 50 * OVERHEAD["transfer"]
 
 
 def test_the_ssd_transfer_of_real_runs_is_the_probes_round_trip_not_the_drafts_overrun():

@@ -1,11 +1,14 @@
 """The interference SSD's rounds measure: the verify's slowdown beside the draft, and the draft's beside the verify."""
 
+from types import SimpleNamespace
+
 import numpy as np
 import pytest
 
 from ssd_sim.io.trace import read_trace
 from ssd_sim.model.interference import (
     draft_concurrent_ratio,
+    glue_tokens,
     idle_verify_ratio,
     interference_level,
     probed_interference,
@@ -98,3 +101,15 @@ def test_the_idle_ratio_is_the_ar_traces_median(rounds):
     ar = [type("T", (), {"mode": "ar", "path": p})() for p in ("a", "b", "c")]
     assert idle_verify_ratio({"a": 1.0, "b": 1.1, "c": 1.3, "sd": 2.0}, ar) == 1.1
     assert idle_verify_ratio({"x": 1.0}, rounds[1:]) is None
+
+
+def test_the_glue_feeds_one_token_per_row_only_after_a_jit_backup_of_every_row():
+    def tokens(redraft: str, *seqs: tuple) -> int:
+        r = SimpleNamespace(K=2, seqs=[SimpleNamespace(hit=h, backup=b) for h, b in seqs])
+        return glue_tokens(SimpleNamespace(plan={"jit_redraft": redraft}), r)
+
+    hit, jit, fast, first = (True, None), (False, "jit"), (False, "fast"), (False, "jit")
+    assert tokens("rows", jit) == tokens("rows", first) == 1  # a new sequence's first round is a jit backup too
+    assert tokens("rows", hit) == tokens("rows", fast) == 3  # after a hit or random tokens: t*, s_1, s_2
+    assert tokens("rows", jit, jit) == 1 and tokens("rows", jit, hit) == 3  # a row that hit pads the batch to 3
+    assert tokens("batch", jit, hit) == 1  # the whole batch was redrafted

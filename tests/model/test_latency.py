@@ -62,6 +62,25 @@ def test_latency_model_round_pieces():
     assert lat.jit_backup_ms(0, 3) == 0.0
 
 
+def test_after_a_jit_backup_of_every_row_the_glue_feeds_one_token_unless_the_engine_rereads_all():
+    t = ForwardLatency(fixed_ms=100.0, token_ms=10.0)  # a verify of 1 x 3 tokens: 130 ms
+    d = ForwardLatency(fixed_ms=20.0, token_ms=10.0)  # glue of 1 x 3 tokens 50 ms, of 1 x 1 token 30 ms
+    lat = LatencyModel(t, d, draft_slowdown=0.1, verify_slowdown_one_row=0.5, verify_slowdown_rows=0.2)
+    assert lat.glue_ms(1, 2) == 50.0 and lat.glue_ms(1, 2, after_jit=True) == 30.0
+    assert lat.glue_ms(2, 2, after_jit=True) == 40.0  # two rows of one token each
+    # primary: (glue + 2 steps of 4 branch rows at 60 ms) x 1.1
+    assert lat.primary_ms(1, 2, 4) == pytest.approx(1.1 * 170.0)
+    assert lat.primary_ms(1, 2, 4, after_jit=True) == pytest.approx(1.1 * 150.0)
+    # the verify progresses at 1 / 1.2 during the glue (55 or 33 ms) and the multi-row branch (132 ms) alike
+    assert float(lat.ssd_verify_ms(1, 2, 4)) == pytest.approx(130.0 * 1.2)
+    assert float(lat.ssd_verify_ms(1, 2, 4, after_jit=True)) == pytest.approx(130.0 * 1.2)
+    # with the glue alone the shorter glue leaves more of the verify at full speed: 33 + (130 - 33 / 1.2)
+    assert float(lat.ssd_verify_ms(1, 2, 0, after_jit=True)) == pytest.approx(33.0 + 130.0 - 33.0 / 1.2)
+    ref = LatencyModel(t, d, jit_glue_full=True)  # the reference engine re-reads K + 1 tokens every round
+    assert ref.glue_ms(1, 2, after_jit=True) == 50.0
+    assert ref.primary_ms(1, 2, 4, after_jit=True) == ref.primary_ms(1, 2, 4) == 170.0
+
+
 def test_fit_recovers_known_parameters():
     truth = ForwardLatency(fixed_ms=3.0, token_ms=0.8, token_exponent=0.7)
     work = [[(r, t, 1)] for r, t in [(1, 1), (1, 4), (4, 1), (8, 1), (16, 1), (2, 8)]]
@@ -213,3 +232,13 @@ def test_wakes_round_trip_through_a_profile_and_are_absent_when_unmeasured():
     with pytest.raises(ConfigError) as e:
         LatencyModel(lat.target, lat.draft, draft_after_idle=[[50.0, 1.0], [5.0, 1.0]])
     assert e.value.field == "draft_after_idle" and "ascending" in str(e.value)
+
+
+def test_a_profile_written_before_jit_glue_full_reads_it_from_its_engine():
+    from ssd_sim.model.table import latency_from_dict
+
+    d = LatencyModel(ForwardLatency(fixed_ms=1.0), ForwardLatency(fixed_ms=0.5), sd_extra_forward=True).to_dict()
+    d.pop("jit_glue_full")
+    assert latency_from_dict(d).jit_glue_full  # the reference engine's K + 1 SD forwards: its glue re-reads K + 1
+    assert not latency_from_dict({**d, "sd_extra_forward": False}).jit_glue_full  # ssd-run
+    assert not latency_from_dict({**d, "jit_glue_full": False}).jit_glue_full  # written: kept

@@ -36,6 +36,12 @@ def test_reference_engine_sd_runs_k_plus_1_draft_forwards():
     assert not get_preset("qwen-coder-1.5b-0.5b-cpu").latency.sd_extra_forward  # our runtime: K forwards
 
 
+def test_the_reference_engines_glue_rereads_k_plus_1_tokens_after_a_jit_backup_and_ours_one():
+    ref, ours = get_preset("llama70b-1b-h100").latency, get_preset("qwen-coder-1.5b-0.5b-cpu").latency
+    assert ref.jit_glue_full and ref.glue_ms(4, 6, after_jit=True) == ref.glue_ms(4, 6) == ref.draft(4, 7)
+    assert not ours.jit_glue_full and ours.glue_ms(1, 2, after_jit=True) == ours.draft(1, 1) < ours.glue_ms(1, 2)
+
+
 def test_qwen_tree_step_is_one_forward_over_15_branch_rows():
     lat = get_preset("qwen32b-0.6b-h100").latency
     assert lat.draft(15, 1) == pytest.approx(2.54)  # the synchronised tree step the preset is derived from

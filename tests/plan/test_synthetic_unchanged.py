@@ -8,7 +8,9 @@ plan's budget; now: the first batch size at which fast beats jit, each re-planne
 backup of two CPU plans (fast -> adaptive, which is fast at their batch sizes). In issue 25 Saguaro's C stopped
 moving the all-accepted hit rates (that bonus is a plain target sample at a position the draft never sampled): every
 value at C < 1 moved, and make_plan at T > 0 picks larger C; the budget search also covers budgets past what fits
-inside one verify (none of these plans uses one).
+inside one verify (none of these plans uses one). In issue 26 the glue after a jit backup of every row became one
+token per row, as ssd-run feeds it (the CPU copy's T = 0, b = 1 plan 5.333 -> 5.398 tok/s; the GPU copy is the
+reference engine's, whose glue re-reads K + 1 tokens, and is unchanged).
 """
 
 from pathlib import Path
@@ -29,7 +31,7 @@ PLAN = Plan(num_speculative_tokens=3, fan_out=(2, 1, 1, 4), fan_out_miss=(3, 1, 
 # (preset, T, b) -> (K, fan_out, fan_out_miss, C, backup, tok/s per sequence, p_hit, b*)
 MAKE_PLAN = {
     ("qwen-coder-1.5b-0.5b-cpu", 0.0, 1): (3, (0, 0, 0, 1), (0, 0, 0, 1), 1.0, "adaptive",
-        5.333360973169355, 0.8725184378959998, 2.0),
+        5.39845061774628, 0.8725184378959998, 2.0),
     ("qwen-coder-1.5b-0.5b-cpu", 1.0, 4): (1, (1, 2), (3, 0), 1.0, "adaptive",
         2.7305591041395902, 0.885324288636695, 2.0),
     ("qwen-coder-1.5b-0.5b-cpu", 0.7, 16): (1, (0, 1), (1, 0), 1.0, "adaptive",

@@ -161,3 +161,31 @@ def test_a_seed_makes_a_run_bit_for_bit_reproducible():
     assert a.timeline == b.timeline
     assert a.chrome_trace() == b.chrome_trace()
     assert a.to_dict()["metrics"] != c.to_dict()["metrics"]
+
+
+def slow_draft_profile(jit_glue_full: bool = False) -> Profile:
+    """A draft of 1 ms + 1 ms per token, so SSD's speculation (glue 6 ms + four 6-row steps of 7 ms) outlasts the
+    ~10.6 ms verify and the glue's length sets the round; after a jit backup of every row the glue is 2 ms."""
+    lat = LatencyModel(ForwardLatency(fixed_ms=8.0, memory_ms=2.0, compute_ms_per_token=0.05),
+                       ForwardLatency(fixed_ms=1.0, token_ms=1.0), transfer_ms=0.2, lookup_ms=0.05,
+                       jit_glue_full=jit_glue_full)
+    pt = AcceptancePoint(0.0, (0.85, 0.8, 0.75, 0.7), HitCurve(0.5, 0.8), HitCurve(0.25, 0.8))
+    return Profile("slow draft", lat, AcceptanceModel((pt,)))
+
+
+@pytest.mark.parametrize("redraft, b", [("rows", 1), ("rows", 2), ("batch", 2)])
+def test_the_glue_after_a_jit_backup_of_every_row_feeds_one_token(redraft, b):
+    # seed 0, 300,000 tokens in all (about 100,000 rounds). A round after a jit backup of every row (every row
+    # missed; any miss with jit_redraft = batch) speculates 4 ms sooner: its glue feeds s_K alone (1 + 1 ms, not
+    # 1 + 5 ms). The reference engine's glue re-reads K + 1 tokens (jit_glue_full) and pays the 4 ms.
+    plan = Plan(num_speculative_tokens=K, fan_out=(2, 1, 1, 1, 1), backup="jit", jit_redraft=redraft, batch_size=b)
+    lat = slow_draft_profile().latency
+    assert float(lat.glue_ms(b, K, after_jit=True)) == b + 1.0 and float(lat.glue_ms(b, K)) == 5 * b + 1.0
+    cut, full = predict_ssd(slow_draft_profile(), plan), predict_ssd(slow_draft_profile(jit_glue_full=True), plan)
+    pi = cut.p_hit
+    p_redraft = 1 - pi**b if redraft == "batch" else (1 - pi) ** b
+    assert full.round_ms - cut.round_ms == pytest.approx(p_redraft * 4.0 * b, rel=1e-9)
+    for profile, pred in ((slow_draft_profile(), cut), (slow_draft_profile(jit_glue_full=True), full)):
+        m = decode(profile, plan, "ssd", 300_000 // b)
+        assert m.round_ms == pytest.approx(pred.round_ms, rel=0.005)
+        assert m.per_seq_tok_s == pytest.approx(pred.per_seq_tok_s, rel=0.01)

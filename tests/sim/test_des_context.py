@@ -5,6 +5,8 @@ Each round costs what the profile at its batch's mean context says: prompt plus 
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -119,3 +121,31 @@ def test_without_randomness_the_fast_loop_equals_simpy_with_a_growing_context():
         assert_metrics_close(f.metrics, a.metrics, wl.kind)
         np.testing.assert_allclose(np.sort(f.records.finish_ms[: f.records.n]),
                                    np.sort(a.records.finish_ms[: a.records.n]), rtol=1e-9)
+
+
+def ours(c: int, full: bool = False):
+    """The H200 pair at context c with ssd-run's glue (one token per row after a jit backup of every row, unless
+    `full`) and a draft that pays 0.5 ms per token fed, so the shorter glue shows."""
+    p = at(c)
+    draft = replace(p.latency.draft, token_ms=0.5, token_exponent=1.0)
+    return replace(p, latency=replace(p.latency, draft=draft, jit_glue_full=full))
+
+
+@pytest.mark.parametrize("redraft", ["rows", "batch"])
+def test_every_loop_prices_the_one_token_glue_after_a_jit_backup_with_a_growing_context(redraft):
+    plan = PLAN.replace(backup="jit", jit_redraft=redraft)
+    wl = poisson(rate=30.0, num_requests=60, max_batch=4, output_tokens=200, output_dist="uniform",
+                 prompt_tokens=2_000)
+    base = ours(2_304)
+    exact = [simulate(base, plan, mode="ssd", seed=5, workload=wl, loop=loop, profile_at=ours).metrics
+             for loop in ("simpy", "direct")]
+    assert_metrics_close(exact[1], exact[0], redraft)
+    full = simulate(ours(2_304, True), plan, mode="ssd", seed=5, workload=wl, loop="direct",
+                    profile_at=lambda c: ours(c, True)).metrics
+    assert exact[0].phase_ms["draft_glue"] < full.phase_ms["draft_glue"]
+    runs = {loop: [summary(simulate(base, plan, mode="ssd", seed=s, workload=wl, loop=loop, profile_at=ours))
+                   for s in range(12)] for loop in ("simpy", "fast")}
+    for key in runs["simpy"][0]:
+        a, f = (np.array([r[key] for r in runs[loop]], dtype=float) for loop in ("simpy", "fast"))
+        if not (np.isnan(a).all() and np.isnan(f).all()):
+            assert abs(a.mean() - f.mean()) <= allowed(a, f), key

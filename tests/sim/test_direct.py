@@ -3,6 +3,8 @@ bit for bit, over every mode, backup, redraft kind, draft-device count and workl
 
 from __future__ import annotations
 
+from dataclasses import replace
+
 import numpy as np
 import pytest
 
@@ -34,14 +36,35 @@ def _plan(kind: str) -> Plan:
     return PLAN
 
 
-@pytest.mark.parametrize("mode,workload,plan", CASES, ids=[f"{m}-{w}-{p}" for m, w, p in CASES])
-def test_the_direct_loop_equals_the_simpy_processes(mode, workload, plan):
-    runs = [simulate(PROFILE, _plan(plan), mode=mode, seed=5, workload=WORKLOADS[workload], loop=loop)
+def assert_loops_equal(profile, mode: str, workload: str, plan: str):
+    """The SimPy and direct runs of one case have the same metrics and per-request records; the SimPy run."""
+    runs = [simulate(profile, _plan(plan), mode=mode, seed=5, workload=WORKLOADS[workload], loop=loop)
             for loop in ("simpy", "direct")]
     assert runs[0].metrics.to_dict() == runs[1].metrics.to_dict()
     a, b = (r.records for r in runs)
     for col in ("arrival_ms", "first_token_ms", "finish_ms", "output_tokens", "decode_tokens"):
         assert np.array_equal(getattr(a, col)[: a.n], getattr(b, col)[: b.n]), col
+    return runs[0]
+
+
+@pytest.mark.parametrize("mode,workload,plan", CASES, ids=[f"{m}-{w}-{p}" for m, w, p in CASES])
+def test_the_direct_loop_equals_the_simpy_processes(mode, workload, plan):
+    assert_loops_equal(PROFILE, mode, workload, plan)
+
+
+# ssd-run's glue on the CPU pair: one token per row after a jit backup of every row, where a token costs (a GPU
+# forward's memory-bound draft costs the same at 1 and K + 1 tokens)
+OURS = get_preset("qwen-coder-1.5b-0.5b-cpu")
+GLUE_CASES = [(m, w, p) for m in ("ssd", "ssd-adaptive") for w in WORKLOADS for p in ("plain", "batch redraft")]
+
+
+@pytest.mark.parametrize("mode,workload,plan", GLUE_CASES, ids=[f"{m}-{w}-{p}" for m, w, p in GLUE_CASES])
+def test_the_direct_loop_equals_the_simpy_processes_with_the_one_token_glue_after_a_jit_backup(mode, workload, plan):
+    ours = assert_loops_equal(OURS, mode, workload, plan)
+    plain = simulate(replace(OURS, latency=replace(OURS.latency, jit_glue_full=True)), _plan(plan), mode=mode, seed=5,
+                     workload=WORKLOADS[workload], loop="direct")
+    glue, full = ours.metrics.phase_ms["draft_glue"], plain.metrics.phase_ms["draft_glue"]
+    assert glue < full if plan == "batch redraft" else glue <= full  # plain: a fast backup at b >= 3
 
 
 def test_auto_records_a_timeline_with_simpy_and_direct_refuses_one():
