@@ -164,8 +164,8 @@ def test_a_seed_makes_a_run_bit_for_bit_reproducible():
 
 
 def slow_draft_profile(jit_glue_full: bool = False) -> Profile:
-    """A draft of 1 ms + 1 ms per token, so SSD's speculation (glue 6 ms + four 6-row steps of 7 ms) outlasts the
-    ~10.6 ms verify and the glue's length sets the round; after a jit backup of every row the glue is 2 ms."""
+    """A draft of 1 ms + 1 ms per token, so SSD's speculation (at b = 1 a glue of 6 ms + four 6-row steps of 7 ms)
+    outlasts the 10 ms verify and the glue's length sets the round; after a jit backup of every row the glue is 2 ms."""
     lat = LatencyModel(ForwardLatency(fixed_ms=8.0, memory_ms=2.0, compute_ms_per_token=0.05),
                        ForwardLatency(fixed_ms=1.0, token_ms=1.0), transfer_ms=0.2, lookup_ms=0.05,
                        jit_glue_full=jit_glue_full)

@@ -112,7 +112,7 @@ def test_the_fast_loop_matches_the_simpy_processes_in_the_corners_of_the_model(n
 
 @pytest.mark.parametrize("redraft", ["rows", "batch"])
 def test_the_fast_loop_matches_the_simpy_processes_with_the_one_token_glue_after_a_jit_backup(redraft):
-    # the CPU pair: ssd-run's glue feeds one token per row after a jit backup of every row, 57 ms sooner at b = 1
+    # the CPU pair: ssd-run's glue feeds one token per row after a jit backup of every row (K = 2, b = 1: 148 ms, not 205)
     cpu = get_preset("qwen-coder-1.5b-0.5b-cpu")
     plan = PLAN.replace(backup="jit", jit_redraft=redraft)
     wl = poisson(rate=2.0, num_requests=60, max_batch=4, output_tokens=48, output_dist="uniform")
