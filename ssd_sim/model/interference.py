@@ -27,7 +27,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.records import Phase, RoundRecord
 from ssd_sim.io.trace import Trace
 from ssd_sim.model.drift import interleaved_with
-from ssd_sim.model.latency import ForwardLatency, overlapped_ms
+from ssd_sim.model.latency import ForwardLatency, overlapped_ms, redrafted_every_row
 
 MAX_FIT_ERROR = 1.0  # a median |relative error| of the SSD verifies above 100% means the traces do not fit together
 
@@ -42,8 +42,7 @@ def glue_tokens(t: Trace, r: RoundRecord) -> int:
     """Tokens per row of the draft's glue after this round's reply (the glue its record times): s_K alone when a
     jit backup redrafted every row (it cached t*, s_1..s_{K-1}; ssd_runtime.draft.DraftWorker.glue), else K + 1."""
     jit = sum(s.hit is False and s.backup == "jit" for s in r.seqs)
-    every = jit > 0 and (jit == len(r.seqs) or t.plan.get("jit_redraft") == "batch")
-    return 1 if every else r.K + 1
+    return 1 if redrafted_every_row(jit, len(r.seqs), t.plan.get("jit_redraft") != "batch") else r.K + 1
 
 
 def interference_samples(traces: Sequence[Trace], target: ForwardLatency) -> dict[str, np.ndarray]:

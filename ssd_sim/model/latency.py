@@ -328,6 +328,13 @@ def _after_idle_pairs(pairs, name: str) -> tuple[tuple[float, float], ...]:
     return out
 
 
+def redrafted_every_row(jit_rows: int, rows: int, per_row: bool) -> bool:
+    """Whether a round's jit backup of `jit_rows` missed rows (of `rows`) redrafted every row, so that the glue after
+    it feeds one token per row (LatencyModel.glue_ms after_jit): all rows missed, or any did without per-row redraft
+    (jit_redraft = "batch")."""
+    return jit_rows > 0 and (jit_rows == rows or not per_row)
+
+
 def overlapped_ms(work_ms: ArrayLike, phases: Sequence[tuple[ArrayLike, ArrayLike]]):
     """How long `work_ms` of computation (measured alone) takes while the other device runs `phases`.
 

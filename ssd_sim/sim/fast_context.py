@@ -28,13 +28,18 @@ def _contexts(loop, b: int, n: int) -> tuple[np.ndarray, np.ndarray]:
     return before / b, added
 
 
-def _phase(loop, b: int, name: str, context: np.ndarray, red: np.ndarray | None = None) -> np.ndarray:
-    """One phase (ms) at b rows in each round, at each round's mean context; red: the rounds whose reply was a jit
-    backup of every row (RoundLatency.redrafted), which take the phase's value after it."""
+def _phase(loop, b: int, name: str, context: np.ndarray) -> np.ndarray:
+    """One phase (ms) at b rows in each round, at each round's mean context."""
     lat = loop.lat
-    plain = np.interp(context, lat.nodes, lat.at_nodes(b, name))
-    if red is None or not red.any():
+    return np.interp(context, lat.nodes, lat.at_nodes(b, name))
+
+
+def _after_jit(loop, b: int, name: str, context: np.ndarray, red: np.ndarray, plain: np.ndarray) -> np.ndarray:
+    """`plain` (the phase per round, _phase) with the rounds whose reply was a jit backup of every row (`red`,
+    RoundLatency.redrafted) at the phase's value after it."""
+    if not red.any():
         return plain
+    lat = loop.lat
     return np.where(red, np.interp(context, lat.nodes, lat.at_nodes(b, name, after_jit=True)), plain)
 
 
@@ -71,9 +76,9 @@ def epoch_ssd(loop) -> None:
         context, added, verify, primary = context[:n], added[:n], verify[:n], primary[:n]
     miss = loop.misses.view(r, n)
     red = loop.red[backup][b][miss]
-    if red.any():
-        verify, primary = _phase(loop, b, "verify", context, red), _phase(loop, b, "primary", context, red)
-    glue = np.minimum(_phase(loop, b, "primary_glue", context, red), primary)
+    verify, primary = (_after_jit(loop, b, f, context, red, v) for f, v in (("verify", verify), ("primary", primary)))
+    glue = np.minimum(_after_jit(loop, b, "primary_glue", context, red, _phase(loop, b, "primary_glue", context)),
+                      primary)
     step = np.maximum(verify, primary) + lat.transfer + lat.lookup  # from round j's reply to round j + 1's request
     bk = _backup_ms(loop, backup, b, miss, context)
     reply0 = loop._first_reply(t, float(bk[0]))

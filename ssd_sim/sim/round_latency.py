@@ -21,7 +21,7 @@ from typing import NamedTuple
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.model.latency import MS_TERMS, ForwardLatency, LatencyModel
+from ssd_sim.model.latency import MS_TERMS, ForwardLatency, LatencyModel, redrafted_every_row
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
 
@@ -96,7 +96,7 @@ class RoundLatency:
     def redrafted(self, b: int, n_miss: int, backup: str, per_row: bool) -> bool:
         """Whether a round of b rows with n_miss missed rows replies with a jit backup of every row, whose cached
         tokens shorten the glue after it (LatencyModel.glue_ms); False where the glue is the same either way."""
-        return self.glue_cached and n_miss > 0 and backup == "jit" and (n_miss == b or not per_row)
+        return self.glue_cached and backup == "jit" and redrafted_every_row(n_miss, b, per_row)
 
     def jit_ms(self, rows: int, context: float = 0.0) -> float:
         """A jit backup redrafting `rows` rows (ms)."""
