@@ -9,7 +9,9 @@ of ln ms; then the pooled SD over every group with its 90% interval (chi-square 
 the same per horizon (groups within model.drift.SESSION_MINUTES: "session"; the others: "later") and per kind of run,
 then the later repeats by the sessions they span (model.drift.session_clusters: setups repeated in the same sessions
 share their shift) and the later drift with each cluster counted once (model.drift.clustered_drift): the one
-model.drift.SHIPPED_DRIFTS holds (model.drift.project_drift); the F-tests above count every setup.
+model.drift.SHIPPED_DRIFTS holds (model.drift.project_drift); the F-tests above count every setup. Beside each cluster,
+how far the draft's main step (model.drift.median_draft_ms) drifted apart from the verify in the same SD / SSD runs:
+the drift is measured on the verify and applied to both models.
 Then per calibration (model.residual.calibration_groups: folder, host, target setup) with 3 or more AR / SD runs, the SD
 of the runs' median verify residual around the calibration's own target fit, pooled the same way, Bartlett's test of
 whether they share one spread, and the prior degrees of freedom of their variances (model.residual.prior_dof).
@@ -33,6 +35,7 @@ from ssd_sim.model.drift import (
     HORIZONS,
     clustered_drift,
     horizon_of,
+    median_draft_ms,
     median_verify_ms,
     pooled_log_sd,
     repeat_groups,
@@ -93,12 +96,18 @@ def print_clusters(later) -> None:
     share those sessions' shift, so the F-tests above, which count every setup, overstate what they rest on. Per
     cluster its setups' SD, AR's and SD / SSD's apart; then the drift with each cluster counted once."""
     table = Table(title="later repeats by the sessions they span (setups of one cluster share its shift)")
-    for col in ("sessions", "setups", "SD of ln (all)", "AR", "SD / SSD"):
+    for col in ("sessions", "setups", "SD of ln (all)", "AR", "SD / SSD", "draft - verify"):
         table.add_column(col, justify="right")
     for sessions, c in session_clusters(later).items():
-        table.add_row(" -> ".join(sessions), str(len(c)), _sd(c),
-                      _sd([g for g in c if g[0].mode == "ar"]), _sd([g for g in c if g[0].mode != "ar"]))
-    Console(width=140).print(table)
+        table.add_row(" -> ".join(sessions), str(len(c)), _sd(c), _sd([g for g in c if g[0].mode == "ar"]),
+                      _sd([g for g in c if g[0].mode != "ar"]), _apart(draft_against_verify(c)))
+    Console(width=150).print(table)
+    pairs = draft_against_verify(later)
+    if len(pairs) > 2:
+        v, d = zip(*pairs, strict=True)
+        print(f"the draft's drift against the verify's in the same SD / SSD runs ({len(pairs)} runs, each as ln ms about "
+              f"its setup's mean): correlation {statistics.correlation(v, d):.2f}, RMS verify {_rms(v):.1%}, draft "
+              f"{_rms(d):.1%}, draft - verify {_apart(pairs)}")
     d = clustered_drift(later)
     if d is not None:
         lo, hi = interval90(d.sd, d.dof)
@@ -134,6 +143,28 @@ def print_pairs(groups) -> None:
         table.add_row(label, str(len(band)), str(len({p.sessions for p in band})), str(cross), guests, f"{rms:.1%}",
                       f"{math.exp(worst.log_ratio) - 1:+.1%} ({worst.minutes:.0f} min: {' -> '.join(worst.sessions)})")
     Console(width=160).print(table)
+
+
+def draft_against_verify(groups) -> list[tuple[float, float]]:
+    """(verify, draft) per SD / SSD run of these repeat groups: each run's ln median ms (model.drift.median_verify_ms,
+    median_draft_ms) less its group's mean, so the two models' drift in the same runs can be compared."""
+    out = []
+    for g in groups:
+        ms = [(median_verify_ms(t), median_draft_ms(t)) for t in g]
+        if g[0].mode == "ar" or not all(v and d for v, d in ms):
+            continue
+        lv, ld = [math.log(v) for v, _ in ms], [math.log(d) for _, d in ms]
+        out.extend((a - statistics.fmean(lv), b - statistics.fmean(ld)) for a, b in zip(lv, ld, strict=True))
+    return out
+
+
+def _rms(xs) -> float:
+    return math.sqrt(statistics.fmean(x * x for x in xs))
+
+
+def _apart(pairs) -> str:
+    """'RMS of draft - verify (runs)', or '-' for none."""
+    return f"{_rms([d - v for v, d in pairs]):.1%} ({len(pairs)})" if pairs else "-"
 
 
 def _sd(groups) -> str:

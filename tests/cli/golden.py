@@ -278,6 +278,11 @@ _ISSUE_26_ZEN4_SAME_GUEST = ("issue 26: the later drift measured again with thos
                              "degrees of freedom over 6 clusters of 18 sessions, was 10.1% on 11; the next run's 11.4%, "
                              "was 11.0%")
 _document(_CALIBRATE_GRID, _ISSUE_26_ZEN4_SAME_GUEST)
+_ISSUE_26_ZEN4_FRESH96_LATER = ("issue 26: the later drift measured again with the Zen 4 fresh96 grid's T = 0 runs and SSD "
+                                "T = 1 run repeated 8.9 h later on the same guest (traces/cpu-fp32-zen4-fresh96-later, "
+                                "1.05-1.08x the verify ms): 10.2% on 13 degrees of freedom over 7 clusters of 20 sessions, "
+                                "was 10.5% on 12; the next run's 11.0%, was 11.4%")
+_document(_CALIBRATE_GRID, _ISSUE_26_ZEN4_FRESH96_LATER)
 _EXTRAPOLATED_PER_MODE = ("issue 26: each mode's latency is extrapolated only past the forwards it runs "
                           "(model.uncertainty.for_forwards): AR's interval no longer takes the spread of the SSD plan's "
                           "larger verifies (2.37-3.18 -> 2.54-2.94 tok/s), and SSD's its own K's rather than the larger "

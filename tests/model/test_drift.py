@@ -21,6 +21,7 @@ from ssd_sim.model.drift import (
     horizon_of,
     interleaved_with,
     measured_drift,
+    median_draft_ms,
     median_verify_ms,
     minutes_from,
     pooled_log_sd,
@@ -219,3 +220,16 @@ def test_the_shipped_drifts_are_what_the_shipped_repeats_measure():
         assert (d.groups, d.runs) == (shipped.groups, shipped.runs), horizon
         assert d.sd == pytest.approx(shipped.sd, abs=5e-4), horizon
     assert SHIPPED_DRIFTS["later"].sd > 1.5 * SHIPPED_DRIFTS["session"].sd
+
+
+def test_the_drafts_drift_is_read_from_its_main_step(tmp_path):
+    """SD's sequential draft step, SSD's branch decode; AR has no draft: what bench/drift.py compares with the verify."""
+    def median(trace, phase):
+        return sorted(r.timings_ms[phase] for r in trace.rounds)[len(trace.rounds) // 2]
+
+    runs = {m: read_trace(write_trace(tmp_path / f"{m}.jsonl", Plan(mode=m, num_speculative_tokens=2), rounds=41,
+                                      noise=0.1)) for m in ("ar", "sd", "ssd")}
+    assert median_draft_ms(runs["ar"]) is None
+    assert median_draft_ms(runs["sd"]) == pytest.approx(median(runs["sd"], "draft_sd"))
+    assert median_draft_ms(runs["ssd"]) == pytest.approx(median(runs["ssd"], "draft_branch"))
+    assert median_draft_ms(runs["ssd"]) != median_verify_ms(runs["ssd"])
