@@ -103,8 +103,8 @@ def print_clusters(later) -> None:
                       _sd([g for g in c if g[0].mode != "ar"]), _apart(draft_against_verify(c)))
     Console(width=150).print(table)
     pairs = draft_against_verify(later)
-    if len(pairs) > 2:
-        v, d = zip(*pairs, strict=True)
+    v, d = zip(*pairs, strict=True) if pairs else ((), ())
+    if len(pairs) > 2 and _rms(v) > 0 and _rms(d) > 0:  # a correlation needs both to vary
         print(f"the draft's drift against the verify's in the same SD / SSD runs ({len(pairs)} runs, each as ln ms about "
               f"its setup's mean): correlation {statistics.correlation(v, d):.2f}, RMS verify {_rms(v):.1%}, draft "
               f"{_rms(d):.1%}, draft - verify {_apart(pairs)}")
@@ -159,7 +159,8 @@ def draft_against_verify(groups) -> list[tuple[float, float]]:
 
 
 def _rms(xs) -> float:
-    return math.sqrt(statistics.fmean(x * x for x in xs))
+    """Root mean square (0 for none)."""
+    return math.sqrt(statistics.fmean(x * x for x in xs)) if xs else 0.0
 
 
 def _apart(pairs) -> str:

@@ -65,13 +65,13 @@ class Drift:
         return self.sd * float(stdtrit(self.dof, q) / ndtri(q))
 
 
-# bench/drift.py over traces/ on 2026-12-06 (07:10 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
-# added): 40 setups run 2-4 times (98 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min apart):
+# bench/drift.py over traces/ on 2026-12-06 (08:20 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
+# added): 40 setups run 2-4 times (101 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min apart):
 # 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (30 setups, 64 min to 60 h apart) the setups are not
 # independent repeats: they come from 7 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
 # (traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon 2.5 h later, 0.70-0.87x the verify ms), and the setups of one
-# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 10.2% on 13 degrees of
-# freedom (the clusters' sessions - 1), 90% interval 7.8-15.2%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i repeating
+# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 9.8% on 14 degrees of
+# freedom (the clusters' sessions - 1), 90% interval 7.6-14.4%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i repeating
 # cpu-fp32-pool40 2.5 h later and two of its setups repeated 60 h later on another guest of the Zen 4 kind
 # (traces/cpu-fp32-zen4-pool40r, 0.73x the verify ms of pool40i) and 1.8 h after that on the same guest
 # (traces/cpu-fp32-zen4-pool40s, 1.00-1.01x pool40r's) 15.2%, the fresh96 grid's T = 0 runs repeated three times on the
@@ -80,19 +80,20 @@ class Drift:
 # 1.00-1.02x) 8.9%, the EPYC pool's three sessions (2.8 h and 12.4 h apart) 3.6%, cpu-fp32-bench -> cpu-fp32-grid 3.4%,
 # the Xeon pool grid repeated 3.9 h later and (two of its setups) 35 h later on another guest,
 # traces/cpu-fp32-xeon-pool32i-day2, 0.8%, the Zen 4 fresh96 grid's T = 0 runs and SSD T = 1 run repeated 8.9 h later on
-# the same guest (traces/cpu-fp32-zen4-fresh96-later, 1.05-1.08x the verify ms) 4.3%. Until 2026-12-05 the later drift
+# the same guest (traces/cpu-fp32-zen4-fresh96-later, 1.05-1.08x the verify ms) and its T = 0 runs a third time 1.3 h
+# after that (traces/cpu-fp32-zen4-fresh96-third, 1.01-1.03x the first session's) 3.4%. Until 2026-12-05 the later drift
 # counted every setup (13.7% on 26 degrees of freedom, 11.2-17.8%: narrower than the evidence; clustered, 9.4% on 6
 # before the day-2 runs, 8.7% on 7 before the fresh96 repeats, 9.2% on 8, 9.1% on 9 and 8.8% on 10 between them and the
 # Zen 4 repeat across guests, 10.1% on 11 before its repeat on the same guest, 10.5% on 12 before the Zen 4 fresh96
-# repeat). A run's drift is predicted from these estimates by Student's t on their degrees of freedom
-# (Drift.predictive_sd).
+# repeat, 10.2% on 13 before its third session). A run's drift is predicted from these estimates by Student's t on their
+# degrees of freedom (Drift.predictive_sd).
 SHIPPED_DRIFTS = {
     "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
                                     "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
-    "later": Drift(0.102, 7, 20, "measured over the repeat runs in this project's traces/ more than an hour apart, "
-                                 "each cluster of sessions counted once (bench/drift.py: 30 setups, 64 min to 60 h "
-                                 "apart, in 7 clusters of 20 sessions; 90% interval 7.8-15.2%; beyond 60 h assumed "
-                                 "the same)"),
+    "later": Drift(0.0985, 7, 21, "measured over the repeat runs in this project's traces/ more than an hour apart, "
+                                  "each cluster of sessions counted once (bench/drift.py: 30 setups, 64 min to 60 h "
+                                  "apart, in 7 clusters of 21 sessions; 90% interval 7.6-14.4%; beyond 60 h assumed "
+                                  "the same)"),
 }
 
 

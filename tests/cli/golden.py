@@ -283,6 +283,11 @@ _ISSUE_26_ZEN4_FRESH96_LATER = ("issue 26: the later drift measured again with t
                                 "1.05-1.08x the verify ms): 10.2% on 13 degrees of freedom over 7 clusters of 20 sessions, "
                                 "was 10.5% on 12; the next run's 11.0%, was 11.4%")
 _document(_CALIBRATE_GRID, _ISSUE_26_ZEN4_FRESH96_LATER)
+_ISSUE_26_ZEN4_FRESH96_THIRD = ("issue 26: the later drift measured again with the Zen 4 fresh96 grid's T = 0 runs a third "
+                                "time on that guest 1.3 h after the second (traces/cpu-fp32-zen4-fresh96-third, back at "
+                                "1.01-1.03x the first session's verify ms): 9.8% on 14 degrees of freedom over 7 clusters "
+                                "of 21 sessions, was 10.2% on 13; the next run's 10.5%, was 11.0%")
+_document(_CALIBRATE_GRID, _ISSUE_26_ZEN4_FRESH96_THIRD)
 _EXTRAPOLATED_PER_MODE = ("issue 26: each mode's latency is extrapolated only past the forwards it runs "
                           "(model.uncertainty.for_forwards): AR's interval no longer takes the spread of the SSD plan's "
                           "larger verifies (2.37-3.18 -> 2.54-2.94 tok/s), and SSD's its own K's rather than the larger "
