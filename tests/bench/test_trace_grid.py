@@ -1,9 +1,11 @@
 """bench/trace_grid.py's interleaving: chunks of a run's prompts, run across the grid, merged into one trace."""
 
 import json
+from pathlib import Path
 
 import pytest
 
+from ssd_runtime.prompts import load_prompts, prompt_set
 from ssd_sim.io.trace import read_trace, summarize
 from ssd_sim.plan.plan import Plan
 from tests.helpers.bench import load_bench
@@ -58,3 +60,14 @@ def test_a_grid_reads_a_users_prompt_file_with_its_tags_and_labels_it_as_ssd_run
     assert len(ids) == 4 and label == str(f) and tags == ["code", "chat", "chat", "code"]
     with pytest.raises(SystemExit, match="r: prompts 3..5 but .*mine.jsonl has 4"):
         GRID.run_prompts(grid, {"name": "r", "prompt_offset": 3, "prompt_stride": 2}, None)
+
+
+def test_the_mixed192_prompt_file_is_fresh96_then_pool96_within_each_class():
+    """bench/prompts/mixed192.jsonl (traces/cpu-fp32-zen4-mixed192): fresh96's code prompts, pool96's, then both
+    sets' chat prompts in the same order, tags kept, no prompt twice; code holds requests 0-95, chat 96-191."""
+    prompts = Path(__file__).resolve().parents[2] / "bench" / "prompts"
+    fresh, pool = load_prompts(prompts / "fresh96.jsonl"), prompt_set("pool96")
+    mixed = load_prompts(prompts / "mixed192.jsonl")
+    expected = [p for tag in ("code", "chat") for src in (fresh, pool) for p in src if p.tag == tag]
+    assert [(p.text, p.tag) for p in mixed] == [(p.text, p.tag) for p in expected]
+    assert len({p.text for p in mixed}) == 192 and [p.tag for p in mixed] == ["code"] * 96 + ["chat"] * 96
