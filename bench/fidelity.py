@@ -108,7 +108,7 @@ MANIFESTS = tuple(ROOT / "traces" / d / "manifest.json" for d in (
     "cpu-fp32-epyc-pool96t", "cpu-fp32-epyc-fresh96", "cpu-fp32-xeon-fresh96", "cpu-fp32-xeon-fresh96-later",
     "cpu-fp32-xeon-fresh96-third", "cpu-fp32-xeon-fresh96-fourth", "cpu-fp32-xeon-pool32i-day2",
     "cpu-fp32-zen4-fresh96", "cpu-fp32-zen4-pool40r", "cpu-fp32-zen4-pool40s", "cpu-fp32-zen4-fresh96-later",
-    "cpu-fp32-zen4-fresh96-third", "cpu-fp32-zen4-mixed192"))
+    "cpu-fp32-zen4-fresh96-third", "cpu-fp32-zen4-mixed192", "cpu-fp32-zen4-mixed192-t0"))
 DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
