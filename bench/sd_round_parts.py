@@ -9,9 +9,9 @@ Per SD run at b = 1, the measured mean ms of the draft's K steps (phase draft_sd
   in a request's first round    after its prefill, 1 token,
 and of the verify, each beside the latency the calibration prices it at (model.latency.LatencyModel: sd_draft_ms at
 P(all accepted) = 1 and 0 without SD's round trip, which the runtime times outside draft_sd; sd_verify_ms). The last
-column is what the simulator's pricing of every round at the expectation over the last round's outcomes adds to the
-mean round (sim.round_latency.phase_table: a first round is charged P(all accepted) x the second token too):
-first-round share x P(all accepted) x (priced 2-token first step - 1-token), in % of the measured mean round.
+column is what the simulator saves by pricing a request's first round at its 1-token first step
+(sim.round_latency.RoundLatency.sd_phases) instead of the expectation over a last round it never had, which it charged
+before: first-round share x P(all accepted) x (priced 2-token first step - 1-token), in % of the measured mean round.
 """
 
 from __future__ import annotations
@@ -62,8 +62,9 @@ def priced_parts(lat: LatencyModel, K: int, p_all: float) -> dict[str, float]:
             "verify": float(lat.sd_verify_ms(1, K, p_all))}
 
 
-def first_round_charge_pct(measured: dict[str, float], priced: dict[str, float]) -> float:
-    """What charging every first round the expectation adds to the mean round (% of the measured mean round)."""
+def first_round_saving_pct(measured: dict[str, float], priced: dict[str, float]) -> float:
+    """What pricing every first round at its 1-token first step, not the expectation over the last round's outcomes,
+    takes off the mean round (% of the measured mean round)."""
     second = priced["after_all"] - priced["after_rejection"]
     return 100.0 * measured["first_share"] * measured["p_all"] * second / measured["round"]
 
@@ -78,7 +79,7 @@ def main(argv: list[str] | None = None) -> None:
     folders = [Path(f) for f in ap.parse_args(argv).folders] or [ROOT / "traces" / f for f in FOLDERS]
     table = Table(title="SD's draft steps and verify: measured mean ms, and the calibration's price against it")
     for col in ("run", "P(all acc.)", "first rounds", "after all acc.", "after a rejection", "first round", "verify",
-                "first rounds' charge"):
+                "first rounds' saving"):
         table.add_column(col, justify="left" if col == "run" else "right")
     for folder in folders:
         paths = sorted(folder.glob("*.jsonl"))
@@ -94,7 +95,7 @@ def main(argv: list[str] | None = None) -> None:
                           f"{m['after_rejection']:.0f} ({pct(p['after_rejection'], m['after_rejection'])})",
                           f"{m['first']:.0f} ({pct(p['after_rejection'], m['first'])})",
                           f"{m['verify']:.0f} ({pct(p['verify'], m['verify'])})",
-                          f"+{first_round_charge_pct(m, p):.1f}%")
+                          f"-{first_round_saving_pct(m, p):.1f}%")
     Console(width=200).print(table)
 
 

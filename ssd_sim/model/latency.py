@@ -188,34 +188,37 @@ class LatencyModel:
         """One verification forward over b sequences x (K + 1) tokens, plus the per-step overhead (ms)."""
         return self.target(b, np.asarray(K) + 1) + self.round_overhead_ms
 
-    def sd_verify_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike):
-        """SD's verification (ms): verify_ms plus the target's wake after idling through the round's drafting."""
+    def sd_verify_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike, fresh: ArrayLike = 0):
+        """SD's verification (ms): verify_ms plus the target's wake after idling through the round's drafting
+        (fresh: as sd_draft_ms)."""
         if not self.target_after_idle:
             return self.verify_ms(b, K)
-        return self.verify_ms(b, K) + self.wake_ms("target", self._sd_draft_alone_ms(b, K, p_all_accepted))
+        return self.verify_ms(b, K) + self.wake_ms("target", self._sd_draft_alone_ms(b, K, p_all_accepted, fresh))
 
-    def sd_draft_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike):
+    def sd_draft_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike, fresh: ArrayLike = 0):
         """Synchronous SD drafting per round: K sequential draft steps over b rows (+ transfer if remote) (ms),
         the first after the draft idled through the verify (its wake).
 
         The first step feeds each row what its KV cache lacks: the last round's bonus, and after a round that
         accepted all K also the K-th draft token (sampled, never fed). So the batch's first step is a 2-token
-        forward when any of its b rows accepted all K, probability 1 - (1 - p_all_accepted)^b, priced at its
-        expectation (p_all_accepted = P(k = K) per row and round). With sd_extra_forward (reference engine) a
+        forward when any of its rows accepted all K last round, probability 1 - (1 - p_all_accepted)^(b - fresh),
+        priced at its expectation (p_all_accepted = P(k = K) per row and round; fresh: rows in their request's first
+        round, which follows the prefill and feeds one token). With sd_extra_forward (reference engine) a
         (K + 1)-th one-token step feeds the K-th token every round instead.
         """
-        alone = self._sd_draft_alone_ms(b, K, p_all_accepted)
+        alone = self._sd_draft_alone_ms(b, K, p_all_accepted, fresh)
         if not self.draft_after_idle:
             return alone
         return alone + self.wake_ms("draft", self.verify_ms(b, K) + (self.sd_round_trip_ms if self.sd_transfer else 0.0))
 
-    def _sd_draft_alone_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike):
+    def _sd_draft_alone_ms(self, b: ArrayLike, K: ArrayLike, p_all_accepted: ArrayLike, fresh: ArrayLike = 0):
         """sd_draft_ms without the draft's wake (ms)."""
         K = np.asarray(K)
         if self.sd_extra_forward:
             steps = (K + 1) * self.draft(b, 1)
         else:
-            p_two = 1.0 - (1.0 - np.asarray(p_all_accepted, dtype=float)) ** np.asarray(b)
+            after = np.maximum(np.asarray(b) - np.asarray(fresh), 0)  # rows whose last round may have accepted all K
+            p_two = 1.0 - (1.0 - np.asarray(p_all_accepted, dtype=float)) ** after
             steps = (K - 1) * self.draft(b, 1) + (1.0 - p_two) * self.draft(b, 1) + p_two * self.draft(b, 2)
         return steps + (self.sd_round_trip_ms if self.sd_transfer else 0.0)
 

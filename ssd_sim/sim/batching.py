@@ -67,6 +67,7 @@ class Batcher:
         self._next = 0  # next request to admit (requests are sorted by arrival)
         self.next_arrival_ms = float(requests.arrival_ms[0]) if len(requests) else math.inf
         self._awaiting_first: list[Seq] = []
+        self._admitted_at = -1  # the round before which requests were last admitted
         self._misses: list[int] = _NO_MISSES
         self._i = 0  # round within the epoch
         self._len = 0  # rounds in the epoch (0 = recompute before the next round)
@@ -105,6 +106,7 @@ class Batcher:
                 s.first_tokens = int(s.stream.committed[0])
         if new:
             self._len = 0  # the batch changed: recompute the epoch before the next round
+            self._admitted_at = self.round
         prompt = int(sum(int(self.requests.prompt_tokens[s.id]) for s in new))
         return new, prompt
 
@@ -117,6 +119,12 @@ class Batcher:
                 self._awaiting_first.append(s)
         if any(s.stream.final and s.stream.rounds == 0 for s in new):  # one-token outputs end with the prefill
             self._retire(now)
+
+    def fresh_rows(self) -> int:
+        """Active sequences in their request's first decode round (admitted since the last round ended)."""
+        if self._admitted_at != self.round:
+            return 0
+        return sum(1 for s in self.active if s.offset == self.round)
 
     def begin_round(self) -> int:
         """Start a round with the active batch; returns how many rows miss the cache (SSD; else 0)."""

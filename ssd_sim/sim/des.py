@@ -256,9 +256,9 @@ class Simulation:
         """Synchronous SD: K draft steps, then one verification of K + 1 tokens, on the target's devices."""
         env, batch, lat = self.env, self.batch, self.lat
         while b := (yield from self.next_batch()):
+            fresh = batch.fresh_rows()
             batch.begin_round()
-            cost = lat.at(b, batch.mean_context())
-            draft, verify = cost.sd_draft, cost.verify
+            draft, verify = lat.sd_phases(b, fresh, batch.mean_context())  # fresh rows: no 2-token first step
             if self.spans is not None:
                 self.span(env.now, draft, "target", "draft", b)
                 self.span(env.now + draft, verify, "target", "verify", b)

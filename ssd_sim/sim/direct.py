@@ -75,9 +75,9 @@ def _ar(sim, clock: Clock) -> None:
 def _sd(sim, clock: Clock) -> None:
     batch, lat, phase = sim.batch, sim.lat, sim.phase
     while b := clock.next_batch():
+        fresh = batch.fresh_rows()
         batch.begin_round()
-        cost = lat.at(b, batch.mean_context())
-        draft, verify = cost.sd_draft, cost.verify
+        draft, verify = lat.sd_phases(b, fresh, batch.mean_context())  # fresh rows: no 2-token first step
         clock.now = clock.now + (draft + verify)
         phase[Phase.DRAFT_SD] += draft
         phase[Phase.VERIFY] += verify

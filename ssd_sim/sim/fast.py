@@ -335,6 +335,7 @@ class FastLoop:
         self.misses = MissWindow(tokens=self.varies and self.kind != "ar")
         self.held = 0  # tokens the active rows hold in their KV caches (prompt + committed), when it varies
         self.new_prompt, self.prefill_start = 0, 0.0
+        self.fresh, self.fresh_at = 0, -1  # rows admitted before round `fresh_at` (their first round)
         self._prefill: dict[int, float] = {}
         self._draft_prefill: dict[int, float] = {}
         self.epochs = 0
@@ -348,6 +349,7 @@ class FastLoop:
         lat, B = self.lat, self.max_batch + 1
         self.rounds_at, self.epochs_at = [0] * B, [0] * B  # rounds / epochs run at each batch size
         self.wait_ms = self.backup_ms_sum = self.draft_prefill_ms = 0.0
+        self.first_saved = [0.0, 0.0]  # SD: (draft, verify) ms that rows in their first round saved (sd_phases)
         self.backup_rounds = dict.fromkeys(self.backups, 0) if self.kind == "ssd" else {}
         if self.varies:  # per-round latencies: their sums are kept per epoch instead (fast_context)
             self.sums = dict.fromkeys(("verify", "sd_draft", "glue", "primary"), 0.0)
@@ -429,6 +431,7 @@ class FastLoop:
         self.mixed = self.mixed or backup != self.backup
         e_min = self.e_min if active else math.inf
         prompt, new = sum(self.prompt[first:last]), []
+        fresh = self.fresh if self.fresh_at == self.round else 0
         for i in range(first, last):
             s = Seq(i, self.arrival[i], self.output[i], int(self.prompt[i] > 0))
             self.held += self.prompt[i] + s.first_tokens
@@ -442,6 +445,8 @@ class FastLoop:
                     s.first_tokens = int(p.tok[0]) if p.tok is not None else 1  # AR: one token a round
             if p.end < e_min:
                 e_min = p.end
+            if p.rounds:
+                fresh += 1
             active.append(s)
         t = self._prefill.get(prompt)
         if t is None:
@@ -455,6 +460,7 @@ class FastLoop:
         for s in active[len(active) - (last - first):]:
             s.first_token_ms = self.now  # overwritten at the first round's end for those in `new`
         self.awaiting.extend(new)
+        self.fresh, self.fresh_at = fresh, self.round  # rows whose first round is the next one
         self.e_min = e_min
         if e_min <= self.round:  # one-token outputs end with their prefill
             self.retire(self.now)
@@ -555,18 +561,29 @@ class FastLoop:
         """AR / SD: rounds of a constant length at this batch size, up to a finish or the next admission."""
         b = len(self.active)
         dur = self.dur[b]
+        saved = self._first_saved(b)  # the first round is this much shorter (ms)
         n = self.e_min - self.round
         t0, nxt = self.now, self.next_arrival
         if b < self.max_batch and nxt < math.inf and dur > 0:
-            n = max(1, min(n, math.ceil((nxt - t0) / dur)))
-        self.now = t0 + n * dur
+            n = max(1, min(n, math.ceil((nxt - t0 + saved) / dur)))
+        self.now = t0 + n * dur - saved
         self.rounds_at[b] += n
         self.round += n
         if self.awaiting:
-            self._first_tokens(t0 + dur)
+            self._first_tokens(t0 + dur - saved)
         self.new_prompt = 0
         if self.round >= self.e_min:
             self.retire(self.now)
+
+    def _first_saved(self, b: int) -> float:
+        """SD: the ms the coming round saves as its rows in their request's first round need no 2-token draft step
+        (RoundLatency.sd_phases; tallied in first_saved); 0 for AR and when no row is fresh."""
+        if self.kind != "sd" or self.fresh_at != self.round or not self.fresh:
+            return 0.0
+        draft, verify = self.lat.sd_phases(b, self.fresh)
+        saved = (self.lat.sd_draft[b] - draft, self.lat.verify[b] - verify)
+        self.first_saved = [a + x for a, x in zip(self.first_saved, saved, strict=True)]
+        return sum(saved)
 
     def epoch_ssd(self) -> None:
         """SSD: the rounds at this batch size up to a finish or the next admission (`_rounds`)."""
@@ -675,7 +692,8 @@ class FastLoop:
             verify = lat.ar_step if self.kind == "ar" else lat.verify
             phase[Phase.VERIFY] += sum(n * verify[b] for b, n in at)
             if self.kind == "sd":
-                phase[Phase.DRAFT_SD] += sum(n * lat.sd_draft[b] for b, n in at)
+                phase[Phase.DRAFT_SD] += sum(n * lat.sd_draft[b] for b, n in at) - self.first_saved[0]
+                phase[Phase.VERIFY] -= self.first_saved[1]
             return
         # every field at b: the rounds that were not redrafted at its plain value, the others at its jit one
         red, red_steps = self.red_at, self.red_steps_at

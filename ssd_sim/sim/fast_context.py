@@ -52,6 +52,8 @@ def epoch_const(loop) -> None:
         verify, draft = _phase(loop, b, "step", context), np.zeros(n)
     else:
         verify, draft = _phase(loop, b, "verify", context), _phase(loop, b, "sd_draft", context)
+        if loop.fresh_at == loop.round and loop.fresh:  # rows in their first round (RoundLatency.sd_phases)
+            draft[0], verify[0] = loop.lat.sd_phases(b, loop.fresh, float(context[0]))
     t0, nxt = loop.now, loop.next_arrival
     ends = t0 + np.cumsum(verify + draft)
     if b < loop.max_batch and nxt <= ends[-1]:

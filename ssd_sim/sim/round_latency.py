@@ -55,9 +55,8 @@ def phase_table(lat: LatencyModel, plan: Plan, max_batch: int, p_all: float = 0.
         primary, draft_wake = lat.primary_ms(b, K, plan.budget, plan.draft_devices, after_jit), 0.0
     glue = np.asarray(lat.glue_ms(b, K, after_jit), dtype=float)
     columns = [lat.ar_step_ms(b), verify,
-               # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms). A request's
-               # first round follows its prefill, never an all-accepted round, and is charged the expectation too:
-               # with 16-token requests (~15% first rounds) that overstates SD's round by ~0.5% on the CPU traces.
+               # SD drafting at its expectation over the last round's outcomes (LatencyModel.sd_draft_ms); a round
+               # with rows in their request's first round is priced by RoundLatency.sd_phases instead
                lat.sd_draft_ms(b, K, p_all), glue, primary,
                # the glue's share of the primary speculation as it runs beside the verify (the rest: the branch phase)
                glue * (1.0 + lat.draft_slowdown) + draft_wake]
@@ -87,11 +86,27 @@ class RoundLatency:
         self.K, self.budget, self.draft_devices = plan.K, plan.budget, plan.draft_devices
         self.costs = [RoundCost(*c) for c in table.tolist()]
         self.varies = False  # the latencies do not depend on the context
+        self.p_all = p_all
+        self._first: dict[tuple[int, int], tuple[float, float]] = {}
 
     def at(self, b: int, context: float = 0.0, after_jit: bool = False) -> RoundCost:
         """The phases of a round of b rows (the context does not matter here); after_jit: its reply was a jit
         backup of every row (redrafted)."""
         return self.costs_jit[b] if after_jit else self.costs[b]
+
+    def sd_phases(self, b: int, fresh: int = 0, context: float = 0.0) -> tuple[float, float]:
+        """(draft, verify) of an SD round of b rows of which `fresh` are in their request's first round (ms): those
+        follow a prefill, never an all-accepted round, so they never need the 2-token first draft step
+        (LatencyModel.sd_draft_ms); fresh = 0 is `at(b)`'s sd_draft and verify."""
+        if not fresh:
+            cost = self.costs[b]
+            return cost.sd_draft, cost.verify
+        key = (b, fresh)
+        if key not in self._first:
+            lat, K = self.model, self.K
+            self._first[key] = (float(lat.sd_draft_ms(b, K, self.p_all, fresh)),
+                                float(lat.sd_verify_ms(b, K, self.p_all, fresh)))
+        return self._first[key]
 
     def redrafted(self, b: int, n_miss: int, backup: str, per_row: bool) -> bool:
         """Whether a round of b rows with n_miss missed rows replies with a jit backup of every row, whose cached
@@ -170,6 +185,7 @@ class ContextLatency:
         self.branch_rows = base.branch_rows
         self.redrafted = base.redrafted
         self.varies = True
+        self.p_all = p_all
 
     def _where(self, context: float) -> tuple[int, float]:
         """The node below `context` and the weight of the one above (clamped to the nodes' range)."""
@@ -186,6 +202,24 @@ class ContextLatency:
         i, w = self._where(context)
         t = (self._costs_jit if after_jit else self._costs)[b]
         return RoundCost(*(t[i] if w == 0.0 else t[i] + w * (t[i + 1] - t[i])).tolist())
+
+    def sd_phases(self, b: int, fresh: int, context: float) -> tuple[float, float]:
+        """RoundLatency.sd_phases at mean context `context`: at(b, context)'s sd_draft and verify less what the fresh
+        rows save, interpolated between the nodes as `at` is (ms)."""
+        cost = self.at(b, context)
+        if not fresh:
+            return cost.sd_draft, cost.verify
+        i, w = self._where(context)
+        saved = self._first_saving(i, b, fresh)
+        if w:
+            saved = tuple(x + w * (y - x) for x, y in zip(saved, self._first_saving(i + 1, b, fresh), strict=True))
+        return cost.sd_draft - saved[0], cost.verify - saved[1]
+
+    def _first_saving(self, node: int, b: int, fresh: int) -> tuple[float, float]:
+        """(draft, verify) ms that `fresh` first-round rows of b save at a node's latencies."""
+        m, K, p = self._models[node], self.K, self.p_all
+        return (float(m.sd_draft_ms(b, K, p) - m.sd_draft_ms(b, K, p, fresh)),
+                float(m.sd_verify_ms(b, K, p) - m.sd_verify_ms(b, K, p, fresh)))
 
     def jit_ms(self, rows: int, context: float) -> float:
         """A jit backup redrafting `rows` rows at mean context `context` (ms)."""

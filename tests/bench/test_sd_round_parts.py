@@ -38,9 +38,9 @@ def test_the_calibration_prices_both_first_steps_it_timed(sd_run, tmp_path):
     assert p["verify"] == pytest.approx(m["verify"], rel=0.01)
 
 
-def test_the_first_rounds_charge_is_their_share_times_p_all_times_the_second_token():
+def test_the_first_rounds_saving_is_their_share_times_p_all_times_the_second_token():
     m = {"first_share": 0.2, "p_all": 0.5, "round": 800.0}
-    assert BENCH.first_round_charge_pct(m, {"after_all": 340.0, "after_rejection": 300.0}) == pytest.approx(0.5)
+    assert BENCH.first_round_saving_pct(m, {"after_all": 340.0, "after_rejection": 300.0}) == pytest.approx(0.5)
 
 
 def test_only_sd_runs_at_one_row_are_split(tmp_path):

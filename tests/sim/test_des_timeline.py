@@ -12,7 +12,7 @@ from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve
 from ssd_sim.model.latency import ForwardLatency, LatencyModel
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import Plan
-from ssd_sim.sim import des, outcomes
+from ssd_sim.sim import des, outcomes, round_latency
 from ssd_sim.sim.des import simulate
 from ssd_sim.sim.outcomes import ForcedOutcomes
 from ssd_sim.sim.workload import Workload, arrivals, fixed_batch, poisson
@@ -142,14 +142,27 @@ def test_sd_round_is_k_draft_steps_then_verify_on_the_target():
 
 def test_sd_drafting_prices_a_two_token_first_step_at_its_share_of_all_accepted_rounds():
     # Draft 1 + 0.5 x tokens ms: a one-token step 1.5 ms, the 2-token first step after an all-accepted round 2 ms.
-    # Half the forced rounds accept all K = 3, so each round's drafting is 2 x 1.5 + (0.5 x 1.5 + 0.5 x 2) ms.
+    # Half the forced rounds accept all K = 3, so a round's drafting is 2 x 1.5 + (0.5 x 1.5 + 0.5 x 2) ms, except the
+    # request's first round: it follows the prefill, not a round, so its first step feeds one token (3 x 1.5 ms).
     profile = tiny_profile(draft=ForwardLatency(fixed_ms=1.0, token_ms=0.5))
     forced = ForcedOutcomes(accepted=[[3, 0]])
     runs = {loop: simulate(profile, Plan(num_speculative_tokens=3), mode="sd", workload=fixed_batch(1, 5, prompt_tokens=0),
                            timeline=loop == "simpy", outcomes=forced, loop=loop) for loop in ("simpy", "direct")}
-    assert [s.dur_ms for s in runs["simpy"].timeline if s.name == "draft"] == pytest.approx([4.75, 4.75])
+    assert [s.dur_ms for s in runs["simpy"].timeline if s.name == "draft"] == pytest.approx([4.5, 4.75])
     for res in runs.values():  # rounds commit 4 then 1 tokens
-        assert res.metrics.sim_ms == pytest.approx(2 * (4.75 + 10.0))
+        assert res.metrics.sim_ms == pytest.approx(4.5 + 4.75 + 2 * 10.0)
+
+
+def test_sd_first_rounds_of_a_batch_price_the_two_token_step_for_the_other_rows_only():
+    # b = 2, P(all K accepted) = 0.5 per row: a round with one fresh row takes the 2-token first step with probability
+    # 0.5 (the other row), a round with none 1 - 0.5^2 = 0.75; a step over both rows costs 1 + 0.5 x 2 = 2 ms (one
+    # token each) or 1 + 0.5 x 4 = 3 ms (two each).
+    lat = round_latency.round_latency(tiny_profile(draft=ForwardLatency(fixed_ms=1.0, token_ms=0.5)).latency,
+                                      Plan(num_speculative_tokens=3, batch_size=2), 2, p_all=0.5)
+    assert lat.sd_phases(2, 0)[0] == pytest.approx(lat.at(2).sd_draft) == pytest.approx(2 * 2 + 0.25 * 2 + 0.75 * 3)
+    assert lat.sd_phases(2, 1)[0] == pytest.approx(2 * 2 + 0.5 * 2 + 0.5 * 3)
+    assert lat.sd_phases(2, 2)[0] == pytest.approx(3 * 2)
+    assert lat.sd_phases(2, 2)[1] == pytest.approx(lat.at(2).verify)  # no wake measured: the verify is the same
 
 
 def test_ar_continuous_batching_admits_an_arrival_at_the_next_step_boundary():

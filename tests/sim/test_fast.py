@@ -167,3 +167,19 @@ def test_the_fast_loop_refuses_what_it_cannot_run():
         simulate(PROFILE, PLAN, tokens=8, outcomes=ForcedOutcomes([[1]]), loop="fast")
     with pytest.raises(ConfigError, match="^loop: must be auto, simpy, direct or fast"):
         simulate(PROFILE, PLAN, tokens=8, timeline=True, loop="fast")
+
+
+@pytest.mark.parametrize("loop", ["simpy", "direct", "fast"])
+def test_every_loop_prices_a_requests_first_sd_round_without_the_two_token_draft_step(loop):
+    # One request, no prompt: its first round follows no round, so it never feeds the 2-token first step; every later
+    # round pays its expectation. The run lasts rounds x the plain round less what the first one saves, whatever k drew.
+    cpu = get_preset("qwen-coder-1.5b-0.5b-cpu")  # a draft whose 2-token step costs more than its 1-token one
+    plan = Plan(num_speculative_tokens=2)
+    p_all = outcome_source(cpu, plan).p_all_accepted(2)
+    lat = des.round_latency(cpu.latency, plan, 1, p_all)
+    plain = lat.at(1).sd_draft + lat.at(1).verify
+    first = sum(lat.sd_phases(1, 1))
+    step_gap = float(cpu.latency.draft(1, 2) - cpu.latency.draft(1, 1))  # ms: the 2-token step over the 1-token one
+    assert lat.at(1).sd_draft - lat.sd_phases(1, 1)[0] == pytest.approx(p_all * step_gap, rel=1e-9)
+    m = simulate(cpu, plan, mode="sd", seed=3, workload=fixed_batch(1, 40, prompt_tokens=0), loop=loop).metrics
+    assert m.sim_ms == pytest.approx(m.rounds * plain - (plain - first), rel=1e-12)
