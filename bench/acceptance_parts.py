@@ -28,18 +28,12 @@ from rich.table import Table
 
 from ssd_sim.io.trace import Trace, read_trace, summarize
 from ssd_sim.model.logged import LoggedPositions, logged_positions, response, truncation_share
+from ssd_sim.theory.analytic import expected_tokens_positional as accept_len  # 1 + sum_i prod_{j<=i} a_j
 
 ROOT = Path(__file__).resolve().parent.parent
 FOLDERS = ("cpu-fp32-zen4-fresh96", "cpu-fp32-zen4-mixed192", "cpu-fp32-epyc-pool96t")  # SD and SSD at T = 1
 BOOT = 200  # bootstrap draws per run
 SEED = 0
-
-
-def accept_len(acceptance: np.ndarray, K: int) -> float:
-    """Mean tokens per round (the bonus included) from per-position acceptance a_0..a_{K-1}, each conditional on
-    reaching its position."""
-    a = np.asarray(acceptance[:K], dtype=float)
-    return float(1.0 + np.cumprod(a).sum())
 
 
 def derived_len(lp: LoggedPositions, T: float, C: float, K: int, share: float) -> float:
