@@ -24,6 +24,9 @@ ROOT = Path(__file__).resolve().parents[1]
 TRACE = ROOT / "traces" / "cpu-fp32-grid" / "ssd-k2-f001-b1-t0.jsonl"
 AR_TRACE = ROOT / "traces" / "cpu-fp32-grid" / "ar-b1-t0.jsonl"
 PLAN = "--preset llama70b-1b-h100"
+EVEN = ROOT / "traces" / "cpu-fp32-halves" / "cal-sd-k4-t0.jsonl"  # 12 even code prompts
+ODD = ROOT / "traces" / "cpu-fp32-halves" / "pred-sd-k3-t0.jsonl"  # 12 odd ones
+B2_TRACE = ROOT / "traces" / "cpu-fp32-splits" / "sd-k3-b2-t0.jsonl"
 
 # (name, command, arguments); {x} are files made by make_files in a scratch folder
 CASES: list[tuple[str, str, str]] = [
@@ -95,6 +98,12 @@ CASES: list[tuple[str, str, str]] = [
     ("sim --chrome-trace its replay", "ssd-sim", "--profile {profile} -k 2 --fan-out 0,0,1 --replay {trace} "
                                                   "--chrome-trace {trace_sym}"),
     ("workload -o its metrics", "ssd-plan workload", "{metrics} --engine vllm -t 0 -o {metrics}"),
+    # hold-out checks (ssd_sim.sim.holdout)
+    ("holdout -o its trace", "ssd-plan holdout", "{trace} -o {trace}"),
+    ("holdout of runs over other prompts", "ssd-plan holdout", f"{EVEN} {ODD}"),
+    ("holdout of a batched run", "ssd-plan holdout", f"{B2_TRACE}"),
+    ("holdout --draws 0", "ssd-plan holdout", f"{EVEN} --draws 0"),
+    ("holdout of a binary file", "ssd-plan holdout", "{binary}"),
     # capacity planning (ssd_sim.sim.capacity)
     ("capacity without a target", "ssd-plan capacity", f"{PLAN} --rate 5"),
     ("capacity without a load", "ssd-plan capacity", f"{PLAN} --tpot-ms 10"),

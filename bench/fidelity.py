@@ -14,7 +14,8 @@ older configuration hold-out of traces/cpu-fp32-grid ("calibrate" / "holdout", s
 A run is predicted by the discrete-event simulator with the calibrated profile, the run's own plan and mode,
 and its workload replayed exactly: the runtime's static batches of plan.batch_size and each sequence's decode
 tokens (prefill excluded on both sides). Outcomes are drawn from the calibrated acceptance model, never replayed
-from the predicted trace. Goal (issue 10), on each split marked "goal": median |tok/s error| <= 5%, worst <= 10%.
+from the predicted trace (the prediction, its interval, its errors, the random halves, the floors and the decisions
+by regret are ssd_sim.sim.holdout's, which `ssd-plan holdout` runs on a user's own traces). Goal (issue 10), on each split marked "goal": median |tok/s error| <= 5%, worst <= 10%.
 A split must hold out text, not only files: a predicted run that shares more than 5% of its text with the
 calibration (ssd_sim.io.overlap: logged contexts, else prompts at T = 0 or the same seed) makes the split a leak,
 which is refused (skipped with a line on stderr when every split runs); --allow-leaks reports it marked, without a goal.
@@ -69,15 +70,12 @@ import os
 import site
 import statistics
 import sys
-import zlib
 from dataclasses import replace
 from pathlib import Path
 
-import numpy as np
-
-from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids, prompt_labels
+from ssd_sim.io.overlap import LEAK_SHARE, prompt_ids, prompt_labels
 from ssd_sim.io.probe import load_probe
-from ssd_sim.io.trace import Trace, read_trace, summarize
+from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.calibrate import calibrate_traces, fit_target
 from ssd_sim.model.drift import (
     HORIZONS,
@@ -85,21 +83,24 @@ from ssd_sim.model.drift import (
     NO_DRIFT,
     SHIPPED_DRIFTS,
     Drift,
-    horizon_of,
     interleaved_with,
-    minutes_from,
     project_drift,
     shipped_trace_paths,
-    started,
 )
 from ssd_sim.model.mix import RequestMix
-from ssd_sim.model.profile import Profile
 from ssd_sim.model.residual import SHIPPED_RESIDUAL, ProjectResidual, calibration_groups, project_residual
 from ssd_sim.model.workload_profile import profile_acceptance, with_acceptance
-from ssd_sim.plan.intervals import at_horizon, decide, sample, scaled_interval
-from ssd_sim.plan.plan import Plan
-from ssd_sim.sim.des import outcome_source, plan_for_mode, simulate
-from ssd_sim.sim.workload import Workload
+from ssd_sim.sim import holdout
+from ssd_sim.sim.holdout import (
+    REGRET_OK,
+    choices,
+    floor_err,
+    halves,
+    mixed_floor_err,
+    per_run,
+    predict_runs,
+    recommender,
+)
 
 ROOT = Path(__file__).resolve().parent.parent
 MANIFESTS = tuple(ROOT / "traces" / d / "manifest.json" for d in (
@@ -167,86 +168,6 @@ def shared(cal: list[Trace], pred: list[Trace]) -> dict[str, list]:
     return {k: sorted(keys(cal, f) & keys(pred, f)) for k, f in fields.items()}
 
 
-def static_batches(trace: Trace) -> list[list[int]]:
-    """Decode tokens of every sequence, grouped in the runtime's static batches of batch_size (seq order)."""
-    tokens: dict[int, int] = {}
-    for r in trace.rounds:
-        for s in r.seqs:
-            tokens[s.seq] = tokens.get(s.seq, 0) + s.committed
-    b = int(trace.header.batch_size)
-    ids = sorted(tokens)
-    return [[tokens[i] for i in ids[j:j + b]] for j in range(0, len(ids), b)]
-
-
-MIN_SIM_ROUNDS = 10_000  # simulated sequence-rounds per prediction (Monte Carlo SE of the predicted tok/s ~0.6%)
-
-
-def replicates_for(trace: Trace, least: int = 10) -> int:
-    """How many times to simulate a run so the prediction carries >= MIN_SIM_ROUNDS sequence-rounds (at least
-    `least`): a 24-request half of 16-token requests has ~120 rounds, and 10 replicates of it left a ~1.7% seed-to-seed
-    spread in the predicted tok/s (measured: 10 seed sets of 240 requests, SD K = 4)."""
-    rounds = sum(len(r.seqs) for r in trace.rounds)
-    return max(least, -(-MIN_SIM_ROUNDS // max(rounds, 1)))
-
-
-def predict(profile: Profile, trace: Trace, replicates: int | None = None, seed: int = 0) -> dict:
-    """Simulated decode tok/s, mean acceptance length and hit rate of the trace's run.
-
-    Each static batch decodes exactly the run's decode tokens per sequence (no prefill: prompt_tokens = 0, so
-    no first token comes from a prefill either), in its own simulation, as the runtime runs it (a prefill between
-    batches absorbs the draft's leftover speculation; b = 1 requests simulated back to back would each wait for it:
-    ~1.5% slower SSD). Simulated `replicates` times (default: replicates_for; seeds seed, seed + 1, ...) and pooled, so
-    the prediction is the model's expectation for this workload, not one noisy draw of it.
-    """
-    plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header.batch_size)})
-    reps = replicates_for(trace) if replicates is None else replicates
-    source = outcome_source(profile, plan_for_mode(profile, plan, trace.mode))  # the same tables for every replicate
-    total_ms = tokens = rounds = accept_len = hit = hit_rounds = 0.0
-    for i, lengths in enumerate(static_batches(trace) * reps):
-        wl = Workload("fixed", len(lengths), len(lengths), output_tokens=max(lengths), prompt_tokens=0,
-                      output_lengths=tuple(lengths))
-        m = simulate(profile, plan, mode=trace.mode, seed=seed + i, workload=wl, outcomes=source).metrics
-        total_ms += m.sim_ms
-        tokens += sum(lengths)
-        rounds += m.rounds
-        accept_len += m.mean_accept_len * m.rounds
-        if m.hit_rate is not None:
-            hit += m.hit_rate * m.rounds
-            hit_rounds += m.rounds
-    return {"tok_s": tokens / total_ms * 1e3, "mean_accept_len": accept_len / rounds,
-            "hit_rate": hit / hit_rounds if hit_rounds else None}
-
-
-def run_seed(run: str) -> int:
-    """The first simulation seed of a predicted run: a hash of its label (file name and draw), so the predictions' Monte
-    Carlo errors are independent from run to run. With seed 0 for every run they moved together: on the Zen 4 fresh96
-    grid (in sample) seed 0 put SD's and SSD's T = 0 acceptance length 0.7% over the model's expectation, five other seeds
-    -0.4% to +0.2%, and every SD / SSD prediction at T = 0 shared that draw of the uniforms."""
-    return zlib.crc32(run.encode()) % (1 << 31)
-
-
-def run_interval(profile: Profile, trace: Trace, simulated: float) -> tuple[float, float]:
-    """The 90% interval of the run's tok/s (plan.intervals.scaled_interval around the simulated value, for a run of
-    this many sequences)."""
-    plan = Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header.batch_size)})
-    n_seq = len(trace.sequences())
-    return scaled_interval(profile, plan, trace.mode, simulated, max(n_seq, 1))
-
-
-def err_pct(pred: float | None, meas: float | None) -> float | None:
-    if pred is None or meas is None or meas == 0:
-        return None
-    return 100.0 * (pred - meas) / meas
-
-
-def round_ms_err(pred_tok_s: float, pred_accept: float, meas_tok_s: float, meas_accept: float) -> float | None:
-    """The error (%) of the predicted time per round (mean acceptance length / tok/s, ms x rows): the latency side of a
-    tok/s error, apart from the acceptance (SSD's round includes the backups of its misses, so hit rates still enter)."""
-    if not (pred_tok_s and meas_tok_s and pred_accept and meas_accept):
-        return None
-    return err_pct(pred_accept / pred_tok_s, meas_accept / meas_tok_s)
-
-
 class LeakingSplit(ValueError):
     """A split whose predicted runs share text with its calibration (ssd_sim.io.overlap)."""
 
@@ -254,12 +175,10 @@ class LeakingSplit(ValueError):
 def shared_text(name: str, cal: list[Trace], pred: dict[str, Trace]) -> tuple[dict[str, str], str | None]:
     """({run: how much text it shares}, None) for every predicted run, or with the reason the split leaks: the runs
     above LEAK_SHARE."""
-    text = CalibrationText(cal)
-    found = {run: text.overlap(t) for run, t in pred.items()}
-    leaks = [f"{run} ({o.describe()})" for run, o in found.items() if o.leaks]
+    text, leaks = holdout.shared_text(cal, pred)
     reason = (f"split {name}: {len(leaks)} of {len(pred)} predicted runs share more than {LEAK_SHARE:.0%} of their "
               f"text with the calibration: {'; '.join(leaks)}") if leaks else None
-    return {run: o.describe() for run, o in found.items()}, reason
+    return text, reason
 
 
 def check_holdout(name: str, cal: list[Trace], pred: dict[str, Trace]) -> dict[str, str]:
@@ -414,37 +333,13 @@ def evaluate(name: str, split: dict, cal: dict[str, Trace], pred: dict[str, Trac
         profile = with_acceptance(profile, profile_acceptance(source))
         unused = wreport.latency_fit_lines  # of a latency this profile does not take
         report.warnings.extend(f"workload: {w}" for w in wreport.warnings if w not in unused)
-    runs = []
-    for run, trace in pred.items():
-        meas, guess = summarize(trace), predict(profile, trace, seed=run_seed(run))
-        minutes = minutes_from(profile.uncertainty.timed_at, started(trace))
-        horizon = INTERLEAVED if same else horizon_of(minutes)
-        low, high = run_interval(at_horizon(profile, profile_horizon(horizon)), trace, guess["tok_s"])
-        runs.append({
-            "interval_90": [low, high], "inside": bool(low <= meas.tok_s <= high), "horizon": horizon,
-            "minutes_from_timed": minutes,
-            "trace": run, "mode": trace.mode, "K": trace.plan.get("num_speculative_tokens", 0) if trace.mode != "ar" else 0,
-            "batch_size": trace.header.batch_size, "temperature": trace.plan.get("temperature", 0.0),
-            "saguaro_c": trace.plan.get("saguaro_c", 1.0), "fan_out": trace.plan.get("fan_out") if trace.mode == "ssd" else None,
-            "measured_tok_s": meas.tok_s, "predicted_tok_s": guess["tok_s"], "tok_s_err_pct": err_pct(guess["tok_s"], meas.tok_s),
-            "measured_mean_accept_len": meas.mean_accept_len, "predicted_mean_accept_len": guess["mean_accept_len"],
-            "mean_accept_len_err_pct": err_pct(guess["mean_accept_len"], meas.mean_accept_len),
-            "round_ms_err_pct": round_ms_err(guess["tok_s"], guess["mean_accept_len"], meas.tok_s, meas.mean_accept_len),
-            "measured_hit_rate": meas.hit_rate, "predicted_hit_rate": guess["hit_rate"], "shared_text": text[run],
-            "workload": (tuple(sorted(prompt_ids(trace))), trace.plan.get("temperature", 0.0), trace.header.batch_size),
-        })
+    runs = predict_runs(profile, pred, same, text)
     return summary_of(name, split, runs, leak, {
         "calibrate": list(cal), "probe": probe.path if probe else None, "acceptance_from": acceptance_from or [],
         "workload_from": list(workload or {}), "mix_of_predicted": mix.describe() if mix else None,
         "shared": shared(others, list(pred.values())),
         "warnings": report.warnings,
         "choices": choices(runs, recommender(profile, pred))})
-
-
-def profile_horizon(horizon: str) -> str:
-    """The profile's horizon (model.drift.HORIZONS) whose spread a run's interval uses: an interleaved run's is the
-    session spread of a profile calibrated with NO_DRIFT (evaluate)."""
-    return "session" if horizon == INTERLEAVED else horizon
 
 
 def summary_of(name: str, split: dict, runs: list[dict], leak: str | None, extra: dict) -> dict:
@@ -454,13 +349,6 @@ def summary_of(name: str, split: dict, runs: list[dict], leak: str | None, extra
     return {"name": name, "what": split["what"], "goal": split["goal"] and leak is None, "leak": leak,
             "coverage_90": sum(r["inside"] for r in runs) / len(runs), "mean_width_pct": statistics.mean(widths),
             **extra, "runs": runs, "median_abs_err_pct": statistics.median(errs), "worst_abs_err_pct": max(errs)}
-
-
-def halves(seqs: list[int], draw: int, seed: int = 0) -> tuple[list[int], list[int]]:
-    """Draw `draw` of the random halves of `seqs`: (A, B), each sorted; A gets the smaller half of an odd pool."""
-    perm = np.random.default_rng([seed, draw]).permutation(sorted(seqs))
-    n = len(perm) // 2
-    return sorted(int(q) for q in perm[:n]), sorted(int(q) for q in perm[n:])
 
 
 def pool_requests(cal: dict[str, Trace], pred: dict[str, Trace],
@@ -587,105 +475,6 @@ def class_tagged(trace: Trace) -> Trace:
 def tagged(trace: Trace, tags: list[str] | None) -> Trace:
     """The trace with the manifest's request classes where its header records none."""
     return trace.with_tags(tags) if tags and not trace.header.request_tags else trace
-
-
-def mixed_floor_err(trace: Trace, a: list[int], b: list[int]) -> float | None:
-    """floor_err for a prediction that knows B's classes: half A's measured ms per token of each class, charged for
-    B's tokens of that class (post-stratified). The error (%) left is the spread within classes."""
-    def per_class(seqs: list[int]) -> dict[str, list[int]]:
-        out: dict[str, list[int]] = {}
-        for q in seqs:
-            out.setdefault(trace.tag(q), []).append(q)
-        return out
-
-    in_a, in_b = per_class(a), per_class(b)
-    if not in_b.keys() <= in_a.keys():
-        return None  # a class of B that A never ran: nothing to charge it at
-    ms = sum(summarize(trace.only_requests(qs, "B")).tokens / summarize(trace.only_requests(in_a[c], "A")).tok_s
-             for c, qs in in_b.items())
-    whole = summarize(trace.only_requests(b, "B"))
-    return err_pct(whole.tokens / ms, whole.tok_s)
-
-
-def floor_err(trace: Trace, a: list[int], b: list[int]) -> float:
-    """The error (%) of the best prediction that does not see half B: this very configuration's measured tok/s on
-    half A, taken as the prediction for half B. What no model can beat on average: the request-to-request spread of
-    the pool (and the drift within one run), which a half of short requests does not average out."""
-    return err_pct(summarize(trace.only_requests(a, "A")).tok_s, summarize(trace.only_requests(b, "B")).tok_s)
-
-
-def per_run(runs: list[dict]) -> dict[str, dict]:
-    """Per run of a halves split, over its draws: median and worst |tok/s error|, the median signed error, the median
-    error of the time per round (round_ms_err), the worst error of the floor (floor_err) and the share of draws inside
-    the 90% interval."""
-    out: dict[str, dict] = {}
-    for r in runs:
-        out.setdefault(r["run"], {"errs": [], "inside": [], "floor": [], "mixed": [], "round": []})
-        out[r["run"]]["errs"].append(r["tok_s_err_pct"])
-        if r.get("round_ms_err_pct") is not None:
-            out[r["run"]]["round"].append(r["round_ms_err_pct"])
-        out[r["run"]]["inside"].append(r["inside"])
-        out[r["run"]]["floor"].append(r["floor_err_pct"])
-        if r.get("mixed_floor_err_pct") is not None:
-            out[r["run"]]["mixed"].append(r["mixed_floor_err_pct"])
-    return {run: {"draws": len(v["errs"]), "median_err_pct": statistics.median(v["errs"]),
-                  "median_abs_err_pct": statistics.median(abs(e) for e in v["errs"]),
-                  "worst_abs_err_pct": max(abs(e) for e in v["errs"]),
-                  "median_round_ms_err_pct": statistics.median(v["round"]) if v["round"] else None,
-                  "floor_worst_abs_err_pct": max(abs(e) for e in v["floor"]),
-                  "mixed_floor_worst_abs_err_pct": max((abs(e) for e in v["mixed"]), default=None),
-                  "coverage_90": sum(v["inside"]) / len(v["inside"])} for run, v in out.items()}
-
-
-REGRET_OK = 5.0  # a choice is good when the run it picks measured within this % of the best measured run
-
-
-def choices(runs: list[dict], recommend=None) -> list[dict]:
-    """Per workload (same prompts, T, b) with two or more predicted runs: the run the prediction ranks first, the run
-    that measured fastest, and the regret = the % of tok/s lost by taking the predicted pick. With `recommend` (a
-    function of the workload's runs -> (run, P(SSD beats SD))), also the run the planner's decision rule
-    recommends and its regret."""
-    groups: dict[tuple, list[dict]] = {}
-    for r in runs:
-        groups.setdefault(r["workload"], []).append(r)
-    out = []
-    for rs in groups.values():
-        if len(rs) < 2:
-            continue
-        pick = max(rs, key=lambda r: r["predicted_tok_s"])
-        best = max(rs, key=lambda r: r["measured_tok_s"])
-        regret = 100.0 * (1.0 - pick["measured_tok_s"] / best["measured_tok_s"])
-        c = {"pick": pick["trace"], "best": best["trace"], "regret_pct": regret, "ok": regret <= REGRET_OK,
-             "candidates": len(rs)}
-        if recommend is not None:
-            rec, p_ssd = recommend(rs)
-            rec_regret = 100.0 * (1.0 - rec["measured_tok_s"] / best["measured_tok_s"])
-            c.update(recommended=rec["trace"], recommended_regret_pct=rec_regret,
-                     recommended_ok=rec_regret <= REGRET_OK, p_ssd_beats_sd=p_ssd)
-        out.append(c)
-    return out
-
-
-def recommender(profile: Profile, traces: dict[str, Trace]):
-    """The planner's decision rule over one workload's predicted runs (for `choices`): the predicted-best SSD run, the
-    predicted-best SD run and AR over the profile's uncertainty draws (plan.intervals.decide, for a run of the
-    workload's sequences); of the modes the workload has runs of, the one with the highest mean tok/s over the draws.
-    A workload without both an SSD and an SD run gets its predicted best (P = None)."""
-    def recommend(rs: list[dict]) -> tuple[dict, float | None]:
-        best = {m: max((r for r in rs if r["mode"] == m), key=lambda r: r["predicted_tok_s"], default=None)
-                for m in ("ar", "sd", "ssd")}
-        if best["ssd"] is None or best["sd"] is None:
-            return max(rs, key=lambda r: r["predicted_tok_s"]), None
-        trace = traces[best["ssd"]["trace"]]
-        plan = Plan.from_dict({**trace.plan, "mode": "ssd", "batch_size": int(trace.header.batch_size)})
-        n_seq = len(trace.sequences())
-        sd_k = int(best["sd"]["K"])
-        at = at_horizon(profile, profile_horizon(best["ssd"]["horizon"]))
-        d = decide(at, plan, sd_k, sample(at, plan, sd_k, run_sequences=max(n_seq, 1)))
-        ran = [m for m in ("ar", "sd", "ssd") if best[m] is not None]  # the modes the workload has runs of
-        mode = max(ran, key=lambda m: d.expected[("ar", "sd", "ssd").index(m)])
-        return best[mode], d.p_ssd_beats_sd
-    return recommend
 
 
 def print_table(res: dict) -> None:

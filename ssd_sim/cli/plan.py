@@ -6,6 +6,7 @@
     ssd-plan --plan plan.json --emit ssd-engine             # flags for an existing plan file
     ssd-plan --preset llama70b-1b-h100 --batch-sizes 1,2,4,8,16   # one row per batch size: best AR / SD / SSD
     ssd-plan calibrate traces/*.jsonl -o profile.json       # fit a profile to runtime traces
+    ssd-plan holdout traces/*.jsonl                         # check it on requests it never saw (random halves)
     ssd-plan workload metrics.txt --engine vllm -t 0 -o workload.json   # acceptance from an engine's metrics
     ssd-plan capacity --preset llama70b-1b-h100 --rate 10 --tpot-ms 27   # the cheapest deployment for a load
 """
@@ -81,6 +82,7 @@ def build_parser() -> argparse.ArgumentParser:
                     "fan-out for the hit and miss case, Saguaro C and the backup policy, and predict tok/s "
                     "of autoregressive, the best synchronous SD and SSD. Knob flags fix a value; the rest "
                     "is searched. `ssd-plan calibrate --help` fits a profile to runtime traces; `ssd-plan "
+                    "holdout --help` checks such a calibration on requests it never saw; `ssd-plan "
                     "workload --help` reads an engine's speculative-decoding metrics into a workload profile; `ssd-plan capacity "
                     "--help` finds the cheapest deployment that serves a load within TTFT / TPOT targets.",
         formatter_class=argparse.RawDescriptionHelpFormatter,
@@ -151,6 +153,10 @@ def main(argv: list[str] | None = None) -> int:
         from ssd_sim.cli.capacity import main as capacity_main
 
         return capacity_main(argv[1:])
+    if argv[:1] == ["holdout"]:
+        from ssd_sim.cli.holdout import main as holdout_main
+
+        return holdout_main(argv[1:])
     if argv[:1] == ["workload"]:
         from ssd_sim.cli.workload import main as workload_main
 

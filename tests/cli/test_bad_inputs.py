@@ -1,4 +1,4 @@
-"""Bad input through ssd-plan, ssd-plan calibrate and ssd-sim, in-process: exit status 2, exactly one line on
+"""Bad input through ssd-plan, its subcommands (calibrate, holdout, workload, capacity) and ssd-sim, in-process: exit status 2, exactly one line on
 stderr, no traceback, no file created or changed. The named cases are bench/bad_inputs.py's CASES (which runs
 them as real processes and prints the table); hypothesis adds generated flag values and malformed JSON files."""
 
@@ -15,6 +15,7 @@ from hypothesis import strategies as st
 
 from ssd_sim.cli.calibrate import main as calibrate_main
 from ssd_sim.cli.capacity import main as capacity_main
+from ssd_sim.cli.holdout import main as holdout_main
 from ssd_sim.cli.plan import main as plan_main
 from ssd_sim.cli.sim import main as sim_main
 from ssd_sim.cli.workload import main as workload_main
@@ -24,7 +25,8 @@ ROOT = Path(__file__).resolve().parents[2]
 bad = load_bench("bad_inputs")
 
 MAINS = {"ssd-plan": plan_main, "ssd-sim": sim_main, "ssd-plan calibrate": calibrate_main,
-         "ssd-plan workload": workload_main, "ssd-plan capacity": capacity_main}
+         "ssd-plan workload": workload_main, "ssd-plan capacity": capacity_main,
+         "ssd-plan holdout": holdout_main}
 
 
 @pytest.fixture(scope="module")
