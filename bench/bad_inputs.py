@@ -103,6 +103,7 @@ CASES: list[tuple[str, str, str]] = [
     ("holdout of runs over other prompts", "ssd-plan holdout", f"{EVEN} {ODD}"),
     ("holdout of a batched run", "ssd-plan holdout", f"{B2_TRACE}"),
     ("holdout --draws 0", "ssd-plan holdout", f"{EVEN} --draws 0"),
+    ("holdout --seed -1", "ssd-plan holdout", f"{EVEN} --seed -1"),
     ("holdout of a binary file", "ssd-plan holdout", "{binary}"),
     # capacity planning (ssd_sim.sim.capacity)
     ("capacity without a target", "ssd-plan capacity", f"{PLAN} --rate 5"),

@@ -124,6 +124,8 @@ def print_report(report: dict) -> None:
                   "themselves, so errors near it are the requests', not the model's: record more prompts to narrow it")
     con.print("both halves ran in the same session: this checks the model and the text, not the host's drift between "
               "a calibration and a run hours later (`ssd-plan --horizon later` gives intervals for that)")
+    for line in report["left_out"]:
+        con.print(f"left out: {line}")
     for w in report["leaks"]:
         con.print(f"NOT A HOLD-OUT (--allow-leaks): {w}")
     for w in report["warnings"]:

@@ -45,7 +45,8 @@ def prompt_labels(trace: Trace) -> list[str] | None:
     """One 'set:index' label per prompt of the whole run (sequence i ran the i-th), canonical (canonical_prompt);
     None when the header's prompt_source names no built-in set slice (a user's prompt file)."""
     src = str(trace.header.prompt_source)
-    m = re.fullmatch(r"(?:prompt-set|calibrate-here):(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
+    # "prompt-set:code[0:23:2]" (ssd-run), "calibrate-here:prompt-set:code[0:7:2]" (ssd-run calibrate-here)
+    m = re.fullmatch(r"(?:calibrate-here:(?:prompt-set:)?|prompt-set:)(\w+)(?:\[(\d+):(\d+)(?::(\d+))?\])?", src)
     if not m:
         return None
     name, lo, hi, step = m.group(1), m.group(2), m.group(3), m.group(4)

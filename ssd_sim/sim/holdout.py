@@ -21,7 +21,7 @@ from collections.abc import Callable, Iterable, Mapping
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids
+from ssd_sim.io.overlap import LEAK_SHARE, CalibrationText, prompt_ids, prompt_labels
 from ssd_sim.io.probe import Probe
 from ssd_sim.io.trace import Trace, summarize
 from ssd_sim.model.calibrate import calibrate_traces
@@ -275,43 +275,76 @@ def recommender(profile: Profile, traces: Mapping[str, Trace]) -> Callable[[list
 MIN_HALF = 24  # requests per half below which a check's worst error is mostly the requests' own spread (README)
 
 
-def request_pool(traces: Mapping[str, Trace]) -> list[int]:
-    """The requests every run decoded (one prompt pool, b = 1): ConfigError naming the run that differs."""
-    pools = {name: sorted(t.sequences()) for name, t in traces.items()}
-    for name, t in traces.items():
-        if int(t.header.batch_size) != 1:
-            raise ConfigError("traces", f"{name} ran at batch size {t.header.batch_size}: a hold-out of requests cuts "
-                                        "runs of batch size 1 (a batched round's time belongs to all its rows)")
-    first_name, first = next(iter(pools.items()))
-    source = traces[first_name].header.prompt_source
-    for name, seqs in pools.items():
-        if seqs != first or traces[name].header.prompt_source != source:
-            raise ConfigError("traces", f"{name} decoded {len(seqs)} requests of {traces[name].header.prompt_source} "
-                                        f"and {first_name} {len(first)} of {source}: give runs over the same prompts "
-                                        "(one prompt file or set, all of it)")
-    if len(first) < 4:
-        raise ConfigError("traces", f"the runs decoded {len(first)} requests: a hold-out needs at least 4 (2 per half); "
-                                    "record runs over more prompts (ssd-run --num-prompts N)")
-    return first
+def batch_one(traces: Mapping[str, Trace]) -> tuple[dict[str, Trace], list[str]]:
+    """The runs a hold-out of requests can cut ({name: trace} at batch size 1) and a line for each one left out: a
+    batched round's time belongs to all its rows, so a run of b > 1 cannot be split by request (calibrate-here's
+    b = 2 SSD run, for instance). ConfigError when none is left."""
+    kept = {n: t for n, t in traces.items() if int(t.header.batch_size) == 1}
+    left = [f"{n} (batch size {t.header.batch_size}: a batched round's time belongs to all its rows, so it cannot be "
+            "cut by request)" for n, t in traces.items() if n not in kept]
+    if not kept:
+        raise ConfigError("traces", f"every run ran at batch size > 1 ({', '.join(traces)}): a hold-out of requests "
+                                    "cuts runs of batch size 1; record some with ssd-run -b 1")
+    return kept, left
+
+
+def prompt_keys(trace: Trace) -> dict[int, str]:
+    """{seq: the prompt it ran}: its canonical built-in label (io.overlap.prompt_labels: "code:6"), else its prompt
+    file and index ("my.jsonl#6")."""
+    labels, src = prompt_labels(trace), str(trace.header.prompt_source)
+    return {q: labels[q] if labels is not None and q < len(labels) else f"{src}#{q}" for q in trace.sequences()}
+
+
+def request_pool(traces: Mapping[str, Trace]) -> tuple[list[int], dict[str, dict[int, int]]]:
+    """The prompts every run decoded: their sequence numbers in the first run, and per run the map from those to its
+    own (runs over different slices of one built-in set meet on the prompts they share: calibrate-here's runs over
+    code prompts 0-6 and 0-22 share four). ConfigError, naming the pools, when fewer than 4 are shared."""
+    keys = {n: prompt_keys(t) for n, t in traces.items()}
+    common = set.intersection(*(set(k.values()) for k in keys.values()))
+    if len(common) < 4:
+        pools: dict[tuple, list[str]] = {}
+        for n, t in traces.items():
+            pools.setdefault((str(t.header.prompt_source), len(keys[n])), []).append(n)
+        said = "; ".join(f"{len(names)} over {size} requests of {src} ({', '.join(names[:3])}"
+                         f"{', ...' if len(names) > 3 else ''})" for (src, size), names in pools.items())
+        raise ConfigError("traces", f"the runs share {len(common)} prompts ({said}): a hold-out needs at least 4 (2 per "
+                                    "half); give runs over one prompt file or set, with more prompts (ssd-run "
+                                    "--num-prompts N)")
+    first = next(iter(keys))
+    seqs = sorted(q for q, k in keys[first].items() if k in common)
+    own = {n: {k: q for q, k in m.items()} for n, m in keys.items()}
+    return seqs, {n: {q: own[n][keys[first][q]] for q in seqs} for n in traces}
 
 
 def check_halves(traces: Mapping[str, Trace], draws: int = 5, seed: int = 0, probe: Probe | None = None,
                  weigh: bool = True, allow_leaks: bool = False) -> dict:
     """`ssd-plan holdout`: per draw, calibrate on half A of every run's requests (and the probe), predict half B of
-    each run; pooled over the draws. weigh: each draw's calibration weighted to half B's request classes where every
+    each run; pooled over the draws. Runs of batch size > 1 are left out (batch_one), and said so. weigh: each draw's calibration weighted to half B's request classes where every
     trace records them (model.mix), as a user knows what traffic they serve. A draw whose half B shares more than
     LEAK_SHARE of its text with half A (the same prompt twice, or runs at T > 0 with one seed) is refused
     (ConfigError) unless allow_leaks. The report: every run of every draw, per run over the draws, the median and
     worst |tok/s error|, the interval coverage, the decisions by regret, the floors and the calibration's warnings."""
     if not 1 <= draws <= 1000:
         raise ConfigError("draws", f"{draws} random halves: give 1 to 1000")
-    seqs = request_pool(traces)
+    if not 0 <= seed < 2**63:
+        raise ConfigError("seed", f"{seed}: give a seed from 0 to 2^63 - 1")
+    traces, left_out = batch_one(traces)
+    seqs, seq_in = request_pool(traces)
     weigh = weigh and all(t.header.request_tags for t in traces.values())
     rows, picks, warnings, leaks = [], [], [], []
+    cut = [f"{n} ({len(t.sequences()) - len(seqs)} of its {len(t.sequences())})" for n, t in traces.items()
+           if len(t.sequences()) > len(seqs)]
+    if cut:
+        warnings.append(f"the runs share {len(seqs)} prompts, so the requests of other prompts are left out: "
+                        + ", ".join(cut))
+
+    def own(run: str, half: list[int]) -> list[int]:
+        return sorted(seq_in[run][q] for q in half)
+
     for d in range(draws):
         a, b = halves(seqs, d, seed)
-        cal = {f"{n}[A{d}]": t.only_requests(a, f"A{d}") for n, t in traces.items()}
-        pred = {f"{n}[B{d}]": t.only_requests(b, f"B{d}") for n, t in traces.items()}
+        cal = {f"{n}[A{d}]": t.only_requests(own(n, a), f"A{d}") for n, t in traces.items()}
+        pred = {f"{n}[B{d}]": t.only_requests(own(n, b), f"B{d}") for n, t in traces.items()}
         shared, leaking = shared_text(cal.values(), pred)
         if leaking and not allow_leaks:
             raise ConfigError("traces", f"draw {d}: half B shares more than {LEAK_SHARE:.0%} of its text with half A "
@@ -334,14 +367,15 @@ def check_halves(traces: Mapping[str, Trace], draws: int = 5, seed: int = 0, pro
         runs = predict_runs(profile, pred, interleaved, shared)
         for r in runs:
             r["draw"], r["run"] = d, r["trace"].rsplit("[", 1)[0]
-            r["floor_err_pct"] = floor_err(traces[r["run"]], a, b)
+            run_a, run_b = own(r["run"], a), own(r["run"], b)
+            r["floor_err_pct"] = floor_err(traces[r["run"]], run_a, run_b)
             if weigh:
-                r["mixed_floor_err_pct"] = mixed_floor_err(traces[r["run"]], a, b)
+                r["mixed_floor_err_pct"] = mixed_floor_err(traces[r["run"]], run_a, run_b)
         rows += runs
         picks += choices(runs, recommender(profile, pred))
     errs = [abs(r["tok_s_err_pct"]) for r in rows]
     return {"runs": rows, "per_run": per_run(rows), "draws": draws, "seed": seed, "requests": len(seqs),
             "half": len(seqs) // 2, "weighted": weigh, "median_abs_err_pct": statistics.median(errs),
             "worst_abs_err_pct": max(errs), "inside": sum(r["inside"] for r in rows), "predicted": len(rows),
-            "choices": picks, "warnings": list(dict.fromkeys(warnings)), "leaks": leaks,
+            "choices": picks, "warnings": list(dict.fromkeys(warnings)), "leaks": leaks, "left_out": left_out,
             "horizons": sorted({r["horizon"] for r in rows})}

@@ -48,5 +48,5 @@ def test_holdout_refuses_in_one_line_and_writes_nothing(capsys, tmp_path):
     with pytest.raises(SystemExit) as e:
         main(["holdout", RUNS[1], str(HALVES / "pred-sd-k3-t0.jsonl"), "-o", str(out)])
     err = capsys.readouterr().err
-    assert e.value.code == 2 and err.count("\n") == 1 and "traces:" in err and "same prompts" in err
+    assert e.value.code == 2 and err.count("\n") == 1 and "traces:" in err and "share 0 prompts" in err
     assert not out.exists()

@@ -53,6 +53,10 @@ def test_a_run_above_the_leak_share_leaks():
 def test_prompt_ids_read_the_header_slice():
     assert prompt_ids(_run([1], prompts="prompt-set:code[8:16]")) == {f"code:{i}" for i in range(8, 16)}
     assert prompt_ids(_run([1], prompts="prompt-set:code[1:12:2]")) == {f"code:{i}" for i in (1, 3, 5, 7, 9, 11)}
+    # ssd-run calibrate-here names its built-in set as ssd-run does, after its own prefix
+    assert prompt_ids(_run([1], prompts="calibrate-here:prompt-set:code[0:7:2]")) == {"code:0", "code:2", "code:4",
+                                                                                      "code:6"}
+    assert prompt_ids(_run([1], prompts="calibrate-here:mine.jsonl[0:7:2]")) == {"calibrate-here:mine.jsonl[0:7:2]"}
 
 
 def _pool(seqs: int = 4, batch: int = 1, prompts: str = "prompt-set:pool[0:4]"):

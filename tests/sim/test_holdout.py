@@ -115,10 +115,10 @@ def test_a_check_predicts_what_the_fidelity_bench_predicts_on_the_same_halves(ch
 
 
 def test_a_check_refuses_runs_over_other_prompts_batched_runs_and_tiny_pools():
-    with pytest.raises(ConfigError, match="give runs over the same prompts"):
+    with pytest.raises(ConfigError, match="the runs share 0 prompts .*give runs over one prompt file or set"):
         holdout.check_halves(runs("cal-sd-k4-t0.jsonl", "pred-sd-k3-t0.jsonl"))  # even prompts vs odd
     batched = read_trace(ROOT / "traces" / "cpu-fp32-splits" / "sd-k3-b2-t0.jsonl")
-    with pytest.raises(ConfigError, match="batch size 2"):
+    with pytest.raises(ConfigError, match="every run ran at batch size > 1"):
         holdout.check_halves({"b2": batched})
     three = read_trace(HALVES / "cal-sd-k4-t0.jsonl").only_requests([0, 1, 2], "three")
     with pytest.raises(ConfigError, match="at least 4"):
@@ -136,3 +136,30 @@ def test_a_check_with_classes_weighs_each_draw_to_its_half_b_and_says_when_it_ca
     assert res["weighted"] and any("draw 0: half B holds requests of classes half A never ran (y)" in w
                                    for w in res["warnings"])
     assert not holdout.check_halves(traces, draws=1, weigh=False)["weighted"]
+
+
+SPLITS = ROOT / "traces" / "cpu-fp32-splits"  # code prompts 0-7 at b = 1, 2 and 4
+
+
+def test_a_check_leaves_out_batched_runs_and_says_so():
+    traces = {n: read_trace(SPLITS / n) for n in ("ar-b1-t0.jsonl", "sd-k2-b1-t0.jsonl", "sd-k3-b2-t0.jsonl")}
+    res = holdout.check_halves(traces, draws=1)
+    assert {r["run"] for r in res["runs"]} == {"ar-b1-t0.jsonl", "sd-k2-b1-t0.jsonl"} and res["requests"] == 8
+    (line,) = res["left_out"]
+    assert line.startswith("sd-k3-b2-t0.jsonl (batch size 2")
+
+
+def test_runs_over_slices_of_one_built_in_set_meet_on_the_prompts_they_share():
+    # code prompts 0-7 and the even ones 0-22 share code:0, 2, 4, 6 (as calibrate-here's short and long runs do)
+    traces = {"first8": read_trace(SPLITS / "sd-k2-b1-t0.jsonl"), "even": read_trace(HALVES / "cal-sd-k2-t0.jsonl")}
+    seqs, seq_in = holdout.request_pool(traces)
+    assert seqs == [0, 2, 4, 6] and seq_in["even"] == {0: 0, 2: 1, 4: 2, 6: 3}
+    # one host's runs over different requests of one set meet on the requests both decoded
+    ar = read_trace(SPLITS / "ar-b1-t0.jsonl")
+    six = read_trace(SPLITS / "sd-k2-b1-t0.jsonl").only_requests(range(6), "six")
+    res = holdout.check_halves({"ar": ar, "sd": six}, draws=2)
+    assert (res["requests"], res["half"]) == (6, 3)
+    for d in (0, 1):
+        b = holdout.halves(list(range(6)), d)[1]
+        assert all(r["workload"][0] == tuple(sorted(f"code:{q}" for q in b)) for r in res["runs"] if r["draw"] == d)
+    assert any("the runs share 6 prompts" in w and "ar (2 of its 8)" in w for w in res["warnings"])
