@@ -319,11 +319,10 @@ def request_pool(traces: Mapping[str, Trace]) -> tuple[list[int], dict[str, dict
 def check_halves(traces: Mapping[str, Trace], draws: int = 5, seed: int = 0, probe: Probe | None = None,
                  weigh: bool = True, allow_leaks: bool = False) -> dict:
     """`ssd-plan holdout`: per draw, calibrate on half A of every run's requests (and the probe), predict half B of
-    each run; pooled over the draws. Runs of batch size > 1 are left out (batch_one), and said so. weigh: each draw's calibration weighted to half B's request classes where every
-    trace records them (model.mix), as a user knows what traffic they serve. A draw whose half B shares more than
-    LEAK_SHARE of its text with half A (the same prompt twice, or runs at T > 0 with one seed) is refused
-    (ConfigError) unless allow_leaks. The report: every run of every draw, per run over the draws, the median and
-    worst |tok/s error|, the interval coverage, the decisions by regret, the floors and the calibration's warnings."""
+    each run (check_draw); pooled over the draws. Runs of batch size > 1 are left out (batch_one), and said so.
+    weigh: each draw's calibration weighted to half B's request classes where every trace records them (model.mix),
+    as a user knows what traffic they serve. The report: every run of every draw, per run over the draws, the median
+    and worst |tok/s error| (%), the interval coverage, the decisions by regret, the floors and the warnings."""
     if not 1 <= draws <= 1000:
         raise ConfigError("draws", f"{draws} random halves: give 1 to 1000")
     if not 0 <= seed < 2**63:
@@ -331,51 +330,60 @@ def check_halves(traces: Mapping[str, Trace], draws: int = 5, seed: int = 0, pro
     traces, left_out = batch_one(traces)
     seqs, seq_in = request_pool(traces)
     weigh = weigh and all(t.header.request_tags for t in traces.values())
-    rows, picks, warnings, leaks = [], [], [], []
     cut = [f"{n} ({len(t.sequences()) - len(seqs)} of its {len(t.sequences())})" for n, t in traces.items()
            if len(t.sequences()) > len(seqs)]
-    if cut:
-        warnings.append(f"the runs share {len(seqs)} prompts, so the requests of other prompts are left out: "
-                        + ", ".join(cut))
-
-    def own(run: str, half: list[int]) -> list[int]:
-        return sorted(seq_in[run][q] for q in half)
-
+    warnings = [f"the runs share {len(seqs)} prompts, so the requests of other prompts are left out: "
+                + ", ".join(cut)] if cut else []
+    rows, picks, leaks = [], [], []
     for d in range(draws):
-        a, b = halves(seqs, d, seed)
-        cal = {f"{n}[A{d}]": t.only_requests(own(n, a), f"A{d}") for n, t in traces.items()}
-        pred = {f"{n}[B{d}]": t.only_requests(own(n, b), f"B{d}") for n, t in traces.items()}
-        shared, leaking = shared_text(cal.values(), pred)
-        if leaking and not allow_leaks:
-            raise ConfigError("traces", f"draw {d}: half B shares more than {LEAK_SHARE:.0%} of its text with half A "
-                                        f"({'; '.join(leaking)}): not a hold-out (the same prompt twice, or sampled "
-                                        "runs with one seed); --allow-leaks reports it anyway")
-        leaks += leaking
-        mix = None
-        if weigh:
-            tag = next(iter(traces.values())).tag
-            if unseen := {tag(q) for q in b} - {tag(q) for q in a}:
-                warnings.append(f"draw {d}: half B holds requests of classes half A never ran ({', '.join(sorted(unseen))}): "
-                                "that draw is calibrated on half A as it is, unweighted")
-            else:
-                mix = RequestMix.of_requests(tag(q) for q in b)
-        interleaved = probe is None and all(interleaved_with(t, list(cal.values())) for t in pred.values())
-        drifts = {**SHIPPED_DRIFTS, "session": NO_DRIFT} if interleaved else None
-        profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"holdout-A{d}", probe=probe, mix=mix,
-                                           drifts=drifts)
-        warnings += report.warnings
-        runs = predict_runs(profile, pred, interleaved, shared)
-        for r in runs:
-            r["draw"], r["run"] = d, r["trace"].rsplit("[", 1)[0]
-            run_a, run_b = own(r["run"], a), own(r["run"], b)
-            r["floor_err_pct"] = floor_err(traces[r["run"]], run_a, run_b)
-            if weigh:
-                r["mixed_floor_err_pct"] = mixed_floor_err(traces[r["run"]], run_a, run_b)
-        rows += runs
-        picks += choices(runs, recommender(profile, pred))
+        draw = check_draw(traces, seq_in, halves(seqs, d, seed), d, probe, weigh, allow_leaks)
+        rows += draw["runs"]
+        picks += draw["choices"]
+        warnings += draw["warnings"]
+        leaks += draw["leaks"]
     errs = [abs(r["tok_s_err_pct"]) for r in rows]
     return {"runs": rows, "per_run": per_run(rows), "draws": draws, "seed": seed, "requests": len(seqs),
             "half": len(seqs) // 2, "weighted": weigh, "median_abs_err_pct": statistics.median(errs),
             "worst_abs_err_pct": max(errs), "inside": sum(r["inside"] for r in rows), "predicted": len(rows),
             "choices": picks, "warnings": list(dict.fromkeys(warnings)), "leaks": leaks, "left_out": left_out,
             "horizons": sorted({r["horizon"] for r in rows})}
+
+
+def check_draw(traces: Mapping[str, Trace], seq_in: Mapping[str, Mapping[int, int]], ab: tuple[list[int], list[int]],
+               d: int, probe: Probe | None, weigh: bool, allow_leaks: bool) -> dict:
+    """One draw of check_halves: halves `ab` (the first run's sequence numbers; seq_in maps them to each run's own)
+    -> {"runs", "choices", "warnings", "leaks"}. A half B sharing more than LEAK_SHARE of its text with half A (the
+    same prompt twice, or runs at T > 0 with one seed) is refused (ConfigError) unless allow_leaks."""
+    a, b = ab
+
+    def own(run: str, half: list[int]) -> list[int]:
+        return sorted(seq_in[run][q] for q in half)
+
+    cal = {f"{n}[A{d}]": t.only_requests(own(n, a), f"A{d}") for n, t in traces.items()}
+    pred = {f"{n}[B{d}]": t.only_requests(own(n, b), f"B{d}") for n, t in traces.items()}
+    shared, leaking = shared_text(cal.values(), pred)
+    if leaking and not allow_leaks:
+        raise ConfigError("traces", f"draw {d}: half B shares more than {LEAK_SHARE:.0%} of its text with half A "
+                                    f"({'; '.join(leaking)}): not a hold-out (the same prompt twice, or sampled runs "
+                                    "with one seed); --allow-leaks reports it anyway")
+    mix, warnings = None, []
+    if weigh:
+        tag = next(iter(traces.values())).tag
+        if unseen := {tag(q) for q in b} - {tag(q) for q in a}:
+            warnings.append(f"draw {d}: half B holds requests of classes half A never ran "
+                            f"({', '.join(sorted(unseen))}): that draw is calibrated on half A as it is, unweighted")
+        else:
+            mix = RequestMix.of_requests(tag(q) for q in b)
+    interleaved = probe is None and all(interleaved_with(t, list(cal.values())) for t in pred.values())
+    drifts = {**SHIPPED_DRIFTS, "session": NO_DRIFT} if interleaved else None
+    profile, report = calibrate_traces(list(cal.values()), list(cal), name=f"holdout-A{d}", probe=probe, mix=mix,
+                                       drifts=drifts)
+    runs = predict_runs(profile, pred, interleaved, shared)
+    for r in runs:
+        r["draw"], r["run"] = d, r["trace"].rsplit("[", 1)[0]
+        run_a, run_b = own(r["run"], a), own(r["run"], b)
+        r["floor_err_pct"] = floor_err(traces[r["run"]], run_a, run_b)
+        if weigh:
+            r["mixed_floor_err_pct"] = mixed_floor_err(traces[r["run"]], run_a, run_b)
+    return {"runs": runs, "choices": choices(runs, recommender(profile, pred)),
+            "warnings": warnings + report.warnings, "leaks": leaking}
