@@ -269,54 +269,6 @@ def compare_rows(rows) -> list[dict]:
                               for n, p, m, s in rows])
 
 
-HOLDOUT_DRAWS = 3
-
-
-def _on_holdout(chosen: Chosen) -> None:
-    """Button callback: ssd-plan holdout on this one trace (its report, or the one-line error)."""
-    from ssd_sim.sim.holdout import check_halves
-
-    name = chosen.path.name if chosen.path is not None else str(chosen.trace.path)
-    try:
-        report: dict | str = check_halves({name: chosen.trace}, draws=HOLDOUT_DRAWS)
-    except ConfigError as e:
-        report = f"cannot check this trace: {e}"
-    st.session_state.setdefault("tr_holdout", {})[chosen.key] = report
-
-
-def holdout_rows(report: dict) -> list[dict]:
-    """One row per draw: the half B it predicted, measured and predicted tok/s, the error, the 90% interval and the
-    floor (half A's own tok/s taken as half B's)."""
-    return charts.table_rows([{"draw": r["draw"], "measured tok/s": r["measured_tok_s"],
-                               "predicted tok/s": r["predicted_tok_s"], "error %": r["tok_s_err_pct"],
-                               "90% interval": f"{r['interval_90'][0]:.3g}-{r['interval_90'][1]:.3g}",
-                               "inside": "yes" if r["inside"] else "no", "floor error %": r["floor_err_pct"]}
-                              for r in report["runs"]])
-
-
-def holdout_of(chosen: Chosen) -> None:
-    """How well a calibration from this trace predicts it on requests the calibration never saw: calibrated on a random
-    half of its requests, the other half predicted (ssd-plan holdout), for a few random halves."""
-    st.subheader("on requests the calibration never saw")
-    batched = int(chosen.trace.header.batch_size) > 1
-    st.button(f"check on {HOLDOUT_DRAWS} random halves of its requests", key="btn_tr_holdout", on_click=_on_holdout,
-              args=(chosen,), disabled=chosen.trace.mode == "ar" or batched or not sim.available(),
-              help="calibrate on a random half of this trace's requests, simulate the other half and compare with what "
-                   "it measured, three times (ssd-plan holdout TRACES on more runs); needs an SD or SSD run at batch "
-                   "size 1 (a batched round's time belongs to all its rows)")
-    report = st.session_state.get("tr_holdout", {}).get(chosen.key)
-    if isinstance(report, str):
-        st.error(report)
-    elif report is not None:
-        st.dataframe(holdout_rows(report), hide_index=True, width="stretch", column_config={
-            c: st.column_config.NumberColumn(format="%.3g")
-            for c in ("measured tok/s", "predicted tok/s", "error %", "floor error %")})
-        st.caption(f"halves of {report['half']} requests: median |error| {report['median_abs_err_pct']:.1f}%, worst "
-                   f"{report['worst_abs_err_pct']:.1f}%, {report['inside']} of {report['predicted']} inside their 90% "
-                   "intervals. The floor is how far the halves differ by themselves; both ran in the same session, so "
-                   "this checks the model on this text, not the host's drift over hours.")
-
-
 def positions_of(trace: Trace, profile: Profile) -> None:
     """Per-position acceptance and hit rate: counted in the trace, derived from its logged distributions,
     and the profile's for the trace's plan."""
@@ -365,7 +317,6 @@ def render() -> None:
         return
     compare(chosen.trace, profile)
     positions_of(chosen.trace, profile)
-    holdout_of(chosen)
 
 
 render()

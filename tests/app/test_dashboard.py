@@ -684,24 +684,3 @@ def test_a_trace_with_request_classes_is_calibrated_for_the_mix_typed_beside_it(
 def test_a_trace_without_request_classes_has_no_mix_input(cpu_traces):
     at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{GRID}/{GRID_SSD}")
     assert not [t for t in at.text_input if t.key == "tr_mix"]
-
-
-def test_a_trace_is_checked_on_random_halves_of_its_requests_on_request(pool_trace):
-    from ssd_sim.sim.holdout import check_halves
-
-    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=120).run(), f"{POOL40I}/{POOL_SSD}")
-    assert "on requests the calibration never saw" in [s.value for s in at.subheader]
-    at.button(key="btn_tr_holdout").click().run()
-    ok(at)
-    want = check_halves({POOL_SSD: read_trace(pool_trace)}, draws=3)
-    (table,) = [d.value for d in at.dataframe if "floor error %" in d.value.columns]
-    assert list(table["draw"]) == [0, 1, 2]
-    assert list(table["predicted tok/s"]) == pytest.approx([r["predicted_tok_s"] for r in want["runs"]])
-    assert list(table["measured tok/s"]) == pytest.approx([r["measured_tok_s"] for r in want["runs"]])
-    assert any(c.value.startswith(f"halves of 24 requests: median |error| {want['median_abs_err_pct']:.1f}%")
-               for c in at.caption)
-
-
-def test_an_ar_trace_cannot_be_checked_on_its_own_halves(cpu_traces):
-    at = open_trace(AppTest.from_file(str(DASHBOARD), default_timeout=60).run(), f"{GRID}/{GRID_AR}")
-    assert at.button(key="btn_tr_holdout").disabled  # no draft timings to calibrate from
