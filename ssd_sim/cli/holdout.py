@@ -34,11 +34,12 @@ PROG = "ssd-plan holdout"
 def build_parser() -> OneLineParser:
     p = OneLineParser(prog=PROG, description="Check a calibration on text it never saw: calibrate on a random half of "
                       "the runs' requests, predict the other half of each run, and report the tok/s errors and how "
-                      "often the 90%% intervals held, over several random halves.")
+                      "often the 90% intervals held, over several random halves.")
     p.add_argument("traces", nargs="+", help="JSONL traces written by ssd-run over the same prompts at batch size 1 "
                                              "(one setup: AR, SD and SSD runs, any K, T and C)")
     p.add_argument("--draws", type=int, default=5, help="random halves to draw (default 5; each calibrates once and "
-                                                        "simulates every run, about 1-5 s per run)")
+                                                        "simulates every run: about 0.5-1 s per run and draw on 2 "
+                                                        "cores)")
     p.add_argument("--seed", type=int, default=0, help="seed of the random halves (default 0)")
     p.add_argument("--probe", metavar="FILE", help="a probe of the same setup and host (`ssd-run probe -o FILE`) for "
                                                    "the latencies, as in `ssd-plan calibrate --probe`")
@@ -123,7 +124,7 @@ def print_report(report: dict) -> None:
         con.print(f"note: halves of {report['half']} requests; the floor column is how far such halves differ by "
                   "themselves, so errors near it are the requests', not the model's: record more prompts to narrow it")
     con.print("both halves ran in the same session: this checks the model and the text, not the host's drift between "
-              "a calibration and a run hours later (`ssd-plan --horizon later` gives intervals for that)")
+              "a calibration and a run hours later (ssd-plan's default intervals, horizon later, take that drift)")
     for line in report["left_out"]:
         con.print(f"left out: {line}")
     for w in report["leaks"]:
