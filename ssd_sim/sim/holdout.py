@@ -36,8 +36,8 @@ from ssd_sim.model.drift import (
 )
 from ssd_sim.model.mix import RequestMix
 from ssd_sim.model.profile import Profile
+from ssd_sim.plan.compare import trace_plan
 from ssd_sim.plan.intervals import at_horizon, decide, sample, scaled_interval
-from ssd_sim.plan.plan import Plan
 from ssd_sim.sim.des import outcome_source, plan_for_mode, simulate
 from ssd_sim.sim.workload import Workload
 
@@ -62,11 +62,6 @@ def replicates_for(trace: Trace, least: int = 10) -> int:
     spread in the predicted tok/s (measured: 10 seed sets of 240 requests, SD K = 4)."""
     rounds = sum(len(r.seqs) for r in trace.rounds)
     return max(least, -(-MIN_SIM_ROUNDS // max(rounds, 1)))
-
-
-def trace_plan(trace: Trace) -> Plan:
-    """The plan the run ran (its knobs, mode and batch size)."""
-    return Plan.from_dict({**trace.plan, "mode": trace.mode, "batch_size": int(trace.header.batch_size)})
 
 
 def predict_run(profile: Profile, trace: Trace, replicates: int | None = None, seed: int = 0) -> dict:

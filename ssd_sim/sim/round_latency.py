@@ -186,6 +186,7 @@ class ContextLatency:
         self.redrafted = base.redrafted
         self.varies = True
         self.p_all = p_all
+        self._saving: dict[tuple[int, int, int], tuple[float, float]] = {}
 
     def _where(self, context: float) -> tuple[int, float]:
         """The node below `context` and the weight of the one above (clamped to the nodes' range)."""
@@ -216,10 +217,13 @@ class ContextLatency:
         return cost.sd_draft - saved[0], cost.verify - saved[1]
 
     def _first_saving(self, node: int, b: int, fresh: int) -> tuple[float, float]:
-        """(draft, verify) ms that `fresh` first-round rows of b save at a node's latencies."""
-        m, K, p = self._models[node], self.K, self.p_all
-        return (float(m.sd_draft_ms(b, K, p) - m.sd_draft_ms(b, K, p, fresh)),
-                float(m.sd_verify_ms(b, K, p) - m.sd_verify_ms(b, K, p, fresh)))
+        """(draft, verify) ms that `fresh` first-round rows of b save at a node's latencies (each computed once)."""
+        key = (node, b, fresh)
+        if key not in self._saving:
+            m, K, p = self._models[node], self.K, self.p_all
+            self._saving[key] = (float(m.sd_draft_ms(b, K, p) - m.sd_draft_ms(b, K, p, fresh)),
+                                 float(m.sd_verify_ms(b, K, p) - m.sd_verify_ms(b, K, p, fresh)))
+        return self._saving[key]
 
     def jit_ms(self, rows: int, context: float) -> float:
         """A jit backup redrafting `rows` rows at mean context `context` (ms)."""
