@@ -70,6 +70,10 @@ CASES: list[tuple[str, str, str]] = [
     ("--batch-sizes 5000", "ssd-plan", f"{PLAN} --batch-sizes 1,5000 -o {{out}}"),
     ("--batch-sizes with --emit", "ssd-plan", f"{PLAN} --batch-sizes 1,2 --emit vllm"),
     ("unknown preset", "ssd-plan", "--preset nope"),
+    # a pair from specs that cannot hold its weights or one sequence's KV cache
+    ("draft too big for its GPU", "ssd-plan", "--target Llama-3.1-8B --draft Llama-3.1-70B --gpu h100 --tp 4 -o {out}"),
+    ("--context 1000000 on 4x H100", "ssd-plan", "--target Llama-3.1-70B --draft Llama-3.2-1B --gpu h100 --tp 4 "
+                                                 "--context 1000000 -o {out}"),
     ("no profile", "ssd-plan", ""),
     ("--tokens 1e10", "ssd-sim", f"{PLAN} --tokens 1e10"),
     ("--tokens 10000000000", "ssd-sim", f"{PLAN} --tokens 10000000000"),

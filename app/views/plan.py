@@ -58,6 +58,8 @@ def render() -> None:
                    "given, as `ssd-plan --plan plan.json` scores a plan file: `binding` describes the fixed fan-out "
                    "and there is no re-optimised b* crossover (`b_star_curve` is null; `b_star` is this plan's). "
                    "**optimise** on the What-if page loads make_plan's knobs.")
+    if rep["memory"]["warning"]:
+        st.warning(rep["memory"]["warning"], icon=":material/memory:")
     if sc.overrides:
         st.warning("the profile has what-if overrides; `ssd-plan --preset` alone will not reproduce these "
                    "predictions (they are listed under whatif_overrides)")

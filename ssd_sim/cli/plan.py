@@ -61,7 +61,7 @@ from ssd_sim.plan.planner import (
     make_plan,
 )
 from ssd_sim.plan.predict import plan_point, predict_ssd
-from ssd_sim.plan.report import build_report, plan_file
+from ssd_sim.plan.report import build_report, memory_report, plan_file
 from ssd_sim.plan.whatif import batch_sweep
 from ssd_sim.sim.workload import (
     DEFAULT_OUTPUT_TOKENS,
@@ -186,10 +186,11 @@ def main(argv: list[str] | None = None) -> int:
         report["context_growth"] = _growth_report(base_extra, result)
     if args.batch_sizes:
         report["batch_sweep"] = batch_sweep(profile, request, args.batch_sizes)
+        report["memory"] = memory_report(profile, [result.plan.batch_size, *args.batch_sizes])
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
         fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
                                        "choose vllm or sglang"))
-    for warning in (report["host"]["warning"], report.get("latency_tables", {}).get("warning"),
+    for warning in (report["host"]["warning"], report.get("latency_tables", {}).get("warning"), report["memory"]["warning"],
                     ignored_at_greedy(knob_flags(args), result.plan.temperature)):
         if warning:
             print(f"{PROG}: warning: {warning}", file=sys.stderr)

@@ -46,7 +46,11 @@ def profile_from_specs(target: str, draft: str, gpu: str, tp: int = 1, draft_gpu
     t_gpu, d_gpu = get_gpu(gpu), get_gpu(draft_gpu or gpu)
     latency = _latency(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, assumptions)
     source = acceptance_source(acceptance_from)
+    fit = (_max_batch(t_arch, t_gpu, tp, dtype, context, "tp"), _max_batch(d_arch, d_gpu, 1, dtype, context, "draft_gpu"))
     prov = _provenance(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, assumptions, source)
+    prov["max_batch_size"] = (f"derived: sequences whose KV cache at {context} tokens fits beside the weights in 90% of "
+                              f"device memory: {fit[0]} on the target's {tp} x {t_gpu.name}, {fit[1]} on the draft's "
+                              f"{d_gpu.name} (SD's draft, on the target's devices, is not counted)")
     return Profile(
         name=f"{_short(t_arch)}+{_short(d_arch)} on {tp}x{t_gpu.name}" + (f" + {d_gpu.name}" if draft_gpu else ""),
         latency=latency, acceptance=source.acceptance,
@@ -54,7 +58,7 @@ def profile_from_specs(target: str, draft: str, gpu: str, tp: int = 1, draft_gpu
                     f"{dtype}, context {context} tokens: roofline from specs",
         target_model=t_arch.name, draft_model=d_arch.name,
         hardware=f"{tp + 1}x GPU: target TP={tp} on {t_gpu.name}, draft on a {d_gpu.name}",
-        max_batch_size=_max_batch(t_arch, t_gpu, tp, dtype, context),
+        max_batch_size=min(fit),
         sources=(t_gpu.source,) + ((d_gpu.source,) if d_gpu is not t_gpu else ()) + source.sources,
         provenance=prov, host=None, uncertainty=_uncertainty(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context,
                                                              assumptions, source),
@@ -67,14 +71,23 @@ def _latency(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a) -> LatencyMode
                         draft=forward_latency(d_arch, d_gpu, 1, dtype, context, a=a), target_devices=tp, **OVERHEADS)
 
 
-def _max_batch(arch: Architecture, gpu: GpuSpec, tp: int, dtype: str, context: int) -> int:
-    """Sequences whose KV cache fits beside the weights in 90% of the target devices' memory (at least 1)."""
+def _max_batch(arch: Architecture, gpu: GpuSpec, devices: int, dtype: str, context: int, field: str) -> int:
+    """Sequences whose KV cache at `context` tokens fits beside the weights in 90% of `devices` x `gpu`'s memory (at
+    most 4096). The target's cache is on its TP devices, the draft's (every sequence's, as SSD's draft keeps each
+    sequence's prefix; its branch rows add budget x K tokens, left out) on its one device."""
     weights = BYTES[dtype] * arch.params
-    free = 0.9 * gpu.memory_gb * 1e9 * tp - weights
+    free = 0.9 * gpu.memory_gb * 1e9 * devices - weights
     if free <= 0:
-        raise ConfigError("tp", f"{_short(arch)} needs {weights / 1e9:.0f} GB of weights, more than "
-                                f"90% of {tp} x {gpu.memory_gb:g} GB on {gpu.name}: raise --tp")
-    return int(max(1, min(4096, free // arch.kv_bytes(context, dtype))))
+        fix = "raise --tp" if field == "tp" else "choose a larger --draft-gpu or a smaller draft"
+        raise ConfigError(field, f"{_short(arch)} needs {weights / 1e9:.0f} GB of weights, more than "
+                                 f"90% of {devices} x {gpu.memory_gb:g} GB on {gpu.name}: {fix}")
+    fits = int(min(4096, free // arch.kv_bytes(context, dtype)))
+    if fits < 1:
+        raise ConfigError("context", f"one sequence's {_short(arch)} KV cache at {context} tokens "
+                                     f"({arch.kv_bytes(context, dtype) / 1e9:.0f} GB) does not fit beside its weights in "
+                                     f"90% of {devices} x {gpu.memory_gb:g} GB on {gpu.name}: lower --context"
+                                     + (" or raise --tp" if field == "tp" else " or choose a larger --draft-gpu"))
+    return fits
 
 
 def _uncertainty(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source) -> Uncertainty:
@@ -107,7 +120,6 @@ def _provenance(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source: Acc
         "overheads": "assumed: the presets' per-round overheads (" +
                      ", ".join(f"{k} {v:g}" for k, v in OVERHEADS.items()) + " ms)",
         "acceptance": source.provenance,
-        "max_batch_size": "derived: sequences whose KV cache fits beside the weights in 90% of device memory",
     }
 
 

@@ -58,6 +58,7 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
     report["reference_engine"] = reference_engine_report(result, report["engine_flags"]["ssd-engine"],
                                                          report["recommended_mode"])
     report["host"] = host_report(profile)
+    report["memory"] = memory_report(profile, [result.plan.batch_size])
     tables = table_report(profile, result.plan, sd.num_speculative_tokens)
     if tables is not None:
         report["latency_tables"] = tables
@@ -99,6 +100,19 @@ def table_report(profile: Profile, plan: Plan, sd_k: int) -> dict | None:
                       "(ssd-run probe --probe-batch / --probe-max-k / --probe-branch-rows) and recalibrate"
                       if outside else None)
     return out
+
+
+def memory_report(profile: Profile, batch_sizes: list[int]) -> dict:
+    """The most sequences whose KV caches fit (profile.max_batch_size, and where it comes from) and a one-line warning
+    naming the batch sizes above it, where that number is a memory fit derived from the shapes and the GPUs (a spec
+    profile's; a preset's or calibration's max_batch_size is the range it was measured over, not memory)."""
+    why = profile.provenance.get("max_batch_size", "")
+    over = sorted({b for b in batch_sizes if b > profile.max_batch_size}) if why.startswith("derived") else []
+    sizes = f"batch size {over[0]} does not" if len(over) == 1 else f"batch sizes {', '.join(map(str, over))} do not"
+    warning = (f"{sizes} fit: {why.removeprefix('derived: ')}, so at most "
+               f"{profile.max_batch_size} sequences; the prediction there reads KV caches the devices cannot hold: "
+               "lower -b or --context, or raise --tp / choose a larger --draft-gpu" if over else None)
+    return {"max_batch_size": profile.max_batch_size, "source": why or None, "over": over, "warning": warning}
 
 
 def plan_file(result: PlanResult, report: dict) -> PlanFile:

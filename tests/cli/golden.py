@@ -62,6 +62,8 @@ COMMANDS: dict[str, str] = {
     "plan-profile-t1-json": f"ssd-plan --profile {GRID}/profile.json -t 1 --json",
     "plan-bad-fanout": "ssd-plan --preset llama70b-1b-h100 -k 3 --fan-out 1,2",
     "plan-batch-sizes": "ssd-plan --preset llama70b-1b-h100 --batch-sizes 1,2,4,8,16 -o out/plan.json",  # issue 30
+    "plan-spec-70b-128k-json": "ssd-plan --target Llama-3.1-70B --draft Llama-3.2-1B --gpu h100 --tp 4 "
+                               "--context 131072 -b 2 --batch-sizes 1,2,4,8 --json",  # memory: 3 sequences fit
     "sim-llama": "ssd-sim --preset llama70b-1b-h100 --tokens 64",
     "sim-qwen32-fast-b4": "ssd-sim --preset qwen32b-0.6b-h100 --mode ssd-fast -b 4 --tokens 64",
     "sim-cpu-json": "ssd-sim --preset qwen-coder-1.5b-0.5b-cpu --tokens 64 --json",
@@ -304,6 +306,11 @@ _ISSUE_26_JIT_GLUE = ("issue 26: after a jit backup of every row ssd-run's glue 
 _document(["calibrate-grid", "calibrate-grid-t1", "plan-cpu-fanout-miss", "plan-cpu-limits", "plan-profile",
            "plan-profile-t1-json", *(f"plan-qwen-coder-1.5b-0.5b-cpu{v}{j}" for v in ("", "-dense", "-int8")
                                      for j in ("", "-json")), "sim-cpu-fixed-knobs", "sim-cpu-json"], _ISSUE_26_JIT_GLUE)
+
+_MEMORY = ("the report's memory: how many sequences' KV caches fit (a spec pair's max_batch_size, now the smaller of the "
+           "target's devices and the draft's device) and a warning for batch sizes above it")
+_document([c for c in COMMANDS if c.endswith("-json") and c.startswith("plan-") and c != "plan-spec-70b-128k-json"]
+          + ["plan-write", "plan-batch-sizes"], _MEMORY)
 
 
 def fixed_host():

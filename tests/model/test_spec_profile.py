@@ -36,6 +36,39 @@ def test_a_longer_context_is_slower_and_fits_fewer_sequences():
     assert short.max_batch_size == int((0.9 * 80e9 - 2 * 8.03e9) // (1024 * 131072))
 
 
+def test_the_draft_device_holds_every_sequence_too_and_can_bind_the_batch():
+    """Llama-3.1-8B's KV cache is 128 KiB a token, Llama-3.2-3B's 112 KiB: on 2 x H100 the target holds
+    (0.9 x 160 GB - 16.06 GB) / (8192 x 128 KiB) = 119 sequences of 8192 tokens, its 3B draft on one L40S (48 GB)
+    (0.9 x 48 GB - 6.43 GB) / (8192 x 112 KiB) = 39: the draft binds."""
+    prof = profile_from_specs("Llama-3.1-8B", "Llama-3.2-3B", gpu="h100", tp=2, draft_gpu="l40s", context=8192)
+    target = int((0.9 * 2 * 80e9 - 2 * 8.03e9) // (8192 * 131072))
+    draft = int((0.9 * 48e9 - 2 * 3.213e9) // (8192 * 114688))
+    assert (target, draft) == (119, 39) and prof.max_batch_size == 39
+    assert prof.provenance["max_batch_size"].endswith("119 on the target's 2 x h100-sxm, 39 on the draft's l40s (SD's "
+                                                      "draft, on the target's devices, is not counted)")
+
+
+def test_a_batch_whose_kv_caches_do_not_fit_is_a_warning_in_the_report_and_on_stderr(capsys):
+    """70B at 128k tokens: 42 GB of KV a sequence, so 4 x H100 hold 3 sequences; -b 64 is planned, with one warning
+    line (stderr, and the report's memory) naming the fit and the fix. A preset's max_batch_size is the range it was
+    measured over, not memory: no warning above it."""
+    args = ["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--tp", "4",
+            "--context", "131072", "--json"]
+    assert plan_main([*args, "-b", "64"]) == 0
+    out, err = capsys.readouterr()
+    mem = json.loads(out)["memory"]
+    assert mem["max_batch_size"] == 3 and mem["over"] == [64]
+    assert err.count("ssd-plan: warning: batch size 64 does not fit: sequences whose KV cache at 131072 tokens") == 1
+    assert mem["warning"] in err and "so at most 3 sequences" in err and "lower -b or --context" in err
+    assert plan_main([*args, "-b", "2", "--batch-sizes", "1,2,4,8"]) == 0
+    out, err = capsys.readouterr()
+    assert json.loads(out)["memory"]["over"] == [4, 8] and "batch sizes 4, 8 do not fit" in err
+    assert plan_main(["--preset", "llama70b-1b-h100", "-b", "64", "--json"]) == 0  # max_batch_size 16: measured range
+    out, err = capsys.readouterr()
+    assert json.loads(out)["memory"] == {"max_batch_size": 16, "source": None, "over": [], "warning": None}
+    assert "does not fit" not in err
+
+
 def test_the_provenance_marks_what_is_assumed(llama8b_l40s):
     prov = llama8b_l40s.provenance
     assert prov["acceptance"].startswith("assumed: the acceptance and hit curves of llama70b-1b-h100")
@@ -48,6 +81,8 @@ def test_the_provenance_marks_what_is_assumed(llama8b_l40s):
     (dict(target="Llama-3.1-8B", draft="Qwen3-0.6B", gpu="h100"), "draft"),  # different vocabularies
     (dict(target="Llama-3.1-70B", draft="Llama-3.2-1B", gpu="l40s", tp=1), "tp"),  # 141 GB on one 48 GB card
     (dict(target="Llama-3.1-8B", draft="Llama-3.2-1B", gpu="a100", dtype="fp8"), "dtype"),
+    (dict(target="Llama-3.1-8B", draft="Llama-3.1-70B", gpu="h100", tp=4), "draft_gpu"),  # draft on one 80 GB card
+    (dict(target="Llama-3.1-70B", draft="Llama-3.2-1B", gpu="h100", tp=4, context=1_000_000), "context"),  # 328 GB
     (dict(target="Llama-3.1-8B", draft="Llama-3.2-1B", gpu="h100", acceptance_from="nope"), "acceptance_from"),
 ])
 def test_impossible_setups_are_one_line_naming_the_field(kw, field):
