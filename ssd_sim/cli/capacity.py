@@ -130,8 +130,18 @@ def profiles_of(args, workload: Workload) -> tuple[list, str | None, dict[int, d
         raise ConfigError("tp_options", "--tp-options needs a pair from specs (--target, --draft, --gpu): a preset's or "
                                         "profile's latencies hold for its own TP only")
     sources = [{"spec": {**source["spec"], "tp": tp}} for tp in args.tp_options] if args.tp_options else [source]
-    found = [at_workload_context(s, profile_of(s), workload) for s in sources]
-    profiles, mean = [p for p, _ in found], found[0][1]
+    found, kept, left_out = [], [], []
+    for s in sources:
+        try:
+            found.append(at_workload_context(s, profile_of(s), workload))
+            kept.append(s)
+        except ConfigError as e:  # a degree too small for the weights or one sequence's KV cache: the others may fit
+            if not args.tp_options or e.field not in ("tp", "context") or s is sources[-1] and not found:
+                raise
+            left_out.append(f"--tp {s['spec']['tp']} left out: {e}")
+    for line in left_out:
+        print(f"{PROG}: warning: {line}", file=sys.stderr)
+    sources, profiles, mean = kept, [p for p, _ in found], found[0][1]
     if mean is None:
         return profiles, None, {}
     by_tp = {p.latency.target_devices: s for s, p in zip(sources, profiles, strict=True)}

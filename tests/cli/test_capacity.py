@@ -118,3 +118,20 @@ def test_a_ray_pool_gives_the_results_of_one_process(capsys):
     local = json.loads(capsys.readouterr().out)
     assert main([a for a in ARGS if a not in ("--jobs", "1")] + ["--ray", "--json"]) == 0
     assert json.loads(capsys.readouterr().out) == local
+
+
+def test_a_tp_degree_whose_memory_cannot_hold_one_sequence_is_left_out_with_a_warning(capsys):
+    """70B on 2 x H100 keeps 2.9 GB beside its 141 GB of weights, less than one 16k-token KV cache (5.2 GB): TP = 2 is
+    left out (one warning line) and TP = 4 searched; with only TP = 2 the same reason is the error."""
+    spec = ["capacity", "--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--rate", "2",
+            "--num-requests", "20", "--prompt-tokens", "16000", "--tokens", "16", "--tpot-ms", "50", "--modes", "ssd",
+            "--batch-caps", "1", "--max-replicas", "2", "--jobs", "1", "--json"]
+    assert main(spec + ["--tp-options", "2,4"]) == 0
+    out, err = capsys.readouterr()
+    assert err.count("\n") == 1 and err.startswith("ssd-plan capacity: warning: --tp 2 left out: context: one "
+                                                   "sequence's Llama-3.1-70B KV cache at 16008 tokens")
+    assert json.loads(out)["best"]["tp"] == 4
+    with pytest.raises(SystemExit) as e:
+        main(spec + ["--tp-options", "2"])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and "context: one sequence's" in err
