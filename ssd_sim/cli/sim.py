@@ -52,7 +52,7 @@ from ssd_sim.plan.knobs import ignored_at_greedy, resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, PlanRequest, make_plan
 from ssd_sim.plan.predict import Prediction, predict
-from ssd_sim.plan.report import host_report
+from ssd_sim.plan.report import host_report, memory_report
 from ssd_sim.sim.capacity import Load, overload_line
 from ssd_sim.sim.des import MODES, SimResult, outcome_source, plan_for_mode, simulate
 from ssd_sim.sim.metrics import json_safe
@@ -298,14 +298,16 @@ def workload_line(wl: Workload, summary: dict | None = None) -> str:
 
 def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Trace | None, args) -> list[str]:
     """One line each for valid input almost certainly not meant (ssd_sim.io.sanity, model.tracematch): arrivals
-    spread over hours of idling, a replayed trace of another setup than the profile's."""
+    spread over hours of idling, a replayed trace of another setup than the profile's, a batch whose KV caches do
+    not fit (plan.report.memory_report)."""
     busy = None if workload.kind == "fixed" else decode_ms(profile, plan, workload, args.mode)
     lines = [rate_warning(workload.rate, workload.num_requests, workload.num_requests, busy,
                           waiting="simulated waiting") if workload.kind == "poisson" else None,
              arrivals_warning(args.arrivals, workload.arrival_ms, busy) if workload.kind == "arrivals" else None,
              mismatch_line(replay, profile) if replay is not None else None,
              overload(profile, plan, workload, args.mode, args.seed) if workload.kind != "fixed" else None,
-             ignored_at_greedy(knob_flags(args), plan.temperature)]
+             ignored_at_greedy(knob_flags(args), plan.temperature),
+             memory_report(profile, [workload.max_batch])["warning"]]
     return [line for line in lines if line]
 
 

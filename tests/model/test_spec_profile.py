@@ -67,6 +67,9 @@ def test_a_batch_whose_kv_caches_do_not_fit_is_a_warning_in_the_report_and_on_st
     out, err = capsys.readouterr()
     assert json.loads(out)["memory"] == {"max_batch_size": 16, "source": None, "over": [], "warning": None}
     assert "does not fit" not in err
+    assert sim_main(["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--tp", "4",
+                     "--context", "131072", "-b", "4", "--tokens", "4", "--json"]) == 0  # ssd-sim says so too
+    assert "ssd-sim: warning: batch size 4 does not fit" in capsys.readouterr().err
 
 
 def test_the_provenance_marks_what_is_assumed(llama8b_l40s):
