@@ -461,6 +461,23 @@ def test_a_pair_on_a_gpu_from_specs(at):
     assert metrics(at)["autoregressive"] == "54.7 tok/s"  # falls back to the selected preset
 
 
+def test_the_plan_page_warns_when_the_batch_does_not_fit_the_pairs_memory(at):
+    """70B on 4 x H100 at 128k tokens holds 3 sequences' KV caches (ssd-plan's memory warning): b = 8 is planned,
+    with the warning on the Plan page and in its report; b = 2 carries none."""
+    at.toggle(key="spec_on").set_value(True).run()
+    at.number_input(key="spec_ctx").set_value(131072).run()
+    assert any("up to 3 sequences fit" in c.value for c in at.sidebar.caption)
+    at.switch_page("views/whatif.py").run()
+    for b, warned in ((8, True), (2, False)):
+        at.slider(key="wi_b").set_value(b).run()
+        at.switch_page("views/plan.py").run()
+        ok(at)
+        rep = json.loads(at.json[0].value)["memory"]
+        assert rep["max_batch_size"] == 3 and rep["over"] == ([8] if warned else [])
+        assert [w.value for w in at.warning if "does not fit" in w.value] == ([rep["warning"]] if warned else [])
+        at.switch_page("views/whatif.py").run()
+
+
 def test_pareto_page_capacity_search_stars_what_ssd_plan_capacity_chooses(at):
     from ssd_sim.sim.capacity import Capacity, Load, Targets, search
     from ssd_sim.sim.workload import poisson
