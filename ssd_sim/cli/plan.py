@@ -178,6 +178,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   top_n=GROWTH_CANDIDATES if rank else SearchLimits.top_n),
                               risk=args.risk, rank=rank)
         result = make_plan(profile, request)
+        at_end = _at_last_token(profile, base_extra)
     except ConfigError as e:
         fail(PROG, e)
     result, simulated = _simulate(profile, result, args, base_extra) if args.simulate else (result, None)
@@ -186,7 +187,7 @@ def main(argv: list[str] | None = None) -> int:
         report["context_growth"] = _growth_report(base_extra, result)
     if args.batch_sizes:
         report["batch_sweep"] = batch_sweep(profile, request, args.batch_sizes)
-        report["memory"] = memory_report(profile, [result.plan.batch_size, *args.batch_sizes])
+    report["memory"] = memory_report(at_end, [result.plan.batch_size, *(args.batch_sizes or ())])
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
         fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
                                        "choose vllm or sglang"))
@@ -263,6 +264,15 @@ def _growth_report(source: dict, result: PlanResult) -> dict:
     prompt, output = source["lengths"]
     g = growth(_profile_source(source), prompt, output, result.sd.num_speculative_tokens, result.plan)
     return {"prompt_tokens": prompt, "output_tokens": output, **g}
+
+
+def _at_last_token(profile: Profile, source: dict) -> Profile:
+    """The profile whose max_batch_size the plan's batch must fit: with --prompt-tokens / --tokens the pair at the
+    batch's last context, prompt + output (a fixed batch's rows advance together, so every cache is that full at the
+    end), not at the mean decode context its latencies are taken at; else `profile` itself."""
+    if not source.get("lengths"):
+        return profile
+    return profile_of(at_context(without_context(_profile_source(source)), sum(source["lengths"])))
 
 
 def _profile_source(source: dict) -> dict:

@@ -85,7 +85,8 @@ def _max_batch(arch: Architecture, gpu: GpuSpec, devices: int, dtype: str, conte
     if fits < 1:
         raise ConfigError("context", f"one sequence's {_short(arch)} KV cache at {context} tokens "
                                      f"({arch.kv_bytes(context, dtype) / 1e9:.0f} GB) does not fit beside its weights in "
-                                     f"90% of {devices} x {gpu.memory_gb:g} GB on {gpu.name}: lower --context"
+                                     f"90% of {devices} x {gpu.memory_gb:g} GB on {gpu.name}: lower the context "
+                                     "(--context, or --prompt-tokens / --tokens)"
                                      + (" or raise --tp" if field == "tp" else " or choose a larger --draft-gpu"))
     return fits
 

@@ -111,7 +111,7 @@ def memory_report(profile: Profile, batch_sizes: list[int]) -> dict:
     sizes = f"batch size {over[0]} does not" if len(over) == 1 else f"batch sizes {', '.join(map(str, over))} do not"
     warning = (f"{sizes} fit: {why.removeprefix('derived: ')}, so at most "
                f"{profile.max_batch_size} sequences; the prediction there reads KV caches the devices cannot hold: "
-               "lower -b or --context, or raise --tp / choose a larger --draft-gpu" if over else None)
+               "lower -b or the context, or raise --tp / choose a larger --draft-gpu" if over else None)
     return {"max_batch_size": profile.max_batch_size, "source": why or None, "over": over, "warning": warning}
 
 

@@ -59,7 +59,7 @@ def test_a_batch_whose_kv_caches_do_not_fit_is_a_warning_in_the_report_and_on_st
     mem = json.loads(out)["memory"]
     assert mem["max_batch_size"] == 3 and mem["over"] == [64]
     assert err.count("ssd-plan: warning: batch size 64 does not fit: sequences whose KV cache at 131072 tokens") == 1
-    assert mem["warning"] in err and "so at most 3 sequences" in err and "lower -b or --context" in err
+    assert mem["warning"] in err and "so at most 3 sequences" in err and "lower -b or the context" in err
     assert plan_main([*args, "-b", "2", "--batch-sizes", "1,2,4,8"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["memory"]["over"] == [4, 8] and "batch sizes 4, 8 do not fit" in err
@@ -70,6 +70,20 @@ def test_a_batch_whose_kv_caches_do_not_fit_is_a_warning_in_the_report_and_on_st
     assert sim_main(["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--tp", "4",
                      "--context", "131072", "-b", "4", "--tokens", "4", "--json"]) == 0  # ssd-sim says so too
     assert "ssd-sim: warning: batch size 4 does not fit" in capsys.readouterr().err
+
+
+def test_with_prompt_and_output_lengths_the_batch_must_fit_at_its_last_token(capsys):
+    """--prompt-tokens 60000 --tokens 60000: the latencies are taken at the mean decode context (90000 tokens, where
+    (0.9 x 320 GB - 141 GB) / 29.5 GB = 4 sequences of 70B fit on 4 x H100), but a fixed batch's caches all hold
+    120000 tokens at its end (39.3 GB each: 3 fit), so b = 4 is warned."""
+    assert plan_main(["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--tp", "4",
+                      "--prompt-tokens", "60000", "--tokens", "60000", "-b", "4", "--json"]) == 0
+    out, err = capsys.readouterr()
+    rep = json.loads(out)
+    assert "latencies at 90000 cached tokens" in rep["context_note"]
+    assert rep["memory"]["max_batch_size"] == 3 and rep["memory"]["over"] == [4]
+    assert rep["memory"]["source"].startswith("derived: sequences whose KV cache at 120000 tokens fits")
+    assert "ssd-plan: warning: batch size 4 does not fit" in err
 
 
 def test_the_provenance_marks_what_is_assumed(llama8b_l40s):
