@@ -71,6 +71,8 @@ CASES: list[tuple[str, str, str]] = [
     ("--batch-sizes with --emit", "ssd-plan", f"{PLAN} --batch-sizes 1,2 --emit vllm"),
     ("unknown preset", "ssd-plan", "--preset nope"),
     # a pair from specs that cannot hold its weights or one sequence's KV cache
+    ("--gpu file without memory_gb", "ssd-plan", "--target Llama-3.1-8B --draft Llama-3.2-1B --gpu {gpu_no_memory} "
+                                                 "-o {out}"),
     ("draft too big for its GPU", "ssd-plan", "--target Llama-3.1-8B --draft Llama-3.1-70B --gpu h100 --tp 4 -o {out}"),
     ("--context 1000000 on 4x H100", "ssd-plan", "--target Llama-3.1-70B --draft Llama-3.2-1B --gpu h100 --tp 4 "
                                                  "--context 1000000 -o {out}"),
@@ -210,6 +212,7 @@ def make_files(d: Path) -> dict[str, str]:
     rnd["timings_ms"]["verify"] = -1.0
     put("nan_timing.jsonl", "\n".join(json.dumps(r) for r in bad))
     put("trace.jsonl", TRACE.read_text())
+    put("gpu_no_memory.json", json.dumps({"hbm_tb_s": 0.6, "bf16_tflops": 70, "fp8_tflops": None, "link_gb_s": 32}))
     put("ar.jsonl", AR_TRACE.read_text())
     put("metrics.txt", (ROOT / "docs" / "examples" / "vllm-metrics.txt").read_text())
     put("plan.json", json.dumps({"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 2,

@@ -33,10 +33,12 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
     group.add_argument("--target", metavar="CFG|NAME", help="plan a pair no preset covers: the target's config.json "
                        "(or a folder with one, or a built-in name such as Llama-3.1-70B); needs --draft and --gpu")
     group.add_argument("--draft", metavar="CFG|NAME", help="the draft's config.json, folder or built-in name")
-    group.add_argument("--gpu", metavar="NAME", help=f"the target's GPU: {', '.join(GPUS)}")
+    group.add_argument("--gpu", metavar="NAME|FILE", help=f"the target's GPU: {', '.join(GPUS)}, or a JSON file of "
+                       "another's datasheet numbers (hbm_tb_s, bf16_tflops, fp8_tflops, link_gb_s, memory_gb)")
     group.add_argument("--tp", type=bounded_int(1, 64, "target devices"), metavar="N",
                        help="tensor-parallel degree of the target (devices, 1..64; default 1)")
-    group.add_argument("--draft-gpu", metavar="NAME", help="the draft's GPU (default: the target's kind)")
+    group.add_argument("--draft-gpu", metavar="NAME|FILE", help="the draft's GPU, a name or file as --gpu (default: "
+                       "the target's kind)")
     group.add_argument("--context", type=bounded_int(1, 1_048_576, "tokens per sequence"), metavar="TOKENS",
                        help="tokens in each sequence's KV cache the latencies are computed at (specs: default 1024; "
                             "with --preset: re-derives the preset at this context instead of its own)")
@@ -49,7 +51,7 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
 
 def source_files(args) -> dict[str, str | None]:
     """The files (or model folders) the profile-source flags read, by field: what no output may overwrite."""
-    return {k: getattr(args, k, None) for k in ("profile", "target", "draft", "acceptance_from")}
+    return {k: getattr(args, k, None) for k in ("profile", "target", "draft", "acceptance_from", "gpu", "draft_gpu")}
 
 
 def spec_of(args) -> dict[str, Any] | None:

@@ -7,14 +7,18 @@ Numbers are per device, dense (no structured sparsity), at the vendor's boost cl
     link_gb_s       device-to-device bandwidth per direction for tensor parallelism (GB/s): NVLink / Infinity
                     Fabric where the part has it, else PCIe
     memory_gb       device memory (GB)
-What a real kernel reaches is below these; the roofline (model.roofline) applies stated efficiencies.
+What a real kernel reaches is below these; the roofline (model.roofline) applies stated efficiencies. A GPU not
+built in is a JSON file of the same fields (`--gpu my-gpu.json`; gpu_from_file), its datasheet's numbers.
 """
 
 from __future__ import annotations
 
-from dataclasses import dataclass
+import math
+from dataclasses import dataclass, fields
+from pathlib import Path
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import read_json_object
 
 
 @dataclass(frozen=True)
@@ -50,9 +54,15 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
     GpuSpec("a100-80g", 2.04, 312.0, None, 300.0, 80.0,
             "NVIDIA A100 datasheet (80GB SXM): 2,039 GB/s HBM2e, 312 TFLOPS BF16 dense, no FP8, NVLink 600 GB/s "
             "(300 per direction), 80 GB"),
+    GpuSpec("a100-40g", 1.555, 312.0, None, 300.0, 40.0,
+            "NVIDIA A100 datasheet (40GB SXM): 1,555 GB/s HBM2, 312 TFLOPS BF16 dense, no FP8, NVLink 600 GB/s "
+            "(300 per direction), 40 GB"),
     GpuSpec("l40s", 0.864, 362.05, 733.0, 32.0, 48.0,
             "NVIDIA L40S datasheet: 864 GB/s GDDR6, 362 TFLOPS BF16 / 733 FP8 dense (733 / 1,466 with sparsity), "
             "PCIe Gen4 x16 64 GB/s (32 per direction), no NVLink, 48 GB"),
+    GpuSpec("l4", 0.3, 121.0, 242.5, 32.0, 24.0,
+            "NVIDIA L4 datasheet: 300 GB/s GDDR6, 242 TFLOPS BF16 / 485 FP8 with sparsity (121 / 242.5 dense), "
+            "PCIe Gen4 x16 64 GB/s (32 per direction), no NVLink, 24 GB"),
     GpuSpec("b200", 8.0, 2250.0, 4500.0, 900.0, 180.0,
             "NVIDIA DGX B200 / HGX B200 datasheet: 8 TB/s HBM3e, 2.25 PFLOPS BF16 / 4.5 FP8 dense per GPU, NVLink 5 "
             "1.8 TB/s (900 per direction), 180 GB"),
@@ -63,8 +73,43 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
 
 
 def get_gpu(name: str) -> GpuSpec:
-    """The spec of a GPU by name (case-insensitive; 'h100' = 'h100-sxm', 'a100' = 'a100-80g')."""
+    """The spec of a GPU by name (case-insensitive; 'h100' = 'h100-sxm', 'a100' = 'a100-80g'), or from a JSON file
+    of its datasheet numbers (a name ending in .json, or an existing file: gpu_from_file)."""
     key = {"h100": "h100-sxm", "a100": "a100-80g"}.get(name.lower(), name.lower())
-    if key not in GPUS:
-        raise ConfigError("gpu", f"unknown GPU {name!r}; choose one of: {', '.join(GPUS)}")
-    return GPUS[key]
+    if key in GPUS:
+        return GPUS[key]
+    if name.lower().endswith(".json") or Path(name).is_file():
+        return gpu_from_file(name)
+    raise ConfigError("gpu", f"unknown GPU {name!r}; choose one of: {', '.join(GPUS)}, or give a JSON file of its "
+                             f"datasheet numbers ({', '.join(NUMBERS)})")
+
+
+NUMBERS = ("hbm_tb_s", "bf16_tflops", "fp8_tflops", "link_gb_s", "memory_gb")  # a GPU file's fields (module docstring)
+
+
+def gpu_from_file(path: str | Path) -> GpuSpec:
+    """A GpuSpec from a JSON object of NUMBERS (fp8_tflops may be null: no FP8 tensor cores), with an optional
+    "name" (default: the file's stem) and "source" (where the numbers come from; default: the file). Every problem
+    is a one-line ConfigError naming the file and the field."""
+    hint = ('write {"name": "a10g", "hbm_tb_s": 0.6, "bf16_tflops": 70, "fp8_tflops": null, "link_gb_s": 32, '
+            '"memory_gb": 24, "source": "its datasheet"} (units in ssd_sim/model/hardware.py)')
+    data = read_json_object(path, "gpu", hint)
+    unknown = sorted(set(data) - {f.name for f in fields(GpuSpec)})
+    if unknown:
+        raise ConfigError("gpu", f"{path}: unknown field {unknown[0]!r}; a GPU file holds name, source and "
+                                 f"{', '.join(NUMBERS)}")
+    values = {}
+    for key in NUMBERS:
+        v = data.get(key)
+        if key == "fp8_tflops" and v is None:
+            values[key] = None
+            continue
+        if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
+            raise ConfigError("gpu", f"{path}: {key} must be a positive number (units in ssd_sim/model/hardware.py)"
+                                     + ("" if key in data else ", and is missing"))
+        values[key] = float(v)
+    name, source = data.get("name", Path(path).stem), data.get("source", f"the user's GPU file {path}")
+    for key, v in (("name", name), ("source", source)):
+        if not isinstance(v, str) or not v.strip() or len(v) > 500:
+            raise ConfigError("gpu", f"{path}: {key} must be a non-empty string of at most 500 characters")
+    return GpuSpec(name=name, source=source, **values)
