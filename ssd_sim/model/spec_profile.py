@@ -59,7 +59,7 @@ def profile_from_specs(target: str, draft: str, gpu: str, tp: int = 1, draft_gpu
         target_model=t_arch.name, draft_model=d_arch.name,
         hardware=f"{tp + 1}x GPU: target TP={tp} on {t_gpu.name}, draft on a {d_gpu.name}",
         max_batch_size=min(fit),
-        sources=(t_gpu.source,) + ((d_gpu.source,) if d_gpu is not t_gpu else ()) + source.sources,
+        sources=(t_gpu.source,) + ((d_gpu.source,) if d_gpu != t_gpu else ()) + source.sources,
         provenance=prov, host=None, uncertainty=_uncertainty(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context,
                                                              assumptions, source),
         engine="ssd-runtime",
