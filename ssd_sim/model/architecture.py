@@ -172,6 +172,13 @@ class Architecture:
     def from_config(cls, cfg: dict, name: str = "model") -> Architecture:
         """From a Hugging Face config.json dict (multimodal configs: their text_config)."""
         cfg = cfg.get("text_config", cfg) if isinstance(cfg.get("text_config"), dict) else cfg
+        kind = cfg.get("model_type")
+        if cfg.get("is_encoder_decoder"):
+            raise ConfigError("model", f"{name}: an encoder-decoder model ({kind}); speculative decoding here plans "
+                                       "decoder-only language models")
+        if kind in NO_ATTENTION:
+            raise ConfigError("model", f"{name}: a {kind} model has no attention layers or KV cache; the roofline "
+                                       "plans decoder-only transformers (hybrids with some attention layers included)")
 
         def need(*keys: str) -> int:
             for k in keys:
@@ -323,6 +330,9 @@ BUILTIN: dict[str, dict] = {
 }
 
 
+NO_ATTENTION = ("mamba", "mamba2", "rwkv", "rwkv5", "rwkv6", "xlstm")  # model_types without a KV cache
+
+
 def load_architecture(name_or_path: str) -> Architecture:
     """A built-in name (BUILTIN, case-insensitive, with or without the org), a config.json, or a folder holding one."""
     p = Path(name_or_path)
@@ -330,7 +340,8 @@ def load_architecture(name_or_path: str) -> Architecture:
         p = p / "config.json"
     if p.suffix == ".json" or p.exists():
         cfg = read_json_object(p, "model", "give a Hugging Face config.json (or a folder holding one)")
-        return Architecture.from_config(cfg, cfg.get("_name_or_path") or p.parent.name or p.stem)
+        own = p.parent.name if p.name == "config.json" else p.stem  # a model folder's name, else the file's
+        return Architecture.from_config(cfg, str(cfg.get("_name_or_path") or "") or own or p.stem)
     by_short = {k.lower(): k for k in BUILTIN} | {k.split("/")[-1].lower(): k for k in BUILTIN}
     key = by_short.get(name_or_path.lower())
     if key is None:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
@@ -145,6 +146,31 @@ def test_unknown_names_are_one_line_listing_what_is_built_in():
         load_architecture("no-such-model")
     with pytest.raises(ConfigError, match="unknown GPU 'h900'; choose one of: h100-sxm"):
         get_gpu("h900")
+
+
+@pytest.mark.parametrize("cfg, needle", [
+    ({"model_type": "t5", "is_encoder_decoder": True, "d_model": 512, "num_heads": 8, "num_layers": 6},
+     "t5-small: an encoder-decoder model (t5)"),
+    ({"model_type": "mamba", "hidden_size": 768, "num_hidden_layers": 24, "vocab_size": 50280},
+     "t5-small: a mamba model has no attention layers or KV cache"),
+])
+def test_models_the_roofline_cannot_plan_are_named_as_such(tmp_path, cfg, needle):
+    (tmp_path / "t5-small").mkdir()
+    (tmp_path / "t5-small" / "config.json").write_text(json.dumps(cfg))
+    with pytest.raises(ConfigError, match=re.escape(needle)):
+        load_architecture(str(tmp_path / "t5-small"))
+
+
+def test_a_config_file_is_named_by_its_model_folder_or_else_its_own_name(tmp_path):
+    cfg = {"model_type": "llama", "hidden_size": 512, "intermediate_size": 1024, "num_attention_heads": 8,
+           "num_hidden_layers": 4, "vocab_size": 1000}
+    (tmp_path / "my-model").mkdir()
+    (tmp_path / "my-model" / "config.json").write_text(json.dumps(cfg))
+    (tmp_path / "my-draft.json").write_text(json.dumps(cfg))
+    assert load_architecture(str(tmp_path / "my-model")).name == "my-model"
+    assert load_architecture(str(tmp_path / "my-draft.json")).name == "my-draft"
+    (tmp_path / "named.json").write_text(json.dumps({**cfg, "_name_or_path": "org/Named-1B"}))
+    assert load_architecture(str(tmp_path / "named.json")).name == "org/Named-1B"
 
 
 def test_every_gpu_names_its_source_and_the_aliases_resolve():
