@@ -5,6 +5,7 @@ Entry point and router: the shared sidebar (profile choice) and the current scen
 
 from __future__ import annotations
 
+import json
 import sys
 from pathlib import Path
 
@@ -36,6 +37,7 @@ def sidebar_profile() -> tuple[Profile, str] | None:
     side = st.sidebar
     side.header("Profile")
     st.session_state["_lengths"] = None  # set again by _at_lengths when workload lengths move this profile
+    st.session_state["_spec"] = None  # the spec pair's source, as a plan file records it (set by _spec_choice)
     choices = state.profile_choices()
     label = side.selectbox("preset or calibrated profile", list(choices), key="profile_choice",
                            help="built-in presets (ssd_sim/model/presets) and calibrated profiles found as "
@@ -84,6 +86,8 @@ def _at_lengths(side, prof: Profile, key: str, source: dict) -> tuple[Profile, s
         return prof, key
     box.caption(context_note(context).split(" (")[0])
     st.session_state["_lengths"] = (unset, prompt, output)
+    if st.session_state.get("_spec"):
+        st.session_state["_spec"] = {**st.session_state["_spec"], "context": context}
     return prof, f"{key}:ctx{context}"
 
 
@@ -97,17 +101,30 @@ def _spec_choice(side) -> tuple[Profile, str, dict] | None:
     target = box.selectbox("target", names, index=names.index("Llama-3.1-70B"), key="spec_target")
     draft = box.selectbox("draft", names, index=names.index("Llama-3.2-1B"), key="spec_draft")
     gpu = box.selectbox("GPU", state.spec_gpus(), key="spec_gpu")
+    upload = box.file_uploader("or your GPU's datasheet numbers (JSON)", type=["json"], key="spec_gpu_file",
+                               help="as `ssd-plan --gpu my-gpu.json`: hbm_tb_s, bf16_tflops, fp8_tflops (or null), "
+                                    "link_gb_s, memory_gb, and optionally name and source")
+    numbers = None
+    if upload is not None:
+        try:
+            numbers = state.gpu_upload(upload.getvalue(), upload.name)
+        except ConfigError as e:
+            box.error(str(e))
+            return None
+        gpu = f"{Path(upload.name).stem.replace(':', '_')}.json"  # what the ssd-plan command names (--gpu FILE)
     tp = int(box.number_input("TP (target devices)", 1, 64, 4, key="spec_tp"))
     context = int(box.number_input("context (tokens per sequence)", 1, 1_048_576, 1024, step=512, key="spec_ctx"))
     try:
-        prof = state.spec_profile(target, draft, gpu, tp, context)
+        prof = state.spec_profile(target, draft, gpu, tp, context,
+                                  json.dumps(numbers, sort_keys=True) if numbers else None)
     except ConfigError as e:
         box.error(str(e))
         return None
     box.caption(f"{prof.name}: up to {prof.max_batch_size} sequences fit; acceptance: "
                 f"{prof.provenance['acceptance'].split(' (')[0]}")
-    return prof, f"spec:{target}:{draft}:{gpu}:{tp}:{context}", {"spec": {"target": target, "draft": draft,
-                                                                          "gpu": gpu, "tp": tp}}
+    spec = {"target": target, "draft": draft, "gpu": numbers or gpu, "tp": tp}
+    st.session_state["_spec"] = {**spec, "context": context}
+    return prof, f"spec:{target}:{draft}:{gpu}:{tp}:{context}", {"spec": spec}
 
 
 def main() -> None:

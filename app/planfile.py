@@ -11,15 +11,19 @@ ENGINES = {"ssd-engine": "reference SSD engine (bench/bench.py)", "vllm": "vLLM 
            "sglang": "SGLang (plain SD fallback)"}
 
 
-def report(profile: Profile, result: PlanResult, profile_source: str, name: str, overrides: dict) -> dict:
-    """ssd_sim.plan.report.build_report for an evaluated plan; profile_source is 'preset:NAME', 'file:PATH' or 'upload:...'.
+def report(profile: Profile, result: PlanResult, profile_source: str, name: str, overrides: dict,
+           spec: dict | None = None) -> dict:
+    """ssd_sim.plan.report.build_report for an evaluated plan; profile_source is 'preset:NAME', 'file:PATH',
+    'spec:...' or 'upload:...', and `spec` a spec pair's source (target, draft, gpu: a name or an uploaded GPU's
+    numbers, tp, context), which the plan file records as `ssd-plan --target ..` does, so `ssd-plan --plan` reloads it.
 
     What-if overrides (if any) are added under `whatif_overrides`, since the preset alone no longer
     reproduces the predictions.
     """
     kind, _, ref = profile_source.partition(":")
-    source = {"profile": {"name": name, "preset": ref if kind == "preset" else None,
-                          "path": ref if kind == "file" else None}}
+    source = ({"profile": {"name": name, "spec": spec}} if kind == "spec" and spec else
+              {"profile": {"name": name, "preset": ref if kind == "preset" else None,
+                           "path": ref if kind == "file" else None}})
     out = build_report(profile, result, source=source)
     if overrides:
         out["whatif_overrides"] = dict(overrides)

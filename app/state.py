@@ -8,6 +8,7 @@ on every page. Profile loading and the slower sweeps are cached (st.cache_data /
 from __future__ import annotations
 
 import functools
+import json
 import os
 from dataclasses import dataclass
 from pathlib import Path
@@ -137,11 +138,28 @@ def spec_gpus() -> list[str]:
 
 
 @functools.lru_cache(maxsize=32)
-def spec_profile(target: str, draft: str, gpu: str, tp: int, context: int) -> Profile:
-    """profile_from_specs, built once per choice (profiles are immutable)."""
+def spec_profile(target: str, draft: str, gpu: str, tp: int, context: int, gpu_numbers: str | None = None) -> Profile:
+    """profile_from_specs, built once per choice (profiles are immutable); `gpu_numbers`: an uploaded GPU's numbers
+    as JSON text (gpu_upload), used instead of the named GPU."""
     from ssd_sim.model.spec_profile import profile_from_specs
 
-    return profile_from_specs(target, draft, gpu, tp=tp, context=context)
+    return profile_from_specs(target, draft, json.loads(gpu_numbers) if gpu_numbers else gpu, tp=tp, context=context)
+
+
+def gpu_upload(data: bytes, name: str) -> dict:
+    """An uploaded GPU file's numbers (ssd_sim.model.hardware.gpu_from_dict checks them; its name defaults to the
+    file's stem), parsed in memory; every problem is a one-line ConfigError."""
+    from ssd_sim.model.hardware import GPU_FILE_HINT, gpu_from_dict
+
+    check_upload(data, name, "GPU file")
+    try:
+        obj = parse_json(data.decode("utf-8"), name) if data.strip() else None
+    except UnicodeDecodeError as e:
+        raise ConfigError("gpu", f"{name} is not a UTF-8 text file (byte {e.start})") from e
+    if not isinstance(obj, dict):
+        raise ConfigError("gpu", f"{name} must hold a JSON object: {GPU_FILE_HINT}")
+    gpu = gpu_from_dict(obj, name, Path(name).stem)
+    return {**obj, "name": gpu.name}
 
 
 def choice_label(source: str) -> str:

@@ -45,7 +45,7 @@ def render() -> None:
     st.caption(state.describe(sc) + " (change it on the What-if page)")
     res, searched = result_of(sc)
     rep = report(sc.profile, res, str(st.session_state.get(state.PREFIX + "profile", "")), sc.base.name,
-                 sc.overrides)
+                 sc.overrides, st.session_state.get("_spec"))
     p = sc.plan
     if searched:
         source = profile_flags(str(st.session_state.get(state.PREFIX + "profile", "")))

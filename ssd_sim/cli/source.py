@@ -95,15 +95,53 @@ def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
     if getattr(args, "preset", None) or getattr(args, "profile", None):
         return ({"preset": args.preset, "path": args.profile} | ({"context": context} if context else {})
                 | ({"acceptance_from": accept} if accept else {}))
-    recorded = recorded or {}
+    recorded = recorded_profile(recorded or {})
     if recorded.get("spec"):
-        return {"spec": recorded["spec"]}
+        return {"spec": recorded_spec(recorded["spec"])}
     if recorded.get("preset") or recorded.get("path"):
         context, accept = context or recorded.get("context"), accept or recorded.get("acceptance_from")
         return ({"preset": recorded.get("preset"), "path": None if recorded.get("preset") else recorded["path"]}
                 | ({"context": context} if context else {}) | ({"acceptance_from": accept} if accept else {}))
     raise ConfigError("profile", "give --preset NAME (see --list-presets), --profile FILE, or a pair from specs: "
                                  "--target CFG --draft CFG --gpu NAME")
+
+
+# what each key of a recorded spec pair may hold (profile_from_specs' arguments)
+SPEC_TYPES: dict[str, tuple[type, ...]] = {"target": (str,), "draft": (str,), "gpu": (str, dict), "tp": (int,),
+                                           "draft_gpu": (str, dict), "context": (int,), "dtype": (str,),
+                                           "acceptance_from": (str,)}
+
+
+def recorded_profile(recorded) -> dict[str, Any]:
+    """A plan file's recorded profile source, checked: an object whose preset, path and acceptance_from are strings
+    (its spec: recorded_spec; its context: profile_of's check); else a one-line ConfigError naming the key."""
+    if not isinstance(recorded, dict):
+        raise ConfigError("plan", "the plan file's profile must be an object ({\"preset\": NAME}, {\"path\": FILE} "
+                                  "or {\"spec\": {...}})")
+    for key in ("preset", "path", "acceptance_from"):
+        if recorded.get(key) is not None and not isinstance(recorded[key], str):
+            raise ConfigError("plan", f"the plan file's profile.{key} must be a string, got {recorded[key]!r:.60}")
+    return recorded
+
+
+def recorded_spec(spec) -> dict[str, Any]:
+    """A plan file's recorded spec pair, checked before it reaches profile_from_specs: an object of SPEC_TYPES' keys
+    with target, draft and gpu; anything else is a one-line ConfigError naming the key."""
+    if not isinstance(spec, dict):
+        raise ConfigError("plan", "the plan file's profile.spec must be an object (target, draft, gpu, ...)")
+    for key, value in spec.items():
+        kinds = SPEC_TYPES.get(key)
+        if kinds is None:
+            raise ConfigError("plan", f"the plan file's profile.spec has an unknown key {key!r}; it may hold "
+                                      f"{', '.join(SPEC_TYPES)}")
+        if value is not None and (isinstance(value, bool) or not isinstance(value, kinds)):
+            want = " or ".join({str: "a string", int: "an integer", dict: "an object"}[k] for k in kinds)
+            raise ConfigError("plan", f"the plan file's profile.spec.{key} must be {want}, got {value!r:.60}")
+    missing = [k for k in ("target", "draft", "gpu") if not spec.get(k)]
+    if missing:
+        raise ConfigError("plan", f"the plan file's profile.spec lacks {missing[0]}; write the plan again with "
+                                  "ssd-plan --target .. --draft .. --gpu .. -o FILE")
+    return spec
 
 
 def workload_context(workload: Workload) -> int:

@@ -72,9 +72,14 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
 )}
 
 
-def get_gpu(name: str) -> GpuSpec:
-    """The spec of a GPU by name (case-insensitive; 'h100' = 'h100-sxm', 'a100' = 'a100-80g'), or from a JSON file
-    of its datasheet numbers (a name ending in .json, or an existing file: gpu_from_file)."""
+def get_gpu(name: str | dict) -> GpuSpec:
+    """The spec of a GPU by name (case-insensitive; 'h100' = 'h100-sxm', 'a100' = 'a100-80g'), from a JSON file of
+    its datasheet numbers (a name ending in .json, or an existing file: gpu_from_file), or from those numbers as a
+    dict (gpu_from_dict: an upload, or a plan file that recorded them)."""
+    if isinstance(name, dict):
+        return gpu_from_dict(name, "the GPU's numbers", "gpu")
+    if not isinstance(name, str):
+        raise ConfigError("gpu", f"a GPU is a name ({', '.join(GPUS)}), a JSON file or its numbers, got {name!r:.60}")
     key = {"h100": "h100-sxm", "a100": "a100-80g"}.get(name.lower(), name.lower())
     if key in GPUS:
         return GPUS[key]
@@ -85,18 +90,22 @@ def get_gpu(name: str) -> GpuSpec:
 
 
 NUMBERS = ("hbm_tb_s", "bf16_tflops", "fp8_tflops", "link_gb_s", "memory_gb")  # a GPU file's fields (module docstring)
+GPU_FILE_HINT = ('write {"name": "a10g", "hbm_tb_s": 0.6, "bf16_tflops": 70, "fp8_tflops": null, "link_gb_s": 32, '
+                 '"memory_gb": 24, "source": "its datasheet"} (units in ssd_sim/model/hardware.py)')
 
 
 def gpu_from_file(path: str | Path) -> GpuSpec:
-    """A GpuSpec from a JSON object of NUMBERS (fp8_tflops may be null: no FP8 tensor cores), with an optional
-    "name" (default: the file's stem) and "source" (where the numbers come from; default: the file). Every problem
-    is a one-line ConfigError naming the file and the field."""
-    hint = ('write {"name": "a10g", "hbm_tb_s": 0.6, "bf16_tflops": 70, "fp8_tflops": null, "link_gb_s": 32, '
-            '"memory_gb": 24, "source": "its datasheet"} (units in ssd_sim/model/hardware.py)')
-    data = read_json_object(path, "gpu", hint)
+    """A GpuSpec from a JSON file (gpu_from_dict; its name defaults to the file's stem)."""
+    return gpu_from_dict(read_json_object(path, "gpu", GPU_FILE_HINT), str(path), Path(path).stem)
+
+
+def gpu_from_dict(data: dict, where: str, default_name: str = "gpu") -> GpuSpec:
+    """A GpuSpec from NUMBERS (fp8_tflops may be null: no FP8 tensor cores), an optional "name" (default
+    `default_name`) and "source" (where the numbers come from; default: `where`). Every problem is a one-line
+    ConfigError naming `where` and the field."""
     unknown = sorted(set(data) - {f.name for f in fields(GpuSpec)})
     if unknown:
-        raise ConfigError("gpu", f"{path}: unknown field {unknown[0]!r}; a GPU file holds name, source and "
+        raise ConfigError("gpu", f"{where}: unknown field {unknown[0]!r}; a GPU file holds name, source and "
                                  f"{', '.join(NUMBERS)}")
     values = {}
     for key in NUMBERS:
@@ -105,11 +114,11 @@ def gpu_from_file(path: str | Path) -> GpuSpec:
             values[key] = None
             continue
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
-            raise ConfigError("gpu", f"{path}: {key} must be a positive number (units in ssd_sim/model/hardware.py)"
+            raise ConfigError("gpu", f"{where}: {key} must be a positive number (units in ssd_sim/model/hardware.py)"
                                      + ("" if key in data else ", and is missing"))
         values[key] = float(v)
-    name, source = data.get("name", Path(path).stem), data.get("source", f"the user's GPU file {path}")
+    name, source = data.get("name", default_name), data.get("source", f"the user's GPU numbers ({where})")
     for key, v in (("name", name), ("source", source)):
         if not isinstance(v, str) or not v.strip() or len(v) > 500:
-            raise ConfigError("gpu", f"{path}: {key} must be a non-empty string of at most 500 characters")
+            raise ConfigError("gpu", f"{where}: {key} must be a non-empty string of at most 500 characters")
     return GpuSpec(name=name, source=source, **values)

@@ -29,7 +29,7 @@ DEFAULT_ACCEPTANCE = "llama70b-1b-h100"  # the paper's setting: its measured acc
 OVERHEADS = {"round_overhead_ms": 0.3, "transfer_ms": 0.1, "lookup_ms": 0.05, "fast_backup_ms": 0.05}  # presets'
 
 
-def profile_from_specs(target: str, draft: str, gpu: str, tp: int = 1, draft_gpu: str | None = None,
+def profile_from_specs(target: str, draft: str, gpu: str | dict, tp: int = 1, draft_gpu: str | dict | None = None,
                        dtype: str = "bf16", context: int = 1024, acceptance_from: str = DEFAULT_ACCEPTANCE,
                        assumptions: RooflineAssumptions = ASSUMED) -> Profile:
     """The Profile of `target` on `tp` x `gpu` and `draft` on one `draft_gpu`, at `context` tokens per sequence."""

@@ -461,6 +461,57 @@ def test_a_pair_on_a_gpu_from_specs(at):
     assert metrics(at)["autoregressive"] == "54.7 tok/s"  # falls back to the selected preset
 
 
+def test_a_gpu_uploaded_as_its_numbers_plans_as_the_same_gpu_by_name(at):
+    """Uploading the H100 SXM's datasheet numbers gives the predictions of choosing h100-sxm; a bad file is one
+    line naming the field, and the sidebar falls back to the selected preset."""
+    at.toggle(key="spec_on").set_value(True).run()
+    at.selectbox(key="spec_target").set_value("Llama-3.1-8B")
+    at.number_input(key="spec_tp").set_value(1).run()
+    ok(at)
+    by_name = metrics(at)
+    numbers = {"name": "my-h100", "hbm_tb_s": 3.35, "bf16_tflops": 989, "fp8_tflops": 1979, "link_gb_s": 450,
+               "memory_gb": 80}
+    at.sidebar.file_uploader(key="spec_gpu_file").set_value(("my-h100.json", json.dumps(numbers).encode(),
+                                                              "application/json")).run()
+    ok(at)
+    assert metrics(at) == by_name
+    assert any(c.value.startswith("Llama-3.1-8B+Llama-3.2-1B on 1xmy-h100: up to") for c in at.sidebar.caption)
+    bad = json.dumps({**numbers, "memory_gb": -1}).encode()
+    at.sidebar.file_uploader(key="spec_gpu_file").set_value(("bad.json", bad, "application/json")).run()
+    errors = [e.value for e in at.sidebar.error]
+    assert errors == ["gpu: bad.json: memory_gb must be a positive number (units in ssd_sim/model/hardware.py)"]
+    assert metrics(at)["autoregressive"] == "54.7 tok/s"  # falls back to the selected preset
+
+
+def test_a_spec_pairs_plan_file_from_the_plan_page_reloads_in_ssd_plan(at, tmp_path, capsys):
+    """The downloaded plan file records the pair (an uploaded GPU as its numbers), so `ssd-plan --plan` re-plans
+    the same pair and predicts what the page reported; the page's command line gives the same too."""
+    from app.planfile import plan_file_text
+    from ssd_sim.cli.plan import main as ssd_plan
+
+    at.toggle(key="spec_on").set_value(True).run()
+    at.selectbox(key="spec_target").set_value("Llama-3.1-8B")
+    at.selectbox(key="spec_gpu").set_value("l40s")
+    at.number_input(key="spec_tp").set_value(1).run()
+    numbers = {"name": "my-l40s", "hbm_tb_s": 0.864, "bf16_tflops": 362.05, "fp8_tflops": 733, "link_gb_s": 32,
+               "memory_gb": 48}
+    for upload in (None, numbers):
+        if upload:
+            at.sidebar.file_uploader(key="spec_gpu_file").set_value(("my-l40s.json", json.dumps(upload).encode(),
+                                                                      "application/json")).run()
+        at.switch_page("views/plan.py").run()
+        ok(at)
+        rep = json.loads(at.json[0].value)
+        assert rep["profile"]["spec"] == {"target": "Llama-3.1-8B", "draft": "Llama-3.2-1B", "gpu": upload or "l40s",
+                                          "tp": 1, "context": 1024}
+        path = tmp_path / "plan.json"
+        path.write_text(plan_file_text(rep))
+        assert ssd_plan(["--plan", str(path), "--json"]) == 0
+        cli = json.loads(capsys.readouterr().out)
+        assert cli["predicted"] == rep["predicted"] and cli["plan"] == rep["plan"]
+        at.switch_page("views/whatif.py").run()
+
+
 def test_the_plan_page_warns_when_the_batch_does_not_fit_the_pairs_memory(at):
     """70B on 4 x H100 at 128k tokens holds 3 sequences' KV caches (ssd-plan's memory warning): b = 8 is planned,
     with the warning on the Plan page and in its report; b = 2 carries none."""

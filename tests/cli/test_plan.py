@@ -429,3 +429,45 @@ def test_horizon_session_narrows_a_calibrated_profiles_intervals_and_says_for_wh
     assert "intervals for a run within the hour of the profile's timed forwards (timed 2026-12-01T14:50:14Z" in out
     _, out, _ = run(capsys, "--preset", "llama70b-1b-h100")
     assert "within the hour" not in out  # a preset measured no session spread: nothing to choose between
+
+
+@pytest.mark.parametrize("profile, needle", [
+    ({"spec": {"target": "Llama-3.1-8B", "draft": "Llama-3.2-1B", "gpu": 5}},
+     "plan: the plan file's profile.spec.gpu must be a string or an object, got 5"),
+    ({"spec": {"target": ["Llama-3.1-8B"], "draft": "Llama-3.2-1B", "gpu": "h100"}},
+     "profile.spec.target must be a string"),
+    ({"spec": {"target": "Llama-3.1-8B", "draft": "Llama-3.2-1B", "gpu": "h100", "tp": True}},
+     "profile.spec.tp must be an integer"),
+    ({"spec": {"target": "Llama-3.1-8B", "draft": "Llama-3.2-1B", "gpu": "h100", "bogus": 1}},
+     "profile.spec has an unknown key 'bogus'"),
+    ({"spec": {"target": "Llama-3.1-8B", "gpu": "h100"}}, "profile.spec lacks draft"),
+    ({"spec": {"target": "Llama-3.1-8B", "draft": "Llama-3.2-1B", "gpu": {"hbm_tb_s": 1}}},
+     "gpu: the GPU's numbers: bf16_tflops must be a positive number"),
+    ({"path": [1]}, "the plan file's profile.path must be a string, got [1]"),
+    ("llama70b-1b-h100", "the plan file's profile must be an object"),
+])
+def test_a_plan_files_recorded_profile_is_checked_before_use(tmp_path, capsys, profile, needle):
+    """A hand-edited plan file's profile source is one line naming the key, in ssd-plan and ssd-sim alike (these
+    were tracebacks: an int has no .lower(), a list is not a path)."""
+    from ssd_sim.cli.sim import main as sim_main
+
+    path = tmp_path / "plan.json"
+    path.write_text(json.dumps({"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 2}, "profile": profile}))
+    for cli, args in ((main, []), (sim_main, ["--tokens", "8"])):
+        with pytest.raises(SystemExit) as e:
+            cli(["--plan", str(path), *args])
+        err = capsys.readouterr().err
+        assert e.value.code == 2 and err.count("\n") == 1 and needle in err, err
+
+
+def test_a_plan_file_may_record_a_gpus_numbers_and_plans_as_the_named_gpu(tmp_path, capsys):
+    numbers = {"hbm_tb_s": 3.35, "bf16_tflops": 989.0, "fp8_tflops": 1979.0, "link_gb_s": 450.0, "memory_gb": 80.0}
+    path = tmp_path / "plan.json"
+    spec = {"target": "Llama-3.1-8B", "draft": "Llama-3.2-1B"}
+    path.write_text(json.dumps({"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 2},
+                                "profile": {"spec": {**spec, "gpu": {"name": "mine", **numbers}}}}))
+    assert main(["--plan", str(path), "--json"]) == 0
+    mine = json.loads(capsys.readouterr().out)["predicted"]
+    assert main(["--plan", str(path), "--target", "Llama-3.1-8B", "--draft", "Llama-3.2-1B", "--gpu", "h100",
+                 "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted"] == pytest.approx(mine, rel=1e-12)
