@@ -35,7 +35,9 @@ no search grid, draw count or tolerance was reduced):
   profile share its acceptance point, and its per-source spreads no longer compute an AR rate they never read;
 - "calibrate from this trace" (new): the latency fit evaluates each distinct forward shape once per step instead
   of every timed phase (~700 -> ~25 ms; the fitted numbers are the same).
-The largest remaining cost of a cold What-if view is the uncertainty report (500 drawn profiles, ~65 ms).
+The largest remaining cost of a cold What-if view is the uncertainty report: 200 drawn profiles of AR, SD and SSD
+and 6 x 50 of SD and SSD naming the dominant source (~250 ms on the Zen 4 guest of 2026-12-06, where 13-14 of 39 rows
+miss the target cold; ~65 ms when it drew 500 profiles of one mode).
 """
 
 from __future__ import annotations
