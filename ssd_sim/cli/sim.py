@@ -33,11 +33,13 @@ from ssd_sim.cli.args import (
 from ssd_sim.cli.growth import ProfileAt, growth, growth_line, mean_lengths
 from ssd_sim.cli.source import (
     add_source_args,
+    at_context,
     at_workload_context,
     growing_note,
     profile_of,
     source_files,
     source_of,
+    without_context,
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object, save_json_atomic
@@ -149,7 +151,8 @@ def main(argv: list[str] | None = None) -> int:
         replay = read_trace(args.replay) if args.replay else None
         if replay is not None:  # refused now, before any warning, so bad input stays one line
             outcome_source(profile, plan_for_mode(profile, plan, args.mode), replay)
-        for line in [*notes, *input_warnings(profile, plan, workload, replay, args)]:  # before the run starts
+        memory = memory_profile(source, profile, workload, mean_context)
+        for line in [*notes, *input_warnings(profile, plan, workload, replay, args, memory)]:  # before the run
             print(f"{PROG}: warning: {line}", file=sys.stderr)
         progress = not args.no_progress and not args.json and sys.stderr.isatty()
         growing = args.summary.get("growth_source")  # each round at its batch's mean context (prompts + tokens)
@@ -296,10 +299,22 @@ def workload_line(wl: Workload, summary: dict | None = None) -> str:
     return f"{out} ({wl.kind}, batch {wl.max_batch})"
 
 
-def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Trace | None, args) -> list[str]:
+def memory_profile(source: dict, profile: Profile, workload: Workload, mean_context: int | None) -> Profile:
+    """The profile whose max_batch_size the batch must fit: a fixed batch whose latencies follow its lengths at its
+    last token, its longest prompt plus its longest output (its rows advance together, so every cache is that full at
+    the end); a stream of requests at the mean decode context (continuous batching keeps rows at all stages)."""
+    if mean_context is None or workload.kind != "fixed":
+        return profile
+    peak = max(workload.prompt_lengths or (workload.prompt_tokens,)) + max(workload.output_lengths
+                                                                          or (workload.output_tokens,))
+    return profile_of(at_context(without_context(source), peak))
+
+
+def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Trace | None, args,
+                   memory: Profile | None = None) -> list[str]:
     """One line each for valid input almost certainly not meant (ssd_sim.io.sanity, model.tracematch): arrivals
     spread over hours of idling, a replayed trace of another setup than the profile's, a batch whose KV caches do
-    not fit (plan.report.memory_report)."""
+    not fit `memory`'s devices (plan.report.memory_report; default: the profile's)."""
     busy = None if workload.kind == "fixed" else decode_ms(profile, plan, workload, args.mode)
     lines = [rate_warning(workload.rate, workload.num_requests, workload.num_requests, busy,
                           waiting="simulated waiting") if workload.kind == "poisson" else None,
@@ -307,7 +322,7 @@ def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Tra
              mismatch_line(replay, profile) if replay is not None else None,
              overload(profile, plan, workload, args.mode, args.seed) if workload.kind != "fixed" else None,
              ignored_at_greedy(knob_flags(args), plan.temperature),
-             memory_report(profile, [workload.max_batch])["warning"]]
+             memory_report(memory or profile, [workload.max_batch])["warning"]]
     return [line for line in lines if line]
 
 

@@ -86,6 +86,19 @@ def test_with_prompt_and_output_lengths_the_batch_must_fit_at_its_last_token(cap
     assert "ssd-plan: warning: batch size 4 does not fit" in err
 
 
+def test_ssd_sim_counts_a_fixed_batch_at_its_last_token_and_a_stream_at_its_mean_context(capsys):
+    """95k prompt + 30k output tokens of 70B on 4 x H100: at the mean decode context (110k tokens) 4 sequences fit,
+    at the last token (125k) 3. A fixed batch of 4 ends at 125k (warned); a stream batched up to 4 holds requests at
+    every stage of their decode (not warned)."""
+    pair = ["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--tp", "4",
+            "--prompt-tokens", "95000", "--tokens", "30000", "--json"]
+    assert sim_main([*pair, "-b", "4"]) == 0
+    assert "ssd-sim: warning: batch size 4 does not fit: sequences whose KV cache at 125000 tokens" in \
+        capsys.readouterr().err
+    assert sim_main([*pair, "--workload", "poisson", "--rate", "0.5", "--num-requests", "4", "--max-batch", "4"]) == 0
+    assert "does not fit" not in capsys.readouterr().err
+
+
 def test_the_provenance_marks_what_is_assumed(llama8b_l40s):
     prov = llama8b_l40s.provenance
     assert prov["acceptance"].startswith("assumed: the acceptance and hit curves of llama70b-1b-h100")
