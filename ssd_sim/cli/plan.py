@@ -33,6 +33,7 @@ from ssd_sim.cli.growth import MODES, ProfileAt, growth, shown_pct
 from ssd_sim.cli.source import (
     add_source_args,
     at_context,
+    at_last_token,
     context_for,
     context_note,
     profile_of,
@@ -178,7 +179,7 @@ def main(argv: list[str] | None = None) -> int:
                                                   top_n=GROWTH_CANDIDATES if rank else SearchLimits.top_n),
                               risk=args.risk, rank=rank)
         result = make_plan(profile, request)
-        at_end = _at_last_token(profile, base_extra)
+        at_end = _at_last_token(profile, base_extra, workload["batch_size"])
     except ConfigError as e:
         fail(PROG, e)
     result, simulated = _simulate(profile, result, args, base_extra) if args.simulate else (result, None)
@@ -266,13 +267,13 @@ def _growth_report(source: dict, result: PlanResult) -> dict:
     return {"prompt_tokens": prompt, "output_tokens": output, **g}
 
 
-def _at_last_token(profile: Profile, source: dict) -> Profile:
-    """The profile whose max_batch_size the plan's batch must fit: with --prompt-tokens / --tokens the pair at the
-    batch's last context, prompt + output (a fixed batch's rows advance together, so every cache is that full at the
-    end), not at the mean decode context its latencies are taken at; else `profile` itself."""
+def _at_last_token(profile: Profile, source: dict, batch_size: int) -> Profile:
+    """With --prompt-tokens / --tokens: the pair at the batch's last token (cli.source.at_last_token), else
+    `profile` (its latencies' context is the one the batch must fit)."""
     if not source.get("lengths"):
         return profile
-    return profile_of(at_context(without_context(_profile_source(source)), sum(source["lengths"])))
+    prompt, output = source["lengths"]
+    return at_last_token(without_context(_profile_source(source)), profile, fixed_batch(batch_size, output, prompt))
 
 
 def _profile_source(source: dict) -> dict:

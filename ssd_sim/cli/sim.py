@@ -33,13 +33,12 @@ from ssd_sim.cli.args import (
 from ssd_sim.cli.growth import ProfileAt, growth, growth_line, mean_lengths
 from ssd_sim.cli.source import (
     add_source_args,
-    at_context,
+    at_last_token,
     at_workload_context,
     growing_note,
     profile_of,
     source_files,
     source_of,
-    without_context,
 )
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import read_json_object, save_json_atomic
@@ -151,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
         replay = read_trace(args.replay) if args.replay else None
         if replay is not None:  # refused now, before any warning, so bad input stays one line
             outcome_source(profile, plan_for_mode(profile, plan, args.mode), replay)
-        memory = memory_profile(source, profile, workload, mean_context)
+        memory = at_last_token(source, profile, workload)
         for line in [*notes, *input_warnings(profile, plan, workload, replay, args, memory)]:  # before the run
             print(f"{PROG}: warning: {line}", file=sys.stderr)
         progress = not args.no_progress and not args.json and sys.stderr.isatty()
@@ -297,17 +296,6 @@ def workload_line(wl: Workload, summary: dict | None = None) -> str:
     if wl.kind == "poisson":
         return f"{out}; poisson, {wl.rate:g} req/s, {batch}"
     return f"{out} ({wl.kind}, batch {wl.max_batch})"
-
-
-def memory_profile(source: dict, profile: Profile, workload: Workload, mean_context: int | None) -> Profile:
-    """The profile whose max_batch_size the batch must fit: a fixed batch whose latencies follow its lengths at its
-    last token, its longest prompt plus its longest output (its rows advance together, so every cache is that full at
-    the end); a stream of requests at the mean decode context (continuous batching keeps rows at all stages)."""
-    if mean_context is None or workload.kind != "fixed":
-        return profile
-    peak = max(workload.prompt_lengths or (workload.prompt_tokens,)) + max(workload.output_lengths
-                                                                          or (workload.output_tokens,))
-    return profile_of(at_context(without_context(source), peak))
 
 
 def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Trace | None, args,

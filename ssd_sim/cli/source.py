@@ -25,7 +25,11 @@ from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.sim.workload import Workload
 
-SPEC_FLAGS = ("target", "draft", "gpu", "tp", "draft_gpu", "context", "dtype", "acceptance_from")
+# a spec pair's keys (profile_from_specs' arguments, the flags that set them) and what a plan file may record in each
+SPEC_TYPES: dict[str, tuple[type, ...]] = {"target": (str,), "draft": (str,), "gpu": (str, dict), "tp": (int,),
+                                           "draft_gpu": (str, dict), "context": (int,), "dtype": (str,),
+                                           "acceptance_from": (str,)}
+SPEC_FLAGS = tuple(SPEC_TYPES)
 
 
 def add_source_args(group: argparse._ArgumentGroup) -> None:
@@ -106,12 +110,6 @@ def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
                                  "--target CFG --draft CFG --gpu NAME")
 
 
-# what each key of a recorded spec pair may hold (profile_from_specs' arguments)
-SPEC_TYPES: dict[str, tuple[type, ...]] = {"target": (str,), "draft": (str,), "gpu": (str, dict), "tp": (int,),
-                                           "draft_gpu": (str, dict), "context": (int,), "dtype": (str,),
-                                           "acceptance_from": (str,)}
-
-
 def recorded_profile(recorded) -> dict[str, Any]:
     """A plan file's recorded profile source, checked: an object whose preset, path and acceptance_from are strings
     (its spec: recorded_spec; its context: profile_of's check); else a one-line ConfigError naming the key."""
@@ -142,6 +140,19 @@ def recorded_spec(spec) -> dict[str, Any]:
         raise ConfigError("plan", f"the plan file's profile.spec lacks {missing[0]}; write the plan again with "
                                   "ssd-plan --target .. --draft .. --gpu .. -o FILE")
     return spec
+
+
+def at_last_token(source: dict[str, Any], profile: Profile, workload: Workload) -> Profile:
+    """The profile whose max_batch_size a fixed batch must fit: `source` re-derived at the batch's last token, its
+    longest prompt plus its longest output (its rows advance together, so every cache is that full at the end), where
+    the workload's lengths set the latencies' context (context_for: a source without a context of its own); else
+    `profile` (a stream of requests: continuous batching keeps rows at every stage, so the mean decode context
+    `profile` is taken at holds)."""
+    if workload.kind != "fixed" or context_for(source, profile, workload) is None:
+        return profile
+    peak = max(workload.prompt_lengths or (workload.prompt_tokens,)) + max(workload.output_lengths
+                                                                          or (workload.output_tokens,))
+    return profile_of(at_context(source, peak))
 
 
 def workload_context(workload: Workload) -> int:
