@@ -120,7 +120,9 @@ def _spec_choice(side) -> tuple[Profile, str, dict] | None:
     except ConfigError as e:
         box.error(str(e))
         return None
-    box.caption(f"{prof.name}: up to {prof.max_batch_size} sequences fit; acceptance: "
+    fits = prof.memory.by_mode() if prof.memory else {}
+    box.caption(f"{prof.name}: KV caches of up to {fits.get('ar')} (AR), {fits.get('sd')} (SD), {fits.get('ssd')} (SSD, "
+                f"before its branch rows) sequences fit; acceptance: "
                 f"{prof.provenance['acceptance'].split(' (')[0]}")
     spec = {"target": target, "draft": draft, "gpu": numbers or gpu, "tp": tp}
     st.session_state["_spec"] = {**spec, "context": context}

@@ -188,7 +188,8 @@ def main(argv: list[str] | None = None) -> int:
         report["context_growth"] = _growth_report(base_extra, result)
     if args.batch_sizes:
         report["batch_sweep"] = batch_sweep(profile, request, args.batch_sizes)
-    report["memory"] = memory_report(at_end, [result.plan.batch_size, *(args.batch_sizes or ())])
+    report["memory"] = memory_report(at_end, [result.plan.batch_size, *(args.batch_sizes or ())], result.plan,
+                                     report["recommended_mode"])
     if args.emit and not report["engine_flags"][args.emit].get("supported", True):
         fail(PROG, ConfigError("emit", f"{args.emit}: {report['engine_flags'][args.emit]['notes'][0]}; "
                                        "choose vllm or sglang"))

@@ -144,7 +144,7 @@ def main(argv: list[str] | None = None) -> int:
             args.summary["context"] = growing_note(mean_context, "the analytic column")
             args.summary["growth_source"] = source
         if auto_batch:  # a stream of requests with no batch size given: batch them as a server would
-            workload, args.summary["batch"] = default_max_batch(profile, workload)
+            workload, args.summary["batch"] = default_max_batch(profile, workload, args.mode)
             args.batch_size = args.max_batch = workload.max_batch
         plan = resolve_plan(args, profile, base)
         replay = read_trace(args.replay) if args.replay else None
@@ -265,12 +265,21 @@ def arrivals_extras(path: str, workload: Workload, prompt_flag: int | None) -> t
     return workload, warnings, "the file's" if lo == hi else "the file's, per request"
 
 
-def default_max_batch(profile: Profile, workload: Workload) -> tuple[Workload, str]:
-    """No -b, --max-batch or plan file for a stream of requests: decode up to all of them together, at most the
-    profile's max_batch_size (what its KV cache holds); the workload so batched and what the workload line says."""
-    cap = min(workload.num_requests, profile.max_batch_size)
-    why = "every request" if cap == workload.num_requests else "the profile's max_batch_size"
+def default_max_batch(profile: Profile, workload: Workload, mode: str = "ssd") -> tuple[Workload, str]:
+    """No -b, --max-batch or plan file for a stream of requests: decode up to all of them together, at most what the
+    profile's KV memory holds in `mode` (Profile.fits; a measured profile: its max_batch_size); the workload so
+    batched and what the workload line says."""
+    fits = max(1, profile.fits(_memory_mode(mode)))
+    cap = min(workload.num_requests, fits)
+    why = ("every request" if cap == workload.num_requests else
+           "the profile's max_batch_size" if profile.memory is None else f"what {_memory_mode(mode).upper()}'s KV "
+           "caches fit")
     return dataclasses.replace(workload, max_batch=cap), f"by default {why}; --max-batch B chooses"
+
+
+def _memory_mode(mode: str) -> str:
+    """ssd-sim's --mode as model.memory counts it: every SSD backup keeps the same caches."""
+    return "ssd" if mode.startswith("ssd") else mode
 
 
 def workload_line(wl: Workload, summary: dict | None = None) -> str:
@@ -310,7 +319,7 @@ def input_warnings(profile: Profile, plan: Plan, workload: Workload, replay: Tra
              mismatch_line(replay, profile) if replay is not None else None,
              overload(profile, plan, workload, args.mode, args.seed) if workload.kind != "fixed" else None,
              ignored_at_greedy(knob_flags(args), plan.temperature),
-             memory_report(memory or profile, [workload.max_batch])["warning"]]
+             memory_report(memory or profile, [workload.max_batch], plan, _memory_mode(args.mode))["warning"]]
     return [line for line in lines if line]
 
 

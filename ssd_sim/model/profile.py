@@ -18,6 +18,7 @@ from ssd_sim.io.jsonfile import read_json_object
 from ssd_sim.io.values import nonfinite_strings
 from ssd_sim.model.acceptance import AcceptanceModel
 from ssd_sim.model.latency import LatencyModel
+from ssd_sim.model.memory import KvMemory
 from ssd_sim.model.table import latency_from_dict
 from ssd_sim.model.uncertainty import Uncertainty
 
@@ -49,6 +50,14 @@ class Profile:
     host: Host | None = None  # where the latencies were measured; None = not host-specific (datasheets, papers)
     uncertainty: Uncertainty | None = None  # spreads for prediction intervals; None = stated defaults (plan.intervals)
     engine: str = "ssd-runtime"  # the engine whose loop the latencies describe (one of ENGINES)
+    memory: KvMemory | None = None  # per-mode KV memory from shapes and GPUs (spec pairs); None = not derived
+
+    def fits(self, mode: str, K: int = 0, budget: int = 0, draft_devices: int = 1) -> int:
+        """Sequences whose KV caches fit in `mode` (model.memory, SSD with budget x K branch tokens per sequence);
+        without a derived memory, max_batch_size (a preset's or calibration's measured range)."""
+        if self.memory is None:
+            return self.max_batch_size
+        return self.memory.fits(mode, K=K, budget=budget, draft_devices=draft_devices)
 
     def __post_init__(self):
         if self.engine not in ENGINES:
@@ -78,7 +87,7 @@ class Profile:
             "acceptance": self.acceptance.to_dict(),
             "uncertainty": self.uncertainty.to_dict() if self.uncertainty is not None else None,
             "engine": self.engine,
-        }
+        } | ({"memory": self.memory.to_dict()} if self.memory is not None else {})
 
     @classmethod
     def from_dict(cls, d: dict[str, Any]) -> Profile:
@@ -101,6 +110,7 @@ class Profile:
             host=Host.from_dict(d["host"], "host") if d.get("host") is not None else None,
             uncertainty=Uncertainty.from_dict(d["uncertainty"]) if d.get("uncertainty") is not None else None,
             engine=d.get("engine", "ssd-runtime"),
+            memory=KvMemory.from_dict(d["memory"]) if d.get("memory") is not None else None,
         )
 
     def to_json(self) -> str:

@@ -20,6 +20,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.architecture import BYTES, Architecture, describe, load_architecture
 from ssd_sim.model.hardware import GpuSpec, get_gpu
 from ssd_sim.model.latency import LatencyModel
+from ssd_sim.model.memory import MEMORY_USE, KvMemory, Side
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.roofline import ASSUMED, RooflineAssumptions, forward_latency
 from ssd_sim.model.uncertainty import Uncertainty
@@ -46,11 +47,9 @@ def profile_from_specs(target: str, draft: str, gpu: str | dict, tp: int = 1, dr
     t_gpu, d_gpu = get_gpu(gpu), get_gpu(draft_gpu or gpu)
     latency = _latency(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, assumptions)
     source = acceptance_source(acceptance_from)
-    fit = (_max_batch(t_arch, t_gpu, tp, dtype, context, "tp"), _max_batch(d_arch, d_gpu, 1, dtype, context, "draft_gpu"))
+    memory = _memory(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context)
     prov = _provenance(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, assumptions, source)
-    prov["max_batch_size"] = (f"derived: sequences whose KV cache at {context} tokens fits beside the weights in 90% of "
-                              f"device memory: {fit[0]} on the target's {tp} x {t_gpu.name}, {fit[1]} on the draft's "
-                              f"{d_gpu.name} (SD's draft, on the target's devices, is not counted)")
+    prov["max_batch_size"] = memory.explain()
     return Profile(
         name=f"{_short(t_arch)}+{_short(d_arch)} on {tp}x{t_gpu.name}" + (f" + {d_gpu.name}" if draft_gpu else ""),
         latency=latency, acceptance=source.acceptance,
@@ -58,7 +57,7 @@ def profile_from_specs(target: str, draft: str, gpu: str | dict, tp: int = 1, dr
                     f"{dtype}, context {context} tokens: roofline from specs",
         target_model=t_arch.name, draft_model=d_arch.name,
         hardware=f"{tp + 1}x GPU: target TP={tp} on {t_gpu.name}, draft on a {d_gpu.name}",
-        max_batch_size=min(fit),
+        max_batch_size=memory.fits("ssd"), memory=memory,
         sources=(t_gpu.source,) + ((d_gpu.source,) if d_gpu != t_gpu else ()) + source.sources,
         provenance=prov, host=None, uncertainty=_uncertainty(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context,
                                                              assumptions, source),
@@ -71,24 +70,24 @@ def _latency(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a) -> LatencyMode
                         draft=forward_latency(d_arch, d_gpu, 1, dtype, context, a=a), target_devices=tp, **OVERHEADS)
 
 
-def _max_batch(arch: Architecture, gpu: GpuSpec, devices: int, dtype: str, context: int, field: str) -> int:
-    """Sequences whose KV cache at `context` tokens fits beside the weights in 90% of `devices` x `gpu`'s memory (at
-    most 4096). The target's cache is on its TP devices, the draft's (every sequence's, as SSD's draft keeps each
-    sequence's prefix; its branch rows add budget x K tokens, left out) on its one device."""
-    weights = BYTES[dtype] * arch.params
-    free = 0.9 * gpu.memory_gb * 1e9 * devices - weights
-    if free <= 0:
-        fix = "raise --tp" if field == "tp" else "choose a larger --draft-gpu or a smaller draft"
-        raise ConfigError(field, f"{_short(arch)} needs {weights / 1e9:.0f} GB of weights, more than "
-                                 f"90% of {devices} x {gpu.memory_gb:g} GB on {gpu.name}: {fix}")
-    fits = int(min(4096, free // arch.kv_bytes(context, dtype)))
-    if fits < 1:
-        raise ConfigError("context", f"one sequence's {_short(arch)} KV cache at {context} tokens "
-                                     f"({arch.kv_bytes(context, dtype) / 1e9:.0f} GB) does not fit beside its weights in "
-                                     f"90% of {devices} x {gpu.memory_gb:g} GB on {gpu.name}: lower the context "
-                                     "(--context, or --prompt-tokens / --tokens)"
-                                     + (" or raise --tp" if field == "tp" else " or choose a larger --draft-gpu"))
-    return fits
+def _memory(t_arch: Architecture, d_arch: Architecture, t_gpu: GpuSpec, d_gpu: GpuSpec, tp: int, dtype: str,
+            context: int) -> KvMemory:
+    """What each side's devices hold for KV caches (model.memory); a ConfigError naming the fix where a side's weights,
+    or one sequence's cache beside them, do not fit."""
+    memory = KvMemory(Side.of(t_arch, t_gpu, tp, dtype), Side.of(d_arch, d_gpu, 1, dtype), context)
+    for side, arch, gpu, devices, field in ((memory.target, t_arch, t_gpu, tp, "tp"),
+                                            (memory.draft, d_arch, d_gpu, 1, "draft_gpu")):
+        room = f"{MEMORY_USE:.0%} of {devices} x {gpu.memory_gb:g} GB on {gpu.name}"
+        if side.free_bytes <= 0:
+            fix = "raise --tp" if field == "tp" else "choose a larger --draft-gpu or a smaller draft"
+            raise ConfigError(field, f"{_short(arch)} needs {side.weights_bytes / 1e9:.0f} GB of weights, more than "
+                                     f"{room}: {fix}")
+        if side.kv_bytes(context) > side.free_bytes:
+            raise ConfigError("context", f"one sequence's {_short(arch)} KV cache at {context} tokens "
+                                         f"({side.kv_bytes(context) / 1e9:.0f} GB) does not fit beside its weights in "
+                                         f"{room}: lower the context (--context, or --prompt-tokens / --tokens)"
+                                         + (" or raise --tp" if field == "tp" else " or choose a larger --draft-gpu"))
+    return memory
 
 
 def _uncertainty(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, a, source) -> Uncertainty:

@@ -58,7 +58,7 @@ def build_report(profile: Profile, result: PlanResult, simulated: dict | None = 
     report["reference_engine"] = reference_engine_report(result, report["engine_flags"]["ssd-engine"],
                                                          report["recommended_mode"])
     report["host"] = host_report(profile)
-    report["memory"] = memory_report(profile, [result.plan.batch_size])
+    report["memory"] = memory_report(profile, [result.plan.batch_size], result.plan, report["recommended_mode"])
     tables = table_report(profile, result.plan, sd.num_speculative_tokens)
     if tables is not None:
         report["latency_tables"] = tables
@@ -102,17 +102,24 @@ def table_report(profile: Profile, plan: Plan, sd_k: int) -> dict | None:
     return out
 
 
-def memory_report(profile: Profile, batch_sizes: list[int]) -> dict:
-    """The most sequences whose KV caches fit (profile.max_batch_size, and where it comes from) and a one-line warning
-    naming the batch sizes above it, where that number is a memory fit derived from the shapes and the GPUs (a spec
-    profile's; a preset's or calibration's max_batch_size is the range it was measured over, not memory)."""
-    why = profile.provenance.get("max_batch_size", "")
-    over = sorted({b for b in batch_sizes if b > profile.max_batch_size}) if why.startswith("derived") else []
+def memory_report(profile: Profile, batch_sizes: list[int], plan: Plan | None = None, mode: str = "ssd") -> dict:
+    """The most sequences whose KV caches fit in `mode` (model.memory; SSD with `plan`'s branch rows), each mode's
+    count, where they come from, and a one-line warning naming the batch sizes above `mode`'s, where the counts are
+    derived from the shapes and the GPUs (a spec profile's; a preset's or calibration's max_batch_size is the range
+    it was measured over, not memory: no counts per mode, no warning)."""
+    mem = profile.memory
+    if mem is None:
+        why = profile.provenance.get("max_batch_size") or None
+        return {"max_batch_size": profile.max_batch_size, "source": why, "by_mode": None, "over": [], "warning": None}
+    branch = (plan.K, plan.budget, plan.draft_devices) if plan is not None else (0, 0, 1)
+    counts, why = mem.by_mode(None, *branch), mem.explain(None, *branch)
+    over = sorted({b for b in batch_sizes if b > counts[mode]})
     sizes = f"batch size {over[0]} does not" if len(over) == 1 else f"batch sizes {', '.join(map(str, over))} do not"
-    warning = (f"{sizes} fit: {why.removeprefix('derived: ')}, so at most "
-               f"{profile.max_batch_size} sequences; the prediction there reads KV caches the devices cannot hold: "
-               "lower -b or the context, or raise --tp / choose a larger --draft-gpu" if over else None)
-    return {"max_batch_size": profile.max_batch_size, "source": why or None, "over": over, "warning": warning}
+    warning = (f"{sizes} fit {mode.upper()} (at most {counts[mode]} sequences): {why.removeprefix('derived: ')}; the "
+               "prediction there reads KV caches "
+               "the devices cannot hold: lower -b or the context, or raise --tp / choose a larger --draft-gpu"
+               if over else None)
+    return {"max_batch_size": counts[mode], "source": why, "by_mode": counts, "over": over, "warning": warning}
 
 
 def plan_file(result: PlanResult, report: dict) -> PlanFile:

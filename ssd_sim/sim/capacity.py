@@ -183,6 +183,14 @@ class Capacity:
         k = res.sd.num_speculative_tokens or 1
         return res.plan.replace(num_speculative_tokens=k, fan_out=(1,) * (k + 1), fan_out_miss=(1,) * (k + 1)), mode
 
+    def fits(self, mode: str, cap: int, backup: str) -> bool:
+        """`cap` sequences' KV caches fit in `mode` (Profile.fits: a spec pair's memory per mode, SSD with its plan's
+        branch rows; a measured profile: its max_batch_size)."""
+        if self.profile.memory is None or mode != "ssd":
+            return cap <= self.profile.fits(mode)
+        plan, _ = self.plan(mode, cap, backup)
+        return cap <= self.profile.fits(mode, plan.K, plan.budget, plan.draft_devices)
+
     def gpus_per_replica(self, mode: str) -> int:
         return self.profile.latency.target_devices + (1 if mode == "ssd" else 0)
 
@@ -282,7 +290,7 @@ def search(cap_search: Capacity | Sequence[Capacity], modes: Sequence[str] = MOD
            caps: Sequence[int] = (1, 2, 4, 8, 16), routers: Sequence[str] = ("round-robin",),
            max_replicas: int = 64) -> SearchResult:
     """The cheapest configuration over profiles (e.g. one per tensor-parallel degree) x modes x caps (up to each
-    profile's max_batch_size: the KV cache must fit) x SSD backups x routers (fewest GPUs; ties: the largest smallest
+    the KV caches must fit: Capacity.fits) x SSD backups x routers (fewest GPUs; ties: the largest smallest
     margin). Configurations are visited by their analytic lower bound on GPUs, and skipped once that bound exceeds
     the cheapest found."""
     for m in modes:
@@ -290,10 +298,10 @@ def search(cap_search: Capacity | Sequence[Capacity], modes: Sequence[str] = MOD
             raise ConfigError("modes", f"must be among {', '.join(MODES)}, got {m!r}")
     searches = [cap_search] if isinstance(cap_search, Capacity) else list(cap_search)
     space = [(i, m, c, b, rt) for i, cs in enumerate(searches) for m in modes for c in caps
-             if c <= (cs.profile.max_batch_size or c) for b in (SSD_BACKUPS if m == "ssd" else ("-",)) for rt in routers]
+             for b in (SSD_BACKUPS if m == "ssd" else ("-",)) if cs.fits(m, c, b) for rt in routers]
     if not space:
-        raise ConfigError("batch_caps", "every batch cap is above the profile's max_batch_size (its KV cache does "
-                                        "not fit); give smaller --batch-caps")
+        raise ConfigError("batch_caps", "every batch cap is above what the KV caches fit (the profile's "
+                                        "max_batch_size, per mode for a spec pair); give smaller --batch-caps")
     bound = {s: searches[s[0]].min_replicas(*s[1:4]) * searches[s[0]].gpus_per_replica(s[1]) for s in space}
     best: Outcome | None = None
     seen: list[Outcome] = []

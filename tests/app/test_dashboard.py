@@ -475,7 +475,7 @@ def test_a_gpu_uploaded_as_its_numbers_plans_as_the_same_gpu_by_name(at):
                                                               "application/json")).run()
     ok(at)
     assert metrics(at) == by_name
-    assert any(c.value.startswith("Llama-3.1-8B+Llama-3.2-1B on 1xmy-h100: up to") for c in at.sidebar.caption)
+    assert any(c.value.startswith("Llama-3.1-8B+Llama-3.2-1B on 1xmy-h100: KV caches of up to") for c in at.sidebar.caption)
     bad = json.dumps({**numbers, "memory_gb": -1}).encode()
     at.sidebar.file_uploader(key="spec_gpu_file").set_value(("bad.json", bad, "application/json")).run()
     errors = [e.value for e in at.sidebar.error]
@@ -517,7 +517,7 @@ def test_the_plan_page_warns_when_the_batch_does_not_fit_the_pairs_memory(at):
     with the warning on the Plan page and in its report; b = 2 carries none."""
     at.toggle(key="spec_on").set_value(True).run()
     at.number_input(key="spec_ctx").set_value(131072).run()
-    assert any("up to 3 sequences fit" in c.value for c in at.sidebar.caption)
+    assert any("up to 3 (AR), 3 (SD), 3 (SSD, before its branch rows) sequences fit" in c.value for c in at.sidebar.caption)
     at.switch_page("views/whatif.py").run()
     for b, warned in ((8, True), (2, False)):
         at.slider(key="wi_b").set_value(b).run()

@@ -311,6 +311,12 @@ _MEMORY = ("the report's memory: how many sequences' KV caches fit (a spec pair'
            "target's devices and the draft's device) and a warning for batch sizes above it")
 _document([c for c in COMMANDS if c.endswith("-json") and c.startswith("plan-") and c != "plan-spec-70b-128k-json"]
           + ["plan-write", "plan-batch-sizes"], _MEMORY)
+_MEMORY_PER_MODE = ("the report's memory counts each mode's KV caches where they are (model.memory): by_mode (null "
+                    "for a measured profile), SD's draft weights and cache on the target's devices, SSD's branch "
+                    "rows (budget x K tokens a sequence) on the draft's; max_batch_size and the warning are the "
+                    "recommended mode's")
+_document([c for c in COMMANDS if c.endswith("-json") and c.startswith("plan-")]
+          + ["plan-write", "plan-batch-sizes"], _MEMORY_PER_MODE)
 
 
 def fixed_host():

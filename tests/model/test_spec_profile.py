@@ -36,16 +36,81 @@ def test_a_longer_context_is_slower_and_fits_fewer_sequences():
     assert short.max_batch_size == int((0.9 * 80e9 - 2 * 8.03e9) // (1024 * 131072))
 
 
-def test_the_draft_device_holds_every_sequence_too_and_can_bind_the_batch():
-    """Llama-3.1-8B's KV cache is 128 KiB a token, Llama-3.2-3B's 112 KiB: on 2 x H100 the target holds
-    (0.9 x 160 GB - 16.06 GB) / (8192 x 128 KiB) = 119 sequences of 8192 tokens, its 3B draft on one L40S (48 GB)
-    (0.9 x 48 GB - 6.43 GB) / (8192 x 112 KiB) = 39: the draft binds."""
+def test_each_mode_counts_the_caches_on_the_devices_that_hold_them():
+    """Llama-3.1-8B's KV cache is 128 KiB a token, Llama-3.2-3B's 112 KiB. At 8192 tokens a sequence:
+    AR: 2 x H100 hold (0.9 x 160 GB - 16.06 GB) / (8192 x 128 KiB) = 119 sequences;
+    SD: the draft's weights (6.43 GB) and cache share those devices: (144 - 16.06 - 6.43) GB / (8192 x 240 KiB) = 60;
+    SSD: the draft's own L40S (48 GB) holds (0.9 x 48 GB - 6.43 GB) / (8192 x 112 KiB) = 39, so the draft binds;
+    with 16 branches of K = 4 a sequence that device holds (43.2 - 6.43) GB / ((8192 + 64) x 112 KiB) = 38, and over
+    two draft devices (32 branch tokens each) still 38 (38.9 -> 38.7)."""
     prof = profile_from_specs("Llama-3.1-8B", "Llama-3.2-3B", gpu="h100", tp=2, draft_gpu="l40s", context=8192)
-    target = int((0.9 * 2 * 80e9 - 2 * 8.03e9) // (8192 * 131072))
-    draft = int((0.9 * 48e9 - 2 * 3.213e9) // (8192 * 114688))
-    assert (target, draft) == (119, 39) and prof.max_batch_size == 39
-    assert prof.provenance["max_batch_size"].endswith("119 on the target's 2 x h100-sxm, 39 on the draft's l40s (SD's "
-                                                      "draft, on the target's devices, is not counted)")
+    t_w, d_w = 2 * 8.03e9, 2 * 3.213e9
+    target = int((0.9 * 2 * 80e9 - t_w) // (8192 * 131072))
+    sd = int((0.9 * 2 * 80e9 - t_w - d_w) // (8192 * (131072 + 114688)))
+    draft = int((0.9 * 48e9 - d_w) // (8192 * 114688))
+    branched = int((0.9 * 48e9 - d_w) // ((8192 + 16 * 4) * 114688))
+    assert (target, sd, draft, branched) == (119, 60, 39, 38)
+    assert prof.memory.by_mode() == {"ar": 119, "sd": 60, "ssd": 39} and prof.max_batch_size == 39
+    assert prof.fits("ssd", K=4, budget=16) == 38 and prof.fits("ssd", K=4, budget=16, draft_devices=2) == 38
+    assert prof.provenance["max_batch_size"].endswith("AR 119 (the target's cache on 2 x h100-sxm), SD 60 (both caches "
+                                                      "and the draft's weights there), SSD 39 (the target's there; one "
+                                                      "l40s holds 39 of the draft's)")
+
+
+def test_branch_rows_bind_where_the_context_is_short():
+    """At 64 tokens a sequence, 32 x 4 branch tokens a sequence (budget 32, K = 4) triple the draft's cache: a 3B
+    draft on an L4 (0.9 x 24 GB - 6.43 GB of weights) holds 2067 sequences without them, 689 with them (the target's
+    4 x H100 hold more than the 4096 counted)."""
+    prof = profile_from_specs("Llama-3.1-70B", "Llama-3.2-3B", gpu="h100", draft_gpu="l4", tp=4, context=64)
+    free = prof.memory.draft.free_bytes
+    per_token = prof.memory.draft.token_bytes()  # Llama-3.2-3B: 28 layers x 8 KV heads x 128 x 2 x 2 bytes = 112 KiB
+    assert per_token == 114688 and prof.fits("ar") == 4096
+    assert prof.fits("ssd") == int(free // (64 * per_token)) == 2067
+    assert prof.fits("ssd", K=4, budget=32) == int(free // ((64 + 128) * per_token)) == 689
+
+
+def test_a_sliding_window_layer_counts_at_most_its_window():
+    """Mistral-7B-v0.1-like: every layer slides over 4096 tokens, so 32k tokens a sequence cost what 4096 do."""
+    from ssd_sim.model.architecture import Architecture
+    from ssd_sim.model.hardware import get_gpu
+    from ssd_sim.model.memory import KvMemory, Side
+
+    arch = Architecture(name="m", layers=32, hidden=4096, heads=32, kv_heads=8, head_dim=128, intermediate=14336,
+                        vocab=32000, sliding_window=4096, sliding_layers=32)
+    side = Side.of(arch, get_gpu("h100"), 1, "bf16")
+    assert side.kv_bytes(32768) == side.kv_bytes(4096) == arch.kv_bytes(32768) == 4096 * 32 * 2 * 8 * 128 * 2
+    mem = KvMemory(side, side, 32768)
+    assert mem.fits("ar") == mem.fits("ar", context=4096) == int(side.free_bytes // side.kv_bytes(4096))
+
+
+def test_ssd_sim_counts_the_mode_it_simulates(capsys):
+    """8B + 1B on one H100 at 4096 tokens: AR's caches fit 104 sequences, SD's 79 (the draft's weights and cache on
+    the target's device). -b 90 is warned for SD only; a stream of 100 requests with no batch size is batched at
+    what the mode fits."""
+    from ssd_sim.cli.sim import default_max_batch
+    from ssd_sim.sim.workload import poisson
+
+    pair = ["--target", "Llama-3.1-8B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--context", "4096",
+            "--tokens", "2", "--json"]
+    assert sim_main([*pair, "--mode", "sd", "-b", "90"]) == 0
+    assert "ssd-sim: warning: batch size 90 does not fit SD (at most 79 sequences)" in capsys.readouterr().err
+    assert sim_main([*pair, "--mode", "ar", "-b", "90"]) == 0
+    assert "does not fit" not in capsys.readouterr().err
+    prof = profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="h100", context=4096)
+    stream = poisson(rate=1.0, num_requests=100, max_batch=1, output_tokens=8)
+    assert [default_max_batch(prof, stream, m)[0].max_batch for m in ("ar", "sd", "ssd-fast")] == [100, 79, 100]
+    assert default_max_batch(prof, stream, "sd")[1] == "by default what SD's KV caches fit; --max-batch B chooses"
+
+
+def test_a_profile_keeps_its_memory_through_its_json():
+    prof = profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="h100", context=4096)
+    again = Profile.from_dict(json.loads(prof.to_json()))
+    assert again.memory == prof.memory and again.fits("sd") == prof.fits("sd") == 79
+    bad = prof.to_dict() | {"memory": {"target": {"free_bytes": "x"}, "draft": {}}}
+    with pytest.raises(ConfigError, match="^memory: memory.target.free_bytes must be a finite number"):
+        Profile.from_dict(bad)
+    measured = Profile(name="p", latency=prof.latency, acceptance=prof.acceptance, max_batch_size=16)
+    assert "memory" not in measured.to_dict() and measured.fits("sd") == measured.fits("ssd", 4, 16) == 16
 
 
 def test_a_batch_whose_kv_caches_do_not_fit_is_a_warning_in_the_report_and_on_stderr(capsys):
@@ -58,14 +123,17 @@ def test_a_batch_whose_kv_caches_do_not_fit_is_a_warning_in_the_report_and_on_st
     out, err = capsys.readouterr()
     mem = json.loads(out)["memory"]
     assert mem["max_batch_size"] == 3 and mem["over"] == [64]
-    assert err.count("ssd-plan: warning: batch size 64 does not fit: sequences whose KV cache at 131072 tokens") == 1
-    assert mem["warning"] in err and "so at most 3 sequences" in err and "lower -b or the context" in err
+    mode = json.loads(out)["recommended_mode"].upper()
+    assert err.count(f"ssd-plan: warning: batch size 64 does not fit {mode} (at most 3 sequences): sequences whose "
+                     "KV caches at 131072 tokens") == 1
+    assert mem["warning"] in err and mem["by_mode"] == {"ar": 3, "sd": 3, "ssd": 3} and "lower -b or the context" in err
     assert plan_main([*args, "-b", "2", "--batch-sizes", "1,2,4,8"]) == 0
     out, err = capsys.readouterr()
     assert json.loads(out)["memory"]["over"] == [4, 8] and "batch sizes 4, 8 do not fit" in err
     assert plan_main(["--preset", "llama70b-1b-h100", "-b", "64", "--json"]) == 0  # max_batch_size 16: measured range
     out, err = capsys.readouterr()
-    assert json.loads(out)["memory"] == {"max_batch_size": 16, "source": None, "over": [], "warning": None}
+    assert json.loads(out)["memory"] == {"max_batch_size": 16, "source": None, "by_mode": None, "over": [],
+                                         "warning": None}
     assert "does not fit" not in err
     assert sim_main(["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--tp", "4",
                      "--context", "131072", "-b", "4", "--tokens", "4", "--json"]) == 0  # ssd-sim says so too
@@ -82,7 +150,7 @@ def test_with_prompt_and_output_lengths_the_batch_must_fit_at_its_last_token(cap
     rep = json.loads(out)
     assert "latencies at 90000 cached tokens" in rep["context_note"]
     assert rep["memory"]["max_batch_size"] == 3 and rep["memory"]["over"] == [4]
-    assert rep["memory"]["source"].startswith("derived: sequences whose KV cache at 120000 tokens fits")
+    assert rep["memory"]["source"].startswith("derived: sequences whose KV caches at 120000 tokens fit")
     assert "ssd-plan: warning: batch size 4 does not fit" in err
 
 
@@ -93,8 +161,8 @@ def test_ssd_sim_counts_a_fixed_batch_at_its_last_token_and_a_stream_at_its_mean
     pair = ["--target", "Llama-3.1-70B", "--draft", "Llama-3.2-1B", "--gpu", "h100", "--tp", "4",
             "--prompt-tokens", "95000", "--tokens", "30000", "--json"]
     assert sim_main([*pair, "-b", "4"]) == 0
-    assert "ssd-sim: warning: batch size 4 does not fit: sequences whose KV cache at 125000 tokens" in \
-        capsys.readouterr().err
+    assert "ssd-sim: warning: batch size 4 does not fit SSD (at most 3 sequences): sequences whose KV caches at " \
+           "125000 tokens" in capsys.readouterr().err
     assert sim_main([*pair, "--workload", "poisson", "--rate", "0.5", "--num-requests", "4", "--max-batch", "4"]) == 0
     assert "does not fit" not in capsys.readouterr().err
 

@@ -119,8 +119,23 @@ def test_caps_beyond_the_profile_s_kv_memory_are_not_searched():
     cap.profile = replace(PROFILE, max_batch_size=4)
     res = search(cap, ("sd",), (2, 4, 8, 16), max_replicas=3)
     assert {o.config.max_batch for o in res.outcomes} <= {2, 4}
-    with pytest.raises(ConfigError, match="^batch_caps: every batch cap is above the profile's max_batch_size"):
+    with pytest.raises(ConfigError, match="^batch_caps: every batch cap is above what the KV caches fit"):
         search(cap, ("sd",), (8, 16))
+
+
+def test_each_mode_searches_only_the_caps_its_kv_caches_fit():
+    """8B + 1B on one H100 at 4096 tokens: AR's caches fit 104 sequences, SD's (with the draft's weights and cache
+    on the same device) 79, so a cap of 96 is searched for AR and never for SD."""
+    from ssd_sim.model.spec_profile import profile_from_specs
+
+    prof = profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", "H100-SXM", context=4096)
+    cap = Capacity(prof, _small().load, Targets(ttft_ms=150.0, tpot_ms=7.0))
+    assert (cap.fits("ar", 96, "-"), cap.fits("sd", 96, "-"), cap.fits("sd", 79, "-"), cap.fits("sd", 80, "-")) == \
+        (True, False, True, False)
+    res = search(cap, ("ar", "sd"), (16, 96), max_replicas=2)
+    assert {(o.config.mode, o.config.max_batch) for o in res.outcomes} <= {("ar", 16), ("ar", 96), ("sd", 16)}
+    with pytest.raises(ConfigError, match="^batch_caps: every batch cap is above what the KV caches fit"):
+        search(cap, ("sd",), (96,))
 
 
 def test_several_profiles_are_one_search_and_each_outcome_names_its_tp():
