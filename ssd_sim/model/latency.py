@@ -51,6 +51,9 @@ import numpy as np
 from numpy.typing import ArrayLike
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.model.derived import unchecked_replace
+
+_SCALARS = (int, float)  # exact types ForwardLatency.__call__ computes without numpy (numpy scalars take its path)
 
 MS_TERMS = ("fixed_ms", "memory_ms", "compute_ms_per_token", "token_ms", "multi_token_ms", "row_ms", "expert_ms")
 
@@ -81,6 +84,8 @@ class ForwardLatency:
 
     def __call__(self, rows: ArrayLike, tokens: ArrayLike = 1):
         """Forward latency in ms (broadcasts over numpy arrays of rows and tokens)."""
+        if type(rows) in _SCALARS and type(tokens) in _SCALARS:  # the planner's and the draws' many scalar calls
+            return self._at(float(rows), float(tokens))
         r = np.asarray(rows, dtype=float)
         n = r * np.asarray(tokens, dtype=float)
         memory = self.memory_ms + self.row_ms * r
@@ -93,6 +98,16 @@ class ForwardLatency:
             + self.multi_token_ms * (n > 1)
         )
         return float(t) if np.ndim(t) == 0 else t
+
+    def _at(self, r: float, tokens: float) -> float:
+        """__call__ on one shape in plain floats: the same operations in the same order, so the same number (there,
+        a shape of scalars is numpy scalars, whose powers are the C library's, as Python's are)."""
+        n = r * tokens
+        memory = self.memory_ms + self.row_ms * r
+        if self.expert_ms:
+            memory = memory + self.expert_ms * (1.0 - (1.0 - self.expert_share) ** max(n, 1.0))
+        return (self.fixed_ms + max(memory, self.compute_ms_per_token * n) + self.token_ms * n**self.token_exponent
+                + (self.multi_token_ms if n > 1 else 0.0))
 
     @classmethod
     def roofline(
@@ -117,7 +132,9 @@ class ForwardLatency:
 
     def scaled(self, factor: float) -> ForwardLatency:
         """This forward `factor` times slower: every ms term scaled, the exponent and the expert share kept."""
-        return replace(self, **{f: getattr(self, f) * factor for f in MS_TERMS})
+        # unchecked for a finite factor > 0 (model.derived); a subclass (model.table) builds caches in its checks
+        fast = type(self) is ForwardLatency and 0.0 < factor < math.inf
+        return (unchecked_replace if fast else replace)(self, **{f: getattr(self, f) * factor for f in MS_TERMS})
 
     def to_dict(self) -> dict:
         """The fields; the spec-only terms (row_ms, expert_ms, expert_share) only when set, so measured profiles

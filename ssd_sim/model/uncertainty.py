@@ -32,6 +32,7 @@ import numpy as np
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.values import parse_utc
 from ssd_sim.model.acceptance import AcceptanceModel, AcceptancePoint, HitCurve, HitTable, lerp_point
+from ssd_sim.model.derived import unchecked_replace
 from ssd_sim.model.drift import HORIZONS
 
 EXTRAPOLATION_SD = 0.1  # relative latency SD per doubling of rows x tokens beyond the timed range (assumed)
@@ -267,12 +268,13 @@ def drawn_profile(profile, u: Uncertainty, d: dict[str, np.ndarray], i: int):
         e = float(d["interference_noise"][i])
         one, rows = max(0.0, lat.verify_slowdown_one_row + e), max(0.0, lat.verify_slowdown_rows + e)
         drf = max(0.0, lat.draft_slowdown + e)
-    lat = replace(lat, target=lat.target.scaled(float(d["target_scale"][i])),
+    # unchecked: scaled forwards of checked ones and interference draws >= 0 (model.derived)
+    lat = unchecked_replace(lat, target=lat.target.scaled(float(d["target_scale"][i])),
                   draft=lat.draft.scaled(float(d["draft_scale"][i])),
                   verify_slowdown_one_row=one, verify_slowdown_rows=rows, draft_slowdown=drf)
     hit = HitCurve(float(d["miss_at_one"][i]), float(d["r"][i])) if u.hit_assumed else None
     acc = DrawnAcceptance(profile.acceptance, float(d["delta"][i]), hit, float(d["saguaro_w"][i]))
-    return replace(profile, latency=lat, acceptance=acc)
+    return unchecked_replace(profile, latency=lat, acceptance=acc)
 
 
 SOURCES = ("workload", "latency", "extrapolation", "interference", "hit", "saguaro")
