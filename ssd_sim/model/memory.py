@@ -119,8 +119,8 @@ def _side(d: dict, role: str) -> Side:
 
 
 def _number(v: Any, name: str, whole: bool = False) -> float:
-    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and (not whole or v == int(v))
-    if not ok or (name != "target.free_bytes" and name != "draft.free_bytes" and v < 0):
-        raise ConfigError("memory", f"memory.{name} must be a finite {'whole ' if whole else ''}number "
-                                    f"{'' if name.endswith('free_bytes') else '>= 0 '}(bytes or tokens), got {v!r:.40}")
+    ok = isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and v >= 0
+    if not ok or (whole and v != int(v)):
+        raise ConfigError("memory", f"memory.{name} must be a finite {'whole ' if whole else ''}number >= 0 "
+                                    f"(bytes or tokens), got {v!r:.40}")
     return float(v)

@@ -300,8 +300,10 @@ def search(cap_search: Capacity | Sequence[Capacity], modes: Sequence[str] = MOD
     space = [(i, m, c, b, rt) for i, cs in enumerate(searches) for m in modes for c in caps
              for b in (SSD_BACKUPS if m == "ssd" else ("-",)) if cs.fits(m, c, b) for rt in routers]
     if not space:
-        raise ConfigError("batch_caps", "every batch cap is above what the KV caches fit (the profile's "
-                                        "max_batch_size, per mode for a spec pair); give smaller --batch-caps")
+        most = {m: max(cs.profile.fits(m) for cs in searches) for m in modes}
+        raise ConfigError("batch_caps", "every batch cap is above what the KV caches fit (" +
+                          ", ".join(f"{m.upper()} {n}" for m, n in most.items()) + " sequences at most"
+                          + (", SSD's before its branch rows" if "ssd" in modes else "") + "); give smaller --batch-caps")
     bound = {s: searches[s[0]].min_replicas(*s[1:4]) * searches[s[0]].gpus_per_replica(s[1]) for s in space}
     best: Outcome | None = None
     seen: list[Outcome] = []

@@ -107,7 +107,7 @@ def test_a_profile_keeps_its_memory_through_its_json():
     again = Profile.from_dict(json.loads(prof.to_json()))
     assert again.memory == prof.memory and again.fits("sd") == prof.fits("sd") == 79
     bad = prof.to_dict() | {"memory": {"target": {"free_bytes": "x"}, "draft": {}}}
-    with pytest.raises(ConfigError, match="^memory: memory.target.free_bytes must be a finite number"):
+    with pytest.raises(ConfigError, match="^memory: memory.target.free_bytes must be a finite number >= 0"):
         Profile.from_dict(bad)
     measured = Profile(name="p", latency=prof.latency, acceptance=prof.acceptance, max_batch_size=16)
     assert "memory" not in measured.to_dict() and measured.fits("sd") == measured.fits("ssd", 4, 16) == 16

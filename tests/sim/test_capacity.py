@@ -134,7 +134,8 @@ def test_each_mode_searches_only_the_caps_its_kv_caches_fit():
         (True, False, True, False)
     res = search(cap, ("ar", "sd"), (16, 96), max_replicas=2)
     assert {(o.config.mode, o.config.max_batch) for o in res.outcomes} <= {("ar", 16), ("ar", 96), ("sd", 16)}
-    with pytest.raises(ConfigError, match="^batch_caps: every batch cap is above what the KV caches fit"):
+    with pytest.raises(ConfigError, match=r"^batch_caps: every batch cap is above what the KV caches fit \(SD 79 "
+                                          r"sequences at most\); give smaller --batch-caps$"):
         search(cap, ("sd",), (96,))
 
 
