@@ -36,6 +36,7 @@ from ssd_sim.cli.source import (
     at_last_token,
     context_for,
     context_note,
+    plan_relative,
     profile_of,
     source_files,
     source_of,
@@ -199,7 +200,8 @@ def main(argv: list[str] | None = None) -> int:
             print(f"{PROG}: warning: {warning}", file=sys.stderr)
     if args.output:
         try:
-            save_json_atomic(args.output, plan_file(result, report).to_json())
+            recorded = report | {"profile": plan_relative(report["profile"], args.output)}  # readable from anywhere
+            save_json_atomic(args.output, plan_file(result, recorded).to_json())
         except ConfigError as e:
             fail(PROG, e)
     if args.json:
@@ -241,7 +243,7 @@ def emit_lines(engine: str, flags: dict) -> list[str]:
 def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
     """Profile, plan-file info, fixed knobs and workload from the arguments (ssd_sim.plan.knobs.resolve)."""
     pf = load_plan(args.plan) if args.plan else None
-    info = source_of(args, (pf.extra.get("profile") or {}) if pf else None)
+    info = source_of(args, (pf.extra.get("profile") or {}) if pf else None, args.plan)
     res = resolve(pf.plan if pf else None, knob_flags(args))
     workload = {key: res.workload(key) for key in WORKLOAD}
     info, note, lengths = _at_lengths(args, info, workload["batch_size"])

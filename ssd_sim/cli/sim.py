@@ -127,7 +127,7 @@ def main(argv: list[str] | None = None) -> int:
         check_outputs({"chrome_trace": args.chrome_trace},  # before the simulation, not after it
                       {"plan": args.plan, "arrivals": args.arrivals, "replay": args.replay, **source_files(args)})
         pf = load_plan(args.plan) if args.plan else None
-        source = source_of(args, (pf.extra.get("profile") or {}) if pf else None)
+        source = source_of(args, (pf.extra.get("profile") or {}) if pf else None, args.plan)
         profile = at_horizon(profile_of(source), args.horizon)
         base = pf.plan if pf else None
         auto_batch = args.workload != "fixed" and args.batch_size is None and args.max_batch is None and base is None

@@ -16,6 +16,8 @@ exactly over each request's decode. A measured profile (file, CPU presets) has n
 from __future__ import annotations
 
 import argparse
+import os
+from pathlib import Path
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
@@ -54,8 +56,50 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
 
 
 def source_files(args) -> dict[str, str | None]:
-    """The files (or model folders) the profile-source flags read, by field: what no output may overwrite."""
-    return {k: getattr(args, k, None) for k in ("profile", "target", "draft", "acceptance_from", "gpu", "draft_gpu")}
+    """The files (or model folders) the profile-source flags read, and those a --plan file names, by field: what no
+    output may overwrite."""
+    files = {k: getattr(args, k, None) for k in ("profile", "target", "draft", "acceptance_from", "gpu", "draft_gpu")}
+    if getattr(args, "plan", None):
+        from ssd_sim.plan.plan import load_plan
+
+        recorded = recorded_files(load_plan(args.plan).extra.get("profile") or {}, args.plan)
+        files |= {f"plan's profile.{k}": v for k, v in recorded.items() if k in ("path", "acceptance_from")}
+    return files
+
+
+def recorded_files(recorded, plan_path: str | Path) -> dict[str, Any]:
+    """A plan file's recorded profile source (recorded_profile) with its file paths found: a relative path
+    (profile.path, or an acceptance_from that is a file) is read beside the plan file, where ssd-plan -o writes it
+    relative to, else from the current folder (plan files written before that); one that names a different file in
+    each place, or that is in neither, is a one-line ConfigError."""
+    out = dict(recorded_profile(recorded))
+    for key in ("path", "acceptance_from"):
+        name = out.get(key)
+        if not name or Path(name).is_absolute():
+            continue
+        beside, here = Path(plan_path).parent / name, Path(name)
+        found = [p for p in dict.fromkeys((beside, here)) if p.exists()]
+        if len(found) == 2 and not os.path.samefile(*found):
+            raise ConfigError("plan", f"the plan file's profile.{key} {name!r} names two files, {beside} beside the "
+                                      f"plan file and {here.resolve()} here: give --profile FILE to choose")
+        if found:
+            out[key] = str(found[0])
+        elif key == "path":
+            raise ConfigError("plan", f"the plan file's profile.path {name!r} is neither beside the plan file "
+                                      f"({beside}) nor under the current folder: run from the folder it is relative "
+                                      "to, or give --profile FILE")
+    return out
+
+
+def plan_relative(source: dict[str, Any], plan_path: str | Path) -> dict[str, Any]:
+    """`source` as a plan file at `plan_path` records it: its file paths relative to the plan file's folder (where
+    recorded_files looks first), so the plan file reads the same profile from any folder."""
+    out = dict(source)
+    for key in ("path", "acceptance_from"):
+        name = out.get(key)
+        if name and Path(name).exists():
+            out[key] = os.path.relpath(Path(name).resolve(), Path(plan_path).resolve().parent)
+    return out
 
 
 def spec_of(args) -> dict[str, Any] | None:
@@ -90,8 +134,9 @@ def profile_of(source: dict[str, Any]) -> Profile:
     return profile
 
 
-def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
-    """The profile source of the flags, else the one a plan file recorded; ConfigError naming the flags if none."""
+def source_of(args, recorded: dict | None = None, plan_path: str | Path | None = None) -> dict[str, Any]:
+    """The profile source of the flags, else the one the plan file at `plan_path` recorded (its files found by
+    recorded_files); ConfigError naming the flags if none."""
     spec = spec_of(args)
     if spec:
         return {"spec": spec}
@@ -99,7 +144,7 @@ def source_of(args, recorded: dict | None = None) -> dict[str, Any]:
     if getattr(args, "preset", None) or getattr(args, "profile", None):
         return ({"preset": args.preset, "path": args.profile} | ({"context": context} if context else {})
                 | ({"acceptance_from": accept} if accept else {}))
-    recorded = recorded_profile(recorded or {})
+    recorded = recorded_files(recorded or {}, plan_path) if plan_path else recorded_profile(recorded or {})
     if recorded.get("spec"):
         return {"spec": recorded_spec(recorded["spec"])}
     if recorded.get("preset") or recorded.get("path"):

@@ -471,3 +471,69 @@ def test_a_plan_file_may_record_a_gpus_numbers_and_plans_as_the_named_gpu(tmp_pa
     assert main(["--plan", str(path), "--target", "Llama-3.1-8B", "--draft", "Llama-3.2-1B", "--gpu", "h100",
                  "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["predicted"] == pytest.approx(mine, rel=1e-12)
+
+
+def test_a_plan_file_reads_its_profile_beside_it_from_any_folder(tmp_path, monkeypatch, capsys):
+    """ssd-plan -o records the profile's path relative to the plan file, so the plan reads the same profile from
+    another folder; a shipped plan does too."""
+    import shutil
+
+    (tmp_path / "sub").mkdir()
+    shutil.copy(GRID_PROFILE, tmp_path / "sub" / "profile.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--profile", "sub/profile.json", "-o", "plans/plan.json"]) == 0
+    assert json.loads((tmp_path / "plans" / "plan.json").read_text())["profile"]["path"] == "../sub/profile.json"
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    capsys.readouterr()
+    assert main(["--plan", "../plans/plan.json", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["profile"]["name"] == "qwen-coder-cpu-calibrated"
+    shipped = Path(GRID_PROFILE).parent / "plan-b1-t0.json"
+    assert main(["--plan", str(shipped), "--json"]) == 0
+
+
+def test_a_recorded_path_that_names_two_files_or_none_is_one_line(tmp_path, monkeypatch, capsys):
+    import shutil
+
+    for d in ("a", "b/a"):
+        (tmp_path / d).mkdir(parents=True)
+    shutil.copy(GRID_PROFILE, tmp_path / "a" / "profile.json")
+    shutil.copy(GRID_PROFILE, tmp_path / "b" / "a" / "profile.json")
+    plan = {"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 2}, "profile": {"path": "a/profile.json"}}
+    (tmp_path / "b" / "plan.json").write_text(json.dumps(plan))
+    monkeypatch.chdir(tmp_path)
+    assert _exit(main, ["--plan", "b/plan.json"]) == 2
+    assert "the plan file's profile.path 'a/profile.json' names two files" in capsys.readouterr().err
+    (tmp_path / "b" / "a" / "profile.json").unlink()
+    assert _exit(main, ["--plan", "b/plan.json", "--json"]) == 0  # only the one here: read
+    monkeypatch.chdir(tmp_path / "b")
+    assert _exit(main, ["--plan", "plan.json"]) == 2
+    assert "is neither beside the plan file" in capsys.readouterr().err
+
+
+def test_no_output_overwrites_the_profile_a_plan_file_names(tmp_path, monkeypatch, capsys):
+    """-o (ssd-plan) and --chrome-trace (ssd-sim) over the profile the --plan file records are refused before any
+    work, and the profile is kept."""
+    import shutil
+
+    from ssd_sim.cli.sim import main as sim_main
+
+    shutil.copy(GRID_PROFILE, tmp_path / "profile.json")
+    monkeypatch.chdir(tmp_path)
+    assert main(["--profile", "profile.json", "-o", "plan.json"]) == 0
+    before = (tmp_path / "profile.json").read_bytes()
+    capsys.readouterr()
+    assert _exit(main, ["--plan", "plan.json", "-o", "profile.json"]) == 2
+    assert "output: profile.json is the plan's profile.path input" in capsys.readouterr().err
+    assert _exit(sim_main, ["--plan", "plan.json", "--tokens", "4", "--chrome-trace", "./profile.json"]) == 2
+    assert "chrome_trace: ./profile.json is the same file as profile.json, the plan's profile.path input" in \
+        capsys.readouterr().err
+    assert (tmp_path / "profile.json").read_bytes() == before
+
+
+def _exit(cli, argv: list[str]) -> int:
+    """A CLI's exit status, whether it returns it or exits with it."""
+    try:
+        return cli(argv)
+    except SystemExit as e:
+        return e.code
