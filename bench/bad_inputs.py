@@ -90,6 +90,8 @@ CASES: list[tuple[str, str, str]] = [
     ("-o under a file", "ssd-plan", f"{PLAN} -o {{binary}}/plan.json"),
     ("-o a folder", "ssd-plan", f"{PLAN} -o {{folder}}"),
     ("-o in /proc", "ssd-plan", f"{PLAN} -o /proc/plan.json"),
+    ("-o a 300-byte name", "ssd-plan", f"{PLAN} -o {'a' * 300}.json"),
+    ("--chrome-trace a 300-byte name", "ssd-sim", f"{PLAN} --tokens 4 --chrome-trace {'a' * 300}.json"),
     ("--chrome-trace under a file", "ssd-sim", f"{PLAN} --chrome-trace {{binary}}/t.json"),
     ("calibrate -o a folder", "ssd-plan calibrate", f"{TRACE} -o {{folder}}"),
     # outputs over inputs, by any spelling, symlink or hard link (refused before the work; ssd_sim.io.outputs)

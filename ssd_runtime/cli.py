@@ -42,7 +42,7 @@ from ssd_sim.cli.args import (
     positive_int,
     raise_terminated,
 )
-from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.errors import ConfigError, path_error
 from ssd_sim.io.jsonfile import resolve_output, save_text_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_TOKENS
 from ssd_sim.io.outputs import check_outputs, claim_outputs
@@ -318,6 +318,10 @@ def guarded(prog: str, body: Callable[[], int], note: Callable[[], str] = lambda
     except BrokenPipeError:  # stdout was closed (`ssd-run ... | head`): nothing more to say there
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
+    except OSError as e:  # a path too long for the file system, wherever it was first touched
+        if path_error(e) is None:
+            raise
+        fail(prog, path_error(e))
     finally:
         if restore or not stopped:
             for sig, handler in old.items():

@@ -103,8 +103,10 @@ def print_summary(res) -> None:
     i = res.interference
     print(f"both busy: verify +{i['one_row']:.0%} beside one-row draft steps, +{i['rows']:.0%} beside "
           f"{i['rows_draft_shape'][1]}-row steps; draft +{i['draft']:.0%} beside a verify")
-    one = [statistics.median(v) for (b, _), v in res.transfer.items() if b == 1]
-    print(f"transfer: {statistics.median(one):.2f} ms per request + reply at b = 1")
+    if res.transfer:  # at the smallest probed batch (--probe-batch need not hold 1)
+        b0 = min(b for b, _ in res.transfer)
+        one = [statistics.median(v) for (b, _), v in res.transfer.items() if b == b0]
+        print(f"transfer: {statistics.median(one):.2f} ms per request + reply at b = {b0}")
     for role, d in res.after_idle.items():
         back = {s: statistics.fmean(v) for s, v in d["back"].items()}
         extra = {gap: idle_extra(back, {s: statistics.fmean(v) for s, v in by_shape.items()})

@@ -11,7 +11,7 @@ import sys
 import threading
 from typing import Any
 
-from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.errors import ConfigError, path_error
 from ssd_sim.io.limits import MAX_BATCH
 from ssd_sim.io.values import (  # noqa: F401  (re-exported: the CLIs' other flags parse with them too)
     bounded_int,
@@ -36,7 +36,8 @@ class OneLineParser(argparse.ArgumentParser):
 
 def cli_entry(prog: str):
     """Decorate a CLI main: a closed stdout (`ssd-plan --json | head`) ends quietly, Ctrl-C ends with one line and
-    status 130, SIGTERM with one line and 143, a ConfigError that escaped with its one line and status 2."""
+    status 130, SIGTERM with one line and 143, a ConfigError (or a path too long: io.errors.path_error) that escaped
+    with its one line and status 2."""
 
     def wrap(main):
         @functools.wraps(main)
@@ -56,6 +57,10 @@ def cli_entry(prog: str):
                 raise SystemExit(143) from None
             except ConfigError as e:
                 fail(prog, e)
+            except OSError as e:  # a path too long for the file system, wherever it was first touched
+                if path_error(e) is None:
+                    raise
+                fail(prog, path_error(e))
             finally:
                 if old is not None:
                     signal.signal(signal.SIGTERM, old)

@@ -537,3 +537,14 @@ def _exit(cli, argv: list[str]) -> int:
         return cli(argv)
     except SystemExit as e:
         return e.code
+
+
+@pytest.mark.parametrize("flag", ["-o", "--plan", "--profile"])
+def test_a_path_too_long_for_the_file_system_is_one_line(flag, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(tmp_path)
+    args = ["--preset", "llama70b-1b-h100"] if flag != "--profile" else []
+    assert _exit(main, [*args, flag, "a" * 300 + ".json"]) == 2
+    err = capsys.readouterr().err
+    assert len(err.splitlines()) == 1
+    assert "(305 bytes) is a name too long for the file system" in err or "cannot be read (File name too long)" in err
+    assert list(tmp_path.iterdir()) == []

@@ -160,3 +160,16 @@ def test_a_slowdown_beyond_what_a_probe_file_holds_is_refused_not_written():
     assert _slowdown({("append", 1, 2): 0.9}) == 0.0
     with pytest.raises(RuntimeError, match="something else is using these cores"):
         _slowdown({("append", 1, 2): 12.0})
+
+
+def test_the_summary_of_a_probe_without_batch_1_names_its_smallest_batch(probed, capsys):
+    """--probe-batch 2,4 is valid: the summary's transfer line is at b = 2 (it raised 'no median for empty data'
+    after the file was written)."""
+    from dataclasses import replace
+
+    from ssd_runtime.probe_cli import print_summary
+
+    res = probed[0]
+    no_one = replace(res, transfer={k: v for k, v in res.transfer.items() if k[0] != 1})
+    print_summary(no_one)
+    assert "ms per request + reply at b = 2" in capsys.readouterr().out
