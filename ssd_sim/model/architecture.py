@@ -180,6 +180,8 @@ class Architecture:
             raise ConfigError("model", f"{name}: a {kind} model has no attention layers or KV cache; the roofline "
                                        "plans decoder-only transformers (hybrids with some attention layers included)")
 
+        _check_numbers(cfg, name)
+
         def need(*keys: str) -> int:
             for k in keys:
                 if isinstance(cfg.get(k), int) and cfg[k] > 0:
@@ -215,6 +217,33 @@ class Architecture:
             v_head_dim=int(cfg.get("v_head_dim") or head_dim) if mla else 0,
             sliding_window=window, sliding_layers=sliding, kv_layers=_kv_layers(cfg, layers),
         )
+
+
+# every config.json key from_config reads as a whole number (0 or absent: not set)
+INT_KEYS = ("hidden_size", "n_embd", "d_model", "num_attention_heads", "n_head", "num_hidden_layers", "n_layer",
+            "vocab_size", "num_local_experts", "num_experts", "n_routed_experts", "ffn_hidden_size", "intermediate_size",
+            "n_inner", "ffn_dim", "moe_intermediate_size", "shared_expert_intermediate_size", "n_shared_experts",
+            "intermediate_size_mlp", "kv_lora_rank", "qk_nope_head_dim", "qk_rope_head_dim", "head_dim",
+            "num_experts_per_tok", "experts_per_token", "q_lora_rank", "v_head_dim", "num_key_value_heads",
+            "num_kv_heads", "interleave_moe_layer_step", "decoder_sparse_step", "first_k_dense_replace",
+            "max_window_layers", "sliding_window", "attention_chunk_size", "sliding_window_pattern")
+MAX_SIZE = 2**40  # larger than any real model's dimension or count
+
+
+def _check_numbers(cfg: dict, name: str) -> None:
+    """A one-line ConfigError naming the first config.json key from_config reads as a whole number whose value is
+    not one in 0..MAX_SIZE (a string, a list, a fraction, a negative or an absurd number: these were tracebacks or
+    silent truncations), or whose list (mlp_only_layers, layer_types, no_rope_layers) is not a list."""
+    for key in INT_KEYS:
+        v = cfg.get(key)
+        if v is None:
+            continue
+        if isinstance(v, bool) or not isinstance(v, int) or not 0 <= v <= MAX_SIZE:
+            raise ConfigError(key, f"{name}: config.json's {key} must be a whole number in 0..{MAX_SIZE}, got "
+                                   f"{v!r:.40}")
+    for key in ("mlp_only_layers", "layer_types", "no_rope_layers"):
+        if cfg.get(key) is not None and not isinstance(cfg[key], list):
+            raise ConfigError(key, f"{name}: config.json's {key} must be a list, got {cfg[key]!r:.40}")
 
 
 def _dense_layers(cfg: dict, layers: int) -> int:

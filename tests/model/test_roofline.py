@@ -231,3 +231,14 @@ def test_the_assumptions_name_their_intervals():
 def test_a_dense_architecture_touches_no_experts():
     a = Architecture("x", 2, 64, 4, 4, 16, 128, 100)
     assert a.experts_touched(100) == 0 and a.weight_bytes(100) == a.weight_bytes(1) + 99 * 64 * 2
+
+
+@pytest.mark.parametrize("key,value", [("num_key_value_heads", "x"), ("num_key_value_heads", [8]),
+                                       ("intermediate_size", "8192"), ("head_dim", -64), ("num_key_value_heads", 2.5),
+                                       ("hidden_size", 10**401), ("num_experts", True), ("mlp_only_layers", 5)])
+def test_a_config_value_of_the_wrong_kind_is_one_line_naming_its_key(key, value):
+    """Each of these was a traceback (int('x'), a list, 'int' not iterable, an overflow) or silently truncated."""
+    cfg = {"model_type": "qwen2_moe", "num_hidden_layers": 16, "hidden_size": 2048, "num_attention_heads": 32,
+           "num_key_value_heads": 8, "intermediate_size": 8192, "vocab_size": 128256, key: value}
+    with pytest.raises(ConfigError, match=rf"^{key}: cfg: config.json's {key} must be a "):
+        Architecture.from_config(cfg, "cfg")
