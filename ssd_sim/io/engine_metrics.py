@@ -138,6 +138,15 @@ def _vllm_per_position(drafts: float, per_pos: dict[int, float], source: str, k:
                                                     f"not K = {k}: drop -k or give {K}")
     reached = [drafts] + [per_pos.get(i, 0.0) for i in range(K - 1)]
     passed = [per_pos.get(i, 0.0) for i in range(K)]
+    missing = [i for i in range(K) if i not in per_pos]
+    if missing:
+        raise ConfigError("metrics", f"{source}: the accepted-tokens counter has positions up to {K - 1} but not "
+                                     f"position {missing[0]}: is the scrape whole, from one engine?")
+    for i, (r, p) in enumerate(zip(reached, passed, strict=True)):
+        if p > r:
+            what = f"{r:g} drafts" if i == 0 else f"{r:g} accepted at position {i - 1}"
+            raise ConfigError("metrics", f"{source}: {p:g} tokens accepted at position {i}, more than the {what} that "
+                                         "reached it: counters that cannot happen; is the scrape whole, from one engine?")
     return EngineCounts("vllm", tuple(reached), tuple(passed), int(round(drafts)),
                         assumed=("hit curves (no speculation cache in vLLM)", "the spread between requests (counters "
                                  "are totals)", "the temperature (not in the metrics: state it)"),

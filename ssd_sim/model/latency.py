@@ -53,6 +53,7 @@ from numpy.typing import ArrayLike
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.model.derived import unchecked_replace
 
+MAX_MS = 1e7  # a forward term beyond ~3 hours is a unit error, not a latency (it made tok/s 0 and divisions fail)
 _SCALARS = (int, float)  # exact types ForwardLatency.__call__ computes without numpy (numpy scalars take its path)
 
 MS_TERMS = ("fixed_ms", "memory_ms", "compute_ms_per_token", "token_ms", "multi_token_ms", "row_ms", "expert_ms")
@@ -75,8 +76,8 @@ class ForwardLatency:
     def __post_init__(self):
         for f in fields(ForwardLatency):  # a subclass's own fields check themselves (model.table)
             v = getattr(self, f.name)
-            if not (isinstance(v, (int, float)) and math.isfinite(v) and v >= 0):
-                raise ConfigError(f.name, f"must be a finite number >= 0 (ms), got {v!r}")
+            if not (isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) and 0 <= v <= MAX_MS):
+                raise ConfigError(f.name, f"must be a number in 0..{MAX_MS:g} (ms), got {v!r}")
         if not 0.0 < self.token_exponent <= 2.0:
             raise ConfigError("token_exponent", f"must be in (0, 2], got {self.token_exponent}")
         if self.expert_share > 1.0:

@@ -96,6 +96,9 @@ class Profile:
         for key in ("name", "latency", "acceptance"):
             if key not in d:
                 raise ConfigError(key, "missing from the profile; write profiles with ssd-plan calibrate")
+        for key in ("name", "description", "target_model", "draft_model", "hardware", "engine"):
+            if key in d and not isinstance(d[key], str):
+                raise ConfigError(key, f"must be a string (text), got {d[key]!r:.60}")
         return cls(
             name=d["name"],
             latency=latency_from_dict(d["latency"]),

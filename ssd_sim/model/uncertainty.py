@@ -81,7 +81,13 @@ class Uncertainty:
         if rng and not (len(rng) == 2 and 0 <= rng[0] <= rng[1] <= 3):
             raise ConfigError("uncertainty.interference", f"must be [] (measured) or [low, high] in [0, 3], got {rng}")
         object.__setattr__(self, "interference", rng)
-        object.__setattr__(self, "timed_rows_tokens", tuple(int(x) for x in self.timed_rows_tokens))
+        timed = self.timed_rows_tokens
+        ok = isinstance(timed, (list, tuple)) and len(timed) in (0, 2) and all(
+            isinstance(x, int) and not isinstance(x, bool) and 1 <= x <= 2**31 for x in timed)
+        if not ok:
+            raise ConfigError("uncertainty.timed_rows_tokens", f"must be [] (any) or [target, draft]: the most rows x "
+                                                               f"tokens of one timed forward (integers >= 1), got {timed!r:.60}")
+        object.__setattr__(self, "timed_rows_tokens", tuple(timed))
 
     def extrapolation_sd(self, target_n: float, draft_n: float) -> tuple[float, float]:
         """Extra relative SD of target / draft latency for forwards of n rows x tokens beyond the timed ones:

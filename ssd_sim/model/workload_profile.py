@@ -56,6 +56,10 @@ class WorkloadProfile:
     def from_counts(cls, counts: EngineCounts, temperature: float, name: str) -> WorkloadProfile:
         from ssd_sim.model.calibrate import wilson
 
+        for i, (t, p) in enumerate(zip(counts.tried, counts.passed, strict=True)):
+            if not 0 <= p <= t:
+                raise ConfigError("metrics", f"{counts.engine}: position {i + 1} accepted {p:g} of {t:g} tries, which "
+                                             "counters cannot hold; is the input whole, from one engine?")
         ci = tuple(wilson(int(round(p)), max(int(round(t)), 1)) for t, p in zip(counts.tried, counts.passed, strict=True))
         return cls(name, float(temperature), counts.acceptance, ci, counts.engine, counts.rounds, counts.note,
                    counts.assumed, counts.p_hit, counts.spread)

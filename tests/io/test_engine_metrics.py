@@ -115,3 +115,23 @@ def test_malformed_metrics_are_one_line_errors(tmp_path, engine, text, k, needle
     with pytest.raises(ConfigError) as e:
         read_engine_metrics(write(tmp_path, "bad", text), engine, k)
     assert needle in str(e.value) and "\n" not in str(e.value)
+
+
+_PROM = "".join(f'vllm:spec_decode_num_accepted_tokens_per_pos_total{{position="{i}"}} {n}\n' for i, n in
+                enumerate((800.0, 600.0, 420.0))) + "vllm:spec_decode_num_drafts_total 1000.0\n"
+
+
+@pytest.mark.parametrize("edit,message", [
+    (lambda t: t.replace("} 800.0", "} 8000.0"), "8000 tokens accepted at position 0, more than the 1000 drafts"),
+    (lambda t: t.replace("} 420.0", "} 700.0"), "700 tokens accepted at position 2, more than the 600 accepted at "
+                                                "position 1"),
+    (lambda t: t.replace('position="1"', 'position="5"'), "has positions up to 5 but not position 1"),
+])
+def test_vllm_counters_that_cannot_happen_are_one_line(tmp_path, edit, message):
+    """More accepted than reached, or a skipped position: a math domain error in the interval before."""
+    path = tmp_path / "m.txt"
+    path.write_text(_PROM)
+    assert read_engine_metrics(path, "vllm").acceptance == (0.8, 0.75, 0.7)
+    path.write_text(edit(_PROM))
+    with pytest.raises(ConfigError, match="^metrics: .*" + message.replace("(", r"\(")):
+        read_engine_metrics(path, "vllm")
