@@ -282,7 +282,27 @@ class Header:
                                             f"1..{MAX_BATCH}")
         _check_plan(d["plan"], where)
         _check_tags(d.get("request_tags"), where)
+        _check_header_types(d, where)
         return cls.build(**d)
+
+
+_HEADER_TYPES = {**dict.fromkeys(("models", "dtype", "quantize", "devices", "versions"), (dict, "an object")),
+                 **dict.fromkeys(("prompt_source", "machine", "started_at"), (str, "a string")),
+                 **dict.fromkeys(("num_prompts", "max_new_tokens", "seed", "log_topn"), (int, "an integer")),
+                 "ignore_eos": (bool, "true or false"), "phases": (list, "a list of phase names")}
+
+
+def _check_header_types(d: dict, where: str) -> None:
+    """Each header field a reader uses is of its kind when present (a string for devices, null for phases: these
+    were tracebacks deep in calibration or replay)."""
+    for key, (kind, what) in _HEADER_TYPES.items():
+        v = d.get(key)
+        if key in d and (not isinstance(v, kind) or (kind is int and isinstance(v, bool))):
+            raise ConfigError(key, f"{where}: {key} = {v!r:.40} must be {what}")
+    if "phases" in d and not all(isinstance(x, str) for x in d["phases"]):
+        raise ConfigError("phases", f"{where}: phases = {d['phases']!r:.40} must be a list of phase names")
+    if d.get("host") is not None and not isinstance(d["host"], dict):
+        raise ConfigError("host", f"{where}: host = {d['host']!r:.40} must be an object or null")
 
 
 MAX_TAG_CHARS = 64
@@ -307,8 +327,12 @@ def _check_plan(plan: dict, where: str) -> None:
             raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {v!r:.40} must be a list of integers >= 0")
     for key in ("temperature", "saguaro_c"):
         v = plan.get(key)
-        if v is not None and not (_is_number(v) and math.isfinite(v) and v >= 0):
+        if key in plan and not (_is_number(v) and math.isfinite(v) and v >= 0):
             raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {v!r:.40} must be a finite number >= 0")
+    for key, most in (("num_speculative_tokens", MAX_K), ("batch_size", MAX_BATCH)):
+        v = plan.get(key)
+        if key in plan and not (_is_int(v) and 0 <= v <= most):
+            raise ConfigError(f"plan.{key}", f"{where}: plan.{key} = {v!r:.40} must be an integer in 0..{most}")
 
 
 @dataclass(frozen=True)

@@ -44,3 +44,17 @@ def test_malformed_distributions_name_the_line(dists):
         parse_trace(trace_with(dists), source="t.jsonl")
     msg = str(e.value)
     assert e.value.field == "dists" and "t.jsonl line 2" in msg and "\n" not in msg
+
+
+@pytest.mark.parametrize("field,value,message", [
+    ("devices", "cpu", "devices = 'cpu' must be an object"),
+    ("phases", None, "phases = None must be a list of phase names"),
+    ("models", "x", "models = 'x' must be an object"),
+    ("seed", 1.5, "seed = 1.5 must be an integer"),
+    ("plan", {"temperature": None}, "plan.temperature = None must be a finite number >= 0"),
+    ("plan", {"num_speculative_tokens": "3"}, "plan.num_speculative_tokens = '3' must be an integer in 0..64"),
+])
+def test_a_header_field_of_the_wrong_kind_is_one_line(field, value, message):
+    """These parsed and then failed in calibration or replay (AttributeError, TypeError)."""
+    with pytest.raises(ConfigError, match=message.replace("(", r"\(").replace(".", r"\.")):
+        parse_trace([json.dumps(HEADER | {field: value})])
