@@ -124,6 +124,7 @@ CASES: list[tuple[str, str, str]] = [
     ("capacity caps above SD's KV memory", "ssd-plan capacity", "--target Llama-3.1-8B --draft Llama-3.2-1B --gpu h100 "
                                                                 "--context 4096 --modes sd --batch-caps 96 --tpot-ms 10 "
                                                                 "--rate 5 -o {out}"),
+    ("capacity --ttft-ms below one prefill", "ssd-plan capacity", f"{PLAN} --rate 10 --ttft-ms 1 -o {{out}}"),
     ("capacity -o its profile", "ssd-plan capacity", "--profile {profile} --tpot-ms 10 --rate 5 -o {profile_sym}"),
     # arrival times the float clock cannot hold, and infinity however it is spelled where it means nothing
     ("arrivals at 1e308 ms", "ssd-sim", f"{PLAN} --workload arrivals --arrivals {{arrivals_huge}}"),

@@ -30,7 +30,7 @@ from ssd_sim.plan.planner import PlanRequest, make_plan
 from ssd_sim.plan.predict import predict
 from ssd_sim.sim.des import simulate
 from ssd_sim.sim.router import assign
-from ssd_sim.sim.workload import Workload, arrivals
+from ssd_sim.sim.workload import Workload, arrivals, prefill_ms
 
 MODES = ("ar", "sd", "ssd")
 SSD_BACKUPS = ("adaptive", "jit", "fast")
@@ -297,6 +297,7 @@ def search(cap_search: Capacity | Sequence[Capacity], modes: Sequence[str] = MOD
         if m not in MODES:
             raise ConfigError("modes", f"must be among {', '.join(MODES)}, got {m!r}")
     searches = [cap_search] if isinstance(cap_search, Capacity) else list(cap_search)
+    _check_reachable(searches)
     space = [(i, m, c, b, rt) for i, cs in enumerate(searches) for m in modes for c in caps
              for b in (SSD_BACKUPS if m == "ssd" else ("-",)) if cs.fits(m, c, b) for rt in routers]
     if not space:
@@ -321,6 +322,22 @@ def search(cap_search: Capacity | Sequence[Capacity], modes: Sequence[str] = MOD
         if best is None or _better(found, best):
             best = found
     return SearchResult(best, tuple(seen), per_mode)
+
+
+def _check_reachable(searches: Sequence[Capacity]) -> None:
+    """ConfigError when no configuration can meet the TTFT target: every request's TTFT includes one target forward
+    over its prompt (workload.prefill_ms), so the target's percentile of those prefills alone, at the fastest
+    profile (TP degree), bounds every configuration's from below (it searched for minutes to find none)."""
+    cs = searches[0]
+    if cs.targets.ttft_ms is None or len(cs.load.arrival_ms) == 0:
+        return
+    lengths, each = np.unique(np.asarray(cs.load.prompt_tokens), return_inverse=True)
+    floor = min(float(np.percentile(np.array([prefill_ms(c.profile.latency, int(n)) for n in lengths])[each],
+                                    cs.targets.ttft_pct)) for c in searches)
+    if cs.targets.ttft_ms < floor:
+        raise ConfigError("ttft_ms", f"{cs.targets.ttft_ms:g} ms is below what any configuration can meet: the "
+                                     f"p{cs.targets.ttft_pct:g} of the requests' prefills alone (one target forward "
+                                     f"over each prompt) is {floor:.1f} ms; raise --ttft-ms or shorten the prompts")
 
 
 def _better(a: Outcome, b: Outcome) -> bool:

@@ -139,6 +139,20 @@ def test_each_mode_searches_only_the_caps_its_kv_caches_fit():
         search(cap, ("sd",), (96,))
 
 
+def test_a_ttft_target_below_the_prompts_prefills_is_refused_before_any_search():
+    """Every TTFT holds its prompt's prefill (one target forward over it), so a p90 target below the p90 of those
+    prefills cannot be met by any configuration; the search would simulate minutes to find none."""
+    from ssd_sim.sim.workload import prefill_ms
+
+    cap = _small()
+    floor = prefill_ms(PROFILE.latency, 128)  # every prompt of the load holds 128 tokens
+    cap.targets = Targets(ttft_ms=0.9 * floor)
+    with pytest.raises(ConfigError, match=rf"^ttft_ms: .* the p90 of the requests' prefills alone .* is {floor:.1f} ms"):
+        search(cap, ("ar",), (2,))
+    cap.targets = Targets(ttft_ms=1.1 * floor)
+    assert search(cap, ("ar",), (2,), max_replicas=1) is not None
+
+
 def test_several_profiles_are_one_search_and_each_outcome_names_its_tp():
     from ssd_sim.model.spec_profile import profile_from_specs
 
