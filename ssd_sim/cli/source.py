@@ -108,6 +108,11 @@ def spec_of(args) -> dict[str, Any] | None:
     named = getattr(args, "preset", None) or getattr(args, "profile", None)
     if not given or (set(given) <= {"context", "acceptance_from"} and named):
         return None  # --context re-derives a preset, --acceptance-from replaces its acceptance (source_of)
+    extra = [k for k in given if k not in ("target", "draft", "gpu", "context", "acceptance_from")]
+    if named and extra and not set(given) & {"target", "draft", "gpu"}:
+        flag = "--" + extra[0].replace("_", "-")
+        raise ConfigError(extra[0], f"{flag} applies to a pair from specs (--target, --draft, --gpu), not to "
+                                    f"--preset / --profile, whose devices are fixed: drop {flag}")
     missing = [f"--{k}" for k in ("target", "draft", "gpu") if k not in given]
     if missing:
         raise ConfigError(missing[0].lstrip("-"), f"planning from specs needs --target, --draft and --gpu; give "

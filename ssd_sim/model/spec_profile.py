@@ -44,6 +44,9 @@ def profile_from_specs(target: str, draft: str, gpu: str | dict, tp: int = 1, dr
     if t_arch.vocab != d_arch.vocab:
         raise ConfigError("draft", f"the draft's vocabulary ({d_arch.vocab}) differs from the target's "
                                    f"({t_arch.vocab}); speculative decoding needs one tokenizer")
+    if t_arch.heads % tp:  # tensor parallelism shards the attention heads (vLLM and SGLang refuse otherwise)
+        raise ConfigError("tp", f"{_short(t_arch)} has {t_arch.heads} attention heads, which {tp} devices cannot "
+                                f"share evenly: choose a --tp that divides {t_arch.heads}")
     t_gpu, d_gpu = get_gpu(gpu), get_gpu(draft_gpu or gpu)
     latency = _latency(t_arch, d_arch, t_gpu, d_gpu, tp, dtype, context, assumptions)
     source = acceptance_source(acceptance_from)

@@ -228,3 +228,18 @@ def test_the_advice_for_a_spec_profile_is_to_time_the_pair_not_to_repeat_runs(ll
     d = decide(llama8b_l40s, res.plan, res.sd.num_speculative_tokens,
                sample(llama8b_l40s, res.plan, res.sd.num_speculative_tokens, 50, seed=0))
     assert d.dominant == "latency" and d.settle.startswith("time the pair on this hardware")
+
+
+def test_a_tp_degree_that_cannot_split_the_heads_is_refused():
+    """Tensor parallelism shards attention heads: 32 heads on 3 devices is what vLLM refuses (the emitted
+    --tensor-parallel-size 3 was invalid)."""
+    with pytest.raises(ConfigError, match="^tp: Llama-3.1-8B has 32 attention heads, which 3 devices cannot share"):
+        profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="h100", tp=3)
+    assert profile_from_specs("Llama-3.1-8B", "Llama-3.2-1B", gpu="h100", tp=4).latency.target_devices == 4
+
+
+def test_a_spec_flag_beside_a_preset_is_named_as_such(capsys):
+    with pytest.raises(SystemExit):
+        plan_main(["--preset", "llama70b-1b-h100", "--tp", "2"])
+    assert "tp: --tp applies to a pair from specs (--target, --draft, --gpu), not to --preset / --profile" in \
+        capsys.readouterr().err
