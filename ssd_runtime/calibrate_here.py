@@ -137,6 +137,10 @@ def main(argv: list[str]) -> int:
             job_kw = prompt_ids(args, Path(specs["target"].path))
             if args.mix is not None:  # refused now, not after the runs: a class the prompts do not hold
                 args.mix.weights([t or "" for t in job_kw["tags"]], "the selected prompts")
+            if not args.no_probe:  # the probe's grid, checked now, not after the runs (its context comes later)
+                from .probe_cli import grid_from_args
+
+                grid_from_args(args, 1, args.temperatures[0])
             claimed = stack.enter_context(claim_outputs({"out": args.out or default},
                                                         unique=[] if args.out else ["out"]))
             out = _out_dir(claimed["out"])

@@ -36,6 +36,7 @@ import time
 from dataclasses import asdict, dataclass, field
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.limits import MAX_BATCH, MAX_TOKENS
 from ssd_sim.io.probe import MAX_SLOWDOWN, PROBE_SCHEMA
 from ssd_sim.io.values import utc_now
 
@@ -68,10 +69,12 @@ class ProbeGrid:
     idle_gaps_ms: tuple[float, ...] = (5.0, 50.0, 500.0)  # sleeps before the after-idle forwards (ms; () skips them)
 
     def __post_init__(self):
-        for name in ("batch", "branch_rows", "transfer_k"):
+        for name, most in (("batch", MAX_BATCH), ("branch_rows", MAX_BATCH), ("transfer_k", MAX_BATCH)):
             vals = getattr(self, name)
-            if not vals or any(int(v) != v or v < 1 for v in vals):
-                raise ConfigError(f"probe.{name}", f"must be integers >= 1, got {list(vals)!r}")
+            if not vals or any(int(v) != v or not 1 <= v <= most for v in vals):
+                raise ConfigError(f"probe.{name}", f"must be integers in 1..{most}, got {list(vals)!r:.60}")
+        if not 1 <= self.context <= MAX_TOKENS:
+            raise ConfigError("probe.context", f"must be in 1..{MAX_TOKENS} tokens, got {self.context}")
         check_idle_gaps(self.idle_gaps_ms)
         if not 1 <= self.max_k <= 64:
             raise ConfigError("probe.max_k", f"must be in 1..64, got {self.max_k}")

@@ -254,6 +254,19 @@ def test_calibrate_here_refuses_a_mix_its_prompts_cannot_weigh_before_any_run(fi
     assert not out.exists() or not any(out.iterdir())  # nothing measured, nothing written
 
 
+@pytest.mark.parametrize("flag,value,says", [("--probe-max-k", "100", "probe.max_k: must be in 1..64, got 100"),
+                                             ("--probe-batch", "5000", "probe.batch: must be integers in 1..4096")])
+def test_calibrate_here_refuses_a_probe_grid_before_any_run(files, tmp_path, capsys, flag, value, says):
+    """The probe runs last: its grid was checked only after minutes of AR / SD / SSD runs (an uncaught ConfigError)."""
+    out = tmp_path / "here"
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate-here", "--target", str(files / "target"), "--draft", str(files / "draft"), "--prompts",
+              tagged_prompts(tmp_path), "--max-new-tokens", "3", "--out", str(out), flag, value])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and says in err, err
+    assert not out.exists() or not any(out.iterdir())
+
+
 # warnings a busy host's timings can raise on any calibration (model.probed, model.calibrate, io.sanity)
 TIMING_WARNINGS = ("x the probe table", "further above the probe table", "off what the AR / SD traces' target fit",
                    "rounds stalled")
