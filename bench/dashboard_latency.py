@@ -35,9 +35,12 @@ no search grid, draw count or tolerance was reduced):
   profile share its acceptance point, and its per-source spreads no longer compute an AR rate they never read;
 - "calibrate from this trace" (new): the latency fit evaluates each distinct forward shape once per step instead
   of every timed phase (~700 -> ~25 ms; the fitted numbers are the same).
+- the uncertainty report's drawn profiles are copied without re-running their checks (model.derived) and a forward
+  of plain numbers skips numpy: the report 150 -> 118 ms, cold What-if rows 17% faster in the median (interleaved
+  runs before and after on the Zen 4 guest, late on 2026-12-06, when it ran slower: 25-28 -> 22-26 rows over).
 The largest remaining cost of a cold What-if view is the uncertainty report: 200 drawn profiles of AR, SD and SSD
-and 6 x 50 of SD and SSD naming the dominant source (~250 ms on the Zen 4 guest of 2026-12-06, where 13-14 of 39 rows
-miss the target cold; ~65 ms when it drew 500 profiles of one mode).
+and 6 x 50 of SD and SSD naming the dominant source (~120 ms since; ~250 ms of the view on the Zen 4 guest earlier
+on 2026-12-06, where 13-14 of 39 rows missed the target cold; ~65 ms when it drew 500 profiles of one mode).
 """
 
 from __future__ import annotations
