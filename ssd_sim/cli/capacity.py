@@ -102,10 +102,14 @@ def build_parser() -> OneLineParser:
 
 
 def _names(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
-    names = tuple(x.strip() for x in text.split(",") if x.strip())
+    """A comma list of `allowed` names, each once (an empty or repeated entry is refused, as --batch-caps does)."""
+    names = tuple(x.strip() for x in text.split(","))
     bad = [n for n in names if n not in allowed]
     if bad or not names:
         raise ConfigError(field, f"{(bad or [text])[0]!r} is not one of {', '.join(allowed)}; give a comma list")
+    twice = [n for i, n in enumerate(names) if n in names[:i]]
+    if twice:
+        raise ConfigError(field, f"names {twice[0]!r} twice; give each once")
     return names
 
 

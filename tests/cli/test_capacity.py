@@ -54,6 +54,9 @@ BAD = {
     "no load": (["--rate"], "rate: give the load as --rate R"),
     "an unknown mode": (["--modes", "sd,xx"], "modes: 'xx' is not one of ar, sd, ssd"),
     "an unknown router": (["--routers", "random"], "routers: 'random' is not one of round-robin, least-loaded"),
+    "an empty mode": (["--modes", "ar,,sd"], "modes: '' is not one of ar, sd, ssd"),
+    "a mode twice": (["--modes", "ssd,sd,ssd"], "modes: names 'ssd' twice; give each once"),
+    "a router twice": (["--routers", "round-robin,round-robin"], "routers: names 'round-robin' twice"),
     "ray not installed": (["--ray"], "ray: Ray is not installed here"),
 }
 
