@@ -319,9 +319,9 @@ def guarded(prog: str, body: Callable[[], int], note: Callable[[], str] = lambda
         os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
         return 0
     except OSError as e:  # a path too long for the file system, wherever it was first touched
-        if path_error(e) is None:
+        if (err := path_error(e)) is None:
             raise
-        fail(prog, path_error(e))
+        fail(prog, err)
     finally:
         if restore or not stopped:
             for sig, handler in old.items():

@@ -58,9 +58,9 @@ def cli_entry(prog: str):
             except ConfigError as e:
                 fail(prog, e)
             except OSError as e:  # a path too long for the file system, wherever it was first touched
-                if path_error(e) is None:
+                if (err := path_error(e)) is None:
                     raise
-                fail(prog, path_error(e))
+                fail(prog, err)
             finally:
                 if old is not None:
                     signal.signal(signal.SIGTERM, old)

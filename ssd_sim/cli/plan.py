@@ -52,7 +52,7 @@ from ssd_sim.model.profile import Profile
 from ssd_sim.plan.emit import ENGINES
 from ssd_sim.plan.intervals import at_horizon, horizon_note
 from ssd_sim.plan.knobs import WORKLOAD, Knobs, ignored_at_greedy, resolve
-from ssd_sim.plan.plan import Plan, load_plan
+from ssd_sim.plan.plan import Plan, PlanFile, load_plan
 from ssd_sim.plan.planner import (
     MIN_C_GAIN_PCT,
     OBJECTIVES,
@@ -167,11 +167,12 @@ def main(argv: list[str] | None = None) -> int:
     if args.list_presets:
         return _print_presets()
     try:
-        check_outputs({"output": args.output}, {"plan": args.plan, **source_files(args)})  # before the search
+        pf = load_plan(args.plan) if args.plan else None
+        check_outputs({"output": args.output}, {"plan": args.plan, **source_files(args, pf)})  # before the search
         if args.batch_sizes and (args.emit or args.simulate):
             raise ConfigError("batch_sizes", f"--batch-sizes sweeps analytic plans; {'--emit' if args.emit else '--simulate'} "
                                              "applies to one plan: drop one of them")
-        profile, base_extra, knobs, workload = _resolve(args)
+        profile, base_extra, knobs, workload = _resolve(args, pf)
         profile = at_horizon(profile, args.horizon)
         rank = _growth_rank(base_extra, args)
         request = PlanRequest(batch_size=workload["batch_size"], temperature=workload["temperature"],
@@ -240,9 +241,9 @@ def emit_lines(engine: str, flags: dict) -> list[str]:
     return [*notes, f"# {engine}: {flags['source']}", flags["command"]]
 
 
-def _resolve(args) -> tuple[Profile, dict, Knobs, dict]:
-    """Profile, plan-file info, fixed knobs and workload from the arguments (ssd_sim.plan.knobs.resolve)."""
-    pf = load_plan(args.plan) if args.plan else None
+def _resolve(args, pf: PlanFile | None) -> tuple[Profile, dict, Knobs, dict]:
+    """Profile, plan-file info, fixed knobs and workload from the arguments and the loaded --plan file `pf`
+    (ssd_sim.plan.knobs.resolve)."""
     info = source_of(args, (pf.extra.get("profile") or {}) if pf else None, args.plan)
     res = resolve(pf.plan if pf else None, knob_flags(args))
     workload = {key: res.workload(key) for key in WORKLOAD}

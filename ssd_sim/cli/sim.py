@@ -124,9 +124,9 @@ def build_parser() -> OneLineParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
-        check_outputs({"chrome_trace": args.chrome_trace},  # before the simulation, not after it
-                      {"plan": args.plan, "arrivals": args.arrivals, "replay": args.replay, **source_files(args)})
         pf = load_plan(args.plan) if args.plan else None
+        check_outputs({"chrome_trace": args.chrome_trace},  # before the simulation, not after it
+                      {"plan": args.plan, "arrivals": args.arrivals, "replay": args.replay, **source_files(args, pf)})
         source = source_of(args, (pf.extra.get("profile") or {}) if pf else None, args.plan)
         profile = at_horizon(profile_of(source), args.horizon)
         base = pf.plan if pf else None
@@ -269,11 +269,10 @@ def default_max_batch(profile: Profile, workload: Workload, mode: str = "ssd") -
     """No -b, --max-batch or plan file for a stream of requests: decode up to all of them together, at most what the
     profile's KV memory holds in `mode` (Profile.fits; a measured profile: its max_batch_size); the workload so
     batched and what the workload line says."""
-    fits = max(1, profile.fits(_memory_mode(mode)))
-    cap = min(workload.num_requests, fits)
+    counted = _memory_mode(mode)
+    cap = min(workload.num_requests, max(1, profile.fits(counted)))
     why = ("every request" if cap == workload.num_requests else
-           "the profile's max_batch_size" if profile.memory is None else f"what {_memory_mode(mode).upper()}'s KV "
-           "caches fit")
+           "the profile's max_batch_size" if profile.memory is None else f"what {counted.upper()}'s KV caches fit")
     return dataclasses.replace(workload, max_batch=cap), f"by default {why}; --max-batch B chooses"
 
 

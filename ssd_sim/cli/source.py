@@ -25,6 +25,7 @@ from ssd_sim.io.values import bounded_int
 from ssd_sim.model.hardware import GPUS
 from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
+from ssd_sim.plan.plan import PlanFile
 from ssd_sim.sim.workload import Workload
 
 # a spec pair's keys (profile_from_specs' arguments, the flags that set them) and what a plan file may record in each
@@ -55,14 +56,12 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
                             "theirs (specs: default llama70b-1b-h100, marked assumed)")
 
 
-def source_files(args) -> dict[str, str | None]:
-    """The files (or model folders) the profile-source flags read, and those a --plan file names, by field: what no
-    output may overwrite."""
+def source_files(args, plan_file: PlanFile | None = None) -> dict[str, str | None]:
+    """The files (or model folders) the profile-source flags read, and those the --plan file (`plan_file`, as loaded)
+    names, by field: what no output may overwrite."""
     files = {k: getattr(args, k, None) for k in ("profile", "target", "draft", "acceptance_from", "gpu", "draft_gpu")}
-    if getattr(args, "plan", None):
-        from ssd_sim.plan.plan import load_plan
-
-        recorded = recorded_files(load_plan(args.plan).extra.get("profile") or {}, args.plan)
+    if plan_file is not None:
+        recorded = recorded_files(plan_file.extra.get("profile") or {}, args.plan)
         files |= {f"plan's profile.{k}": v for k, v in recorded.items() if k in ("path", "acceptance_from")}
     return files
 
