@@ -74,7 +74,7 @@ def profile_from_bytes(data: bytes, name: str = "upload") -> Profile:
         text = data.decode("utf-8")
     except UnicodeDecodeError as e:
         raise ConfigError("profile", f"{name} is not a UTF-8 text file (byte {e.start})") from e
-    obj = parse_json(text, name)
+    obj = parse_json(text, name, unique_keys=True)
     if not isinstance(obj, dict):
         raise ConfigError("profile", f"{name} must hold a JSON object")
     return profile_from_dict(obj, name)
@@ -153,7 +153,7 @@ def gpu_upload(data: bytes, name: str) -> dict:
 
     check_upload(data, name, "GPU file")
     try:
-        obj = parse_json(data.decode("utf-8"), name) if data.strip() else None
+        obj = parse_json(data.decode("utf-8"), name, unique_keys=True) if data.strip() else None
     except UnicodeDecodeError as e:
         raise ConfigError("gpu", f"{name} is not a UTF-8 text file (byte {e.start})") from e
     if not isinstance(obj, dict):

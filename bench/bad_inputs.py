@@ -141,6 +141,13 @@ CASES: list[tuple[str, str, str]] = [
     ("plan temperature Infinity", "ssd-plan", f"{PLAN} --plan {{plan_temp_inf_literal}}"),
     ("profile fixed_ms 'Infinity'", "ssd-plan", "--profile {profile_inf}"),
     ("profile max_batch_size 1e999", "ssd-plan", "--profile {profile_batch_inf}"),
+    # knobs the mode never reads, files with a key twice, traces joined, absurd GPU numbers (2026-12-06 fuzz sweep)
+    ("sim --mode ssd-fast --backup jit", "ssd-sim", f"{PLAN} --mode ssd-fast --backup jit --tokens 8"),
+    ("sim --mode ar -k 3", "ssd-sim", f"{PLAN} --mode ar -k 3 --tokens 8"),
+    ("plan fan_out []", "ssd-plan", f"{PLAN} --plan {{empty_fan}}"),
+    ("plan with a key twice", "ssd-plan", f"{PLAN} --plan {{plan_key_twice}}"),
+    ("two traces joined", "ssd-plan calibrate", "{joined} -o {out}"),
+    ("--gpu file bf16_tflops 1e-308", "ssd-plan", "--target Llama-3.1-8B --draft Llama-3.2-1B --gpu {gpu_tiny}"),
 ]
 
 # Valid input almost certainly not meant (ssd_sim.io.sanity): (name, command, arguments, text the `warning:` line
@@ -237,6 +244,12 @@ def make_files(d: Path) -> dict[str, str]:
         **prof["latency"]["target"], "fixed_ms": "Infinity"}}}))
     put("profile_batch_inf.json", json.dumps({**prof, "max_batch_size": "@"}).replace('"@"', "1e999"))
     put("trace_copy.jsonl", TRACE.read_text())
+    put("empty_fan.json", json.dumps({"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 2, "fan_out": []}}))
+    put("plan_key_twice.json", '{"schema": "ssd-plan/1", "plan": {"num_speculative_tokens": 2, '
+                               '"num_speculative_tokens": 3}}')
+    put("joined.jsonl", TRACE.read_text().rstrip("\n") + "\n" + TRACE.read_text())
+    put("gpu_tiny.json", json.dumps({"hbm_tb_s": 3.35, "bf16_tflops": 1e-308, "fp8_tflops": None, "link_gb_s": 450,
+                                     "memory_gb": 80}))
     for i in (1, 2, 3):
         f[f"warn_out{i}"] = str(d / f"warn_out{i}.json")
     f["out"] = str(d / "out.json")

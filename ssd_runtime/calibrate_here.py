@@ -189,10 +189,13 @@ def _plan(profile_path: Path, temperature: float, plan_path: Path) -> None:
 
 def _temperatures(text: str) -> tuple[float, ...]:
     from ssd_sim.cli.args import nonneg_float
+    from ssd_sim.io.limits import MAX_TEMPERATURE
 
     values = tuple(nonneg_float(v) for v in text.split(",") if v.strip())
     if not values:
-        raise ValueError("give at least one temperature")
+        raise argparse.ArgumentTypeError(f"{text!r} holds no temperature; give one or more, e.g. 0 or 0,1")
+    if len(set(values)) < len(values) or max(values) > MAX_TEMPERATURE:
+        raise argparse.ArgumentTypeError(f"{text!r}: give each temperature once, each in 0..{MAX_TEMPERATURE:g}")
     return values
 
 

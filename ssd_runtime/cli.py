@@ -47,7 +47,7 @@ from ssd_sim.io.jsonfile import resolve_output, save_text_atomic
 from ssd_sim.io.limits import MAX_BATCH, MAX_TOKENS
 from ssd_sim.io.outputs import check_outputs, claim_outputs
 from ssd_sim.io.sanity import check_rate, rate_warning
-from ssd_sim.plan.knobs import resolve
+from ssd_sim.plan.knobs import check_mode_flags, resolve
 from ssd_sim.plan.plan import MODES, load_plan
 
 from .fetch import MODELS, FetchError, fetch_all
@@ -393,6 +393,7 @@ def _prepare(args, files: _Files | None = None):
     if args.max_batch is not None:
         flags["batch_size"] = args.max_batch
     mode = args.mode or (base.mode if base else "ssd")
+    check_mode_flags(flags, mode)
     plan = resolve(base, flags).plan(mode=mode)
     if plan.draft_devices != 1:
         raise ConfigError("draft_devices", "ssd-run runs the draft on one device; use --draft-devices 1 "

@@ -301,10 +301,12 @@ def check_context(prompts: list[list[int]], max_new_tokens: int, mode: str, k: i
         need = len(longest) + max_new_tokens + extra[role]
         if need > ctx:
             ahead = f" + {extra[role]} draft positions ahead (K = {k})" if extra[role] else ""
+            room = ctx - len(longest) - extra[role]  # the most new tokens that fit
+            fix = (f"lower --max-new-tokens to {room} or shorten the prompt" if room >= 1 else
+                   f"shorten the prompt by at least {1 - room} tokens" + (" or lower K" if extra[role] else ""))
             raise ConfigError("max_new_tokens", f"prompt {n} ({len(longest)} tokens) + --max-new-tokens "
                                                 f"{max_new_tokens}{ahead} = {need} positions, more than the {role}'s "
-                                                f"context of {ctx} (max_position_embeddings); lower --max-new-tokens "
-                                                f"to {max(ctx - len(longest) - extra[role], 0)} or shorten the prompt")
+                                                f"context of {ctx} (max_position_embeddings); {fix}")
 
 
 def check_weights(path: Path, role: str = "model") -> None:

@@ -13,8 +13,10 @@ from __future__ import annotations
 import json
 import math
 import os
+import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
+from concurrent.futures.process import BrokenProcessPool
 
 from rich.console import Console
 from rich.table import Table
@@ -183,15 +185,39 @@ def _pool(args):
         pool = Pool()
         return pool.map, pool
     if args.jobs > 1:
-        pool = ProcessPoolExecutor(max_workers=args.jobs)
+        pool = ProcessPoolExecutor(max_workers=args.jobs, initializer=_quiet_worker)
         return pool.map, pool
     return map, None
+
+
+def _quiet_worker() -> None:
+    """A worker ends at SIGTERM without a traceback (it inherits the CLI's handler, which raises) and leaves Ctrl-C to
+    the parent, which stops the pool (_close)."""
+    signal.signal(signal.SIGTERM, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.SIG_IGN)
+
+
+def _close(pool, finished: bool) -> None:
+    """Close the pool: wait for its idle workers after a finished search; else (an error, Ctrl-C, SIGTERM) cancel
+    what is queued and stop the workers now (waiting would run every queued simulation first)."""
+    if pool is None:
+        return
+    if not hasattr(pool, "shutdown"):  # Ray's multiprocessing Pool
+        (pool.close if finished else pool.terminate)()
+        return
+    if finished:
+        pool.shutdown()
+        return
+    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before Python 3.14
+    pool.shutdown(wait=False, cancel_futures=True)
+    for proc in workers:
+        proc.terminate()
 
 
 @cli_entry(PROG)
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
-    pool = None
+    pool, finished = None, False
     try:
         check_outputs({"output": args.output}, {"arrivals": args.arrivals, **source_files(args)})
         targets = Targets(args.ttft_ms, args.tpot_ms, args.ttft_pct, args.tpot_pct)
@@ -207,11 +233,14 @@ def main(argv: list[str] | None = None) -> int:
         result = search(list(by_tp.values()), modes, args.batch_caps, routers, args.max_replicas)
         ref = anchor(result)
         answer = _same_gpus(by_tp[ref.config.tp], result) if ref else {}
+        finished = True
     except ConfigError as e:
         fail(PROG, e)
+    except BrokenProcessPool:
+        fail(PROG, ConfigError("jobs", "a simulation worker process died (killed, or out of memory); nothing was "
+                                       "written: run again, or with --jobs 1"))
     finally:
-        if pool is not None:
-            (pool.shutdown if hasattr(pool, "shutdown") else pool.close)()
+        _close(pool, finished)
     data = _to_json(profile, load, targets, result, answer) | ({"context_note": args.context_note}
                                                               if args.context_note else {})
     growth_check = growth_of(sources, by_tp, result, wl)

@@ -49,7 +49,7 @@ from ssd_sim.io.trace import Trace, read_trace
 from ssd_sim.model.profile import Profile
 from ssd_sim.model.tracematch import mismatch_line
 from ssd_sim.plan.intervals import at_horizon, scaled_interval
-from ssd_sim.plan.knobs import ignored_at_greedy, resolve
+from ssd_sim.plan.knobs import check_mode_flags, ignored_at_greedy, resolve
 from ssd_sim.plan.plan import Plan, load_plan
 from ssd_sim.plan.planner import OBJECTIVES, PlanRequest, make_plan
 from ssd_sim.plan.predict import Prediction, predict
@@ -124,6 +124,7 @@ def build_parser() -> OneLineParser:
 def main(argv: list[str] | None = None) -> int:
     args = build_parser().parse_args(argv)
     try:
+        check_mode_flags(knob_flags(args), args.mode)
         pf = load_plan(args.plan) if args.plan else None
         check_outputs({"chrome_trace": args.chrome_trace},  # before the simulation, not after it
                       {"plan": args.plan, "arrivals": args.arrivals, "replay": args.replay, **source_files(args, pf)})

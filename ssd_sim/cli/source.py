@@ -22,7 +22,7 @@ from typing import Any
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.values import bounded_int
-from ssd_sim.model.hardware import GPUS
+from ssd_sim.model.hardware import GPUS, gpu_key
 from ssd_sim.model.presets import load_profile
 from ssd_sim.model.profile import Profile
 from ssd_sim.plan.plan import PlanFile
@@ -56,6 +56,9 @@ def add_source_args(group: argparse._ArgumentGroup) -> None:
                             "theirs (specs: default llama70b-1b-h100, marked assumed)")
 
 
+SPEC_FILE_KEYS = ("target", "draft", "gpu", "draft_gpu", "acceptance_from")  # a spec's keys that may name a file
+
+
 def source_files(args, plan_file: PlanFile | None = None) -> dict[str, str | None]:
     """The files (or model folders) the profile-source flags read, and those the --plan file (`plan_file`, as loaded)
     names, by field: what no output may overwrite."""
@@ -63,42 +66,67 @@ def source_files(args, plan_file: PlanFile | None = None) -> dict[str, str | Non
     if plan_file is not None:
         recorded = recorded_files(plan_file.extra.get("profile") or {}, args.plan)
         files |= {f"plan's profile.{k}": v for k, v in recorded.items() if k in ("path", "acceptance_from")}
+        spec = recorded.get("spec")
+        if isinstance(spec, dict):
+            files |= {f"plan's profile.spec.{k}": v for k, v in spec.items()
+                      if k in SPEC_FILE_KEYS and isinstance(v, str) and Path(v).exists()}
     return files
 
 
 def recorded_files(recorded, plan_path: str | Path) -> dict[str, Any]:
     """A plan file's recorded profile source (recorded_profile) with its file paths found: a relative path
-    (profile.path, or an acceptance_from that is a file) is read beside the plan file, where ssd-plan -o writes it
-    relative to, else from the current folder (plan files written before that); one that names a different file in
-    each place, or that is in neither, is a one-line ConfigError."""
+    (profile.path, an acceptance_from that is a file, a spec pair's config or GPU file) is read beside the plan file,
+    where ssd-plan -o writes it relative to, else from the current folder (plan files written before that); one that
+    names a different file in each place is a one-line ConfigError, and so is a profile.path in neither (a spec value
+    in neither is a built-in model, GPU or preset name, which profile_from_specs checks)."""
     out = dict(recorded_profile(recorded))
     for key in ("path", "acceptance_from"):
-        name = out.get(key)
-        if not name or Path(name).is_absolute():
-            continue
-        beside, here = Path(plan_path).parent / name, Path(name)
-        found = [p for p in dict.fromkeys((beside, here)) if p.exists()]
-        if len(found) == 2 and not os.path.samefile(*found):
-            raise ConfigError("plan", f"the plan file's profile.{key} {name!r} names two files, {beside} beside the "
-                                      f"plan file and {here.resolve()} here: give --profile FILE to choose")
-        if found:
-            out[key] = str(found[0])
-        elif key == "path":
-            raise ConfigError("plan", f"the plan file's profile.path {name!r} is neither beside the plan file "
-                                      f"({beside}) nor under the current folder: run from the folder it is relative "
-                                      "to, or give --profile FILE")
+        if isinstance(out.get(key), str):
+            out[key] = _locate(out[key], plan_path, f"profile.{key}", required=key == "path")
+    if isinstance(out.get("spec"), dict):
+        out["spec"] = {k: _locate(v, plan_path, f"profile.spec.{k}", required=False)
+                       if k in SPEC_FILE_KEYS and isinstance(v, str) else v for k, v in out["spec"].items()}
     return out
+
+
+def _locate(name: str, plan_path: str | Path, label: str, required: bool) -> str:
+    """A plan file's relative path `name`: the file beside the plan file, else in the current folder (recorded_files)."""
+    if not name or Path(name).is_absolute():
+        return name
+    beside, here = Path(plan_path).parent / name, Path(name)
+    found = [p for p in dict.fromkeys((beside, here)) if p.exists()]
+    if len(found) == 2 and not os.path.samefile(*found):
+        key = label.rsplit(".", 1)[-1]
+        flag = "--profile FILE" if key == "path" else f"--{key.replace('_', '-')} with the one you mean"
+        raise ConfigError("plan", f"the plan file's {label} {name!r} names two files, {beside} beside the "
+                                  f"plan file and {here.resolve()} here: give {flag} to choose")
+    if found:
+        return str(found[0])
+    if required:
+        raise ConfigError("plan", f"the plan file's {label} {name!r} is neither beside the plan file "
+                                  f"({beside}) nor under the current folder: run from the folder it is relative "
+                                  "to, or give --profile FILE")
+    return name
 
 
 def plan_relative(source: dict[str, Any], plan_path: str | Path) -> dict[str, Any]:
-    """`source` as a plan file at `plan_path` records it: its file paths relative to the plan file's folder (where
-    recorded_files looks first), so the plan file reads the same profile from any folder."""
-    out = dict(source)
-    for key in ("path", "acceptance_from"):
-        name = out.get(key)
-        if name and Path(name).exists():
-            out[key] = os.path.relpath(Path(name).resolve(), Path(plan_path).resolve().parent)
+    """`source` as a plan file at `plan_path` records it: its file paths (profile, acceptance_from, a spec pair's
+    configs and GPU files) relative to the plan file's folder (where recorded_files looks first), so the plan file
+    reads the same files from any folder. Built-in names stay as they are."""
+    def rel(key: str, name: Any) -> Any:
+        if not isinstance(name, str) or not name or not Path(name).exists() or _builtin_gpu(key, name):
+            return name
+        return os.path.relpath(Path(name).resolve(), Path(plan_path).resolve().parent)
+
+    out = {k: rel(k, v) if k in ("path", "acceptance_from") else v for k, v in source.items()}
+    if isinstance(out.get("spec"), dict):
+        out["spec"] = {k: rel(k, v) if k in SPEC_FILE_KEYS else v for k, v in out["spec"].items()}
     return out
+
+
+def _builtin_gpu(key: str, name: str) -> bool:
+    """A --gpu / --draft-gpu value that is a GPU's name (get_gpu reads a name before a file of that name)."""
+    return key in ("gpu", "draft_gpu") and gpu_key(name) in GPUS
 
 
 def spec_of(args) -> dict[str, Any] | None:

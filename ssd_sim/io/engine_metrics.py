@@ -29,6 +29,8 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.jsonfile import read_text_file
+from ssd_sim.io.limits import MAX_K
 
 ENGINES = ("vllm", "sglang", "reference")
 
@@ -63,10 +65,7 @@ def read_engine_metrics(path: str | Path, engine: str, k: int | None = None) -> 
     the source does not say it (sglang). Any problem is one ConfigError line naming the file."""
     if engine not in ENGINES:
         raise ConfigError("engine", f"must be one of {', '.join(ENGINES)}, got {engine!r}")
-    try:
-        text = Path(path).read_text(encoding="utf-8")
-    except (OSError, UnicodeDecodeError) as e:
-        raise ConfigError("metrics", f"cannot read {path}: {type(e).__name__}: {e}") from e
+    text = read_text_file(path, "metrics", f"save {engine}'s metrics to a file first")
     reader = {"vllm": vllm_counts, "sglang": sglang_counts, "reference": reference_counts}[engine]
     return reader(text, str(path), k)
 
@@ -282,9 +281,13 @@ def reference_counts(text: str, source: str, k: int | None = None) -> EngineCoun
     if not isinstance(lens, list) or not lens or not all(isinstance(x, int) and x >= 1 for x in lens):
         raise ConfigError("metrics", f"{source}: accepted_suffix_lens_with_recovery must be a non-empty list of "
                                      "integers >= 1 (the reference engine's METRICS dict)")
-    K = k or max(lens) - 1
-    if K < 1 or max(lens) - 1 > K:
-        raise ConfigError("num_speculative_tokens", f"{source}: {max(lens) - 1} tokens accepted in a round but K = {K}")
+    longest = max(lens) - 1
+    if k is None and not 1 <= longest <= MAX_K:
+        raise ConfigError("num_speculative_tokens", f"{source}: K is read as the longest accepted run, {longest} tokens, "
+                          f"which is not a K in 1..{MAX_K}; give the run's K with --num-speculative-tokens")
+    K = k or longest
+    if longest > K:
+        raise ConfigError("num_speculative_tokens", f"{source}: {longest} tokens accepted in a round but K = {K}")
     accepted = [x - 1 for x in lens]
     tried = [sum(a >= i for a in accepted) for i in range(K)]
     passed = [sum(a >= i + 1 for a in accepted) for i in range(K)]
@@ -293,6 +296,7 @@ def reference_counts(text: str, source: str, k: int | None = None) -> EngineCoun
     if isinstance(hits, list) and hits and all(isinstance(h, (int, float)) for h in hits):
         p_hit = float(statistics.fmean(hits))
     assumed = ["the spread between requests (the lists are pooled)", "the temperature (not in the dict: state it)"]
+    assumed += [] if k else [f"K = {K}, the longest accepted run (give --num-speculative-tokens if no round accepted all)"]
     assumed += ["hit curves beyond the run's one p_hit"] if p_hit is not None else ["hit curves (no cache_hits: SD run)"]
     return EngineCounts("reference", tuple(float(t) for t in tried), tuple(float(p) for p in passed), len(lens),
                         p_hit=p_hit,

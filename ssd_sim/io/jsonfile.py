@@ -55,13 +55,30 @@ def read_text_file(path: str | Path, field: str, missing_hint: str, max_mb: floa
         raise ConfigError(field, f"{p} is not a text file (byte {e.start} is not UTF-8)") from e
 
 
-def parse_json(text: str, what: str) -> Any:
-    """json.loads with every failure as a one-line ConfigError naming `what` (a file, or a file and line)."""
+class DuplicateKey(ValueError):
+    """A JSON object names one key twice (json.loads keeps the last silently)."""
+
+
+def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
+    out = dict(pairs)
+    if len(out) < len(pairs):
+        seen: set[str] = set()
+        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
+        raise DuplicateKey(twice)
+    return out
+
+
+def parse_json(text: str, what: str, unique_keys: bool = False) -> Any:
+    """json.loads with every failure as a one-line ConfigError naming `what` (a file, or a file and line).
+    unique_keys: a key given twice in one object is an error (a hand-edited file's second value would win silently);
+    the files users write (plan, profile, GPU, arrivals, probe, config) are read so, the traces' lines are not."""
     depth = _max_depth(text)
     if depth > MAX_JSON_DEPTH:
         raise ConfigError("json", f"{what} nests {depth} levels deep, more than the {MAX_JSON_DEPTH} our files use")
-    try:
-        return json.loads(text)  # NaN / Infinity parse (json.dumps writes them); fields that must be finite check
+    try:  # NaN / Infinity parse (json.dumps writes them); fields that must be finite check
+        return json.loads(text, object_pairs_hook=_unique_pairs) if unique_keys else json.loads(text)
+    except DuplicateKey as e:
+        raise ConfigError("json", f"{what} gives the key {str(e)!r} twice in one object; keep one") from e
     except json.JSONDecodeError as e:
         raise ConfigError("json", f"{what} is not valid JSON (line {e.lineno}: {e.msg})") from e
     except ValueError as e:  # e.g. an integer of more than 4,300 digits
@@ -90,7 +107,7 @@ def read_json_object(path: str | Path, field: str, missing_hint: str) -> dict[st
     p = Path(path)
     text = read_text_file(p, field, missing_hint)
     try:
-        data = parse_json(text, str(p))
+        data = parse_json(text, str(p), unique_keys=True)
     except ConfigError as e:
         raise ConfigError(field, str(e).split(": ", 1)[1]) from e
     if not isinstance(data, dict):
@@ -107,6 +124,8 @@ def resolve_output(path: str | Path) -> Path:
 def check_writable(path: str | Path, field: str = "output") -> Path:
     """Fail now, in one line, if `path` cannot be written (before hours of work): its folder must exist or be
     creatable and writable, and the path must not be a folder or a device. Returns the resolved path."""
+    if not str(path).strip():
+        raise ConfigError(field, "is an empty file name; give a file name")
     p = resolve_output(path)
     if p.is_dir():
         raise ConfigError(field, f"{path} is a folder; give a file name")

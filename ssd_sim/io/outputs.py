@@ -40,6 +40,20 @@ def _file_id(path: PathLike) -> tuple[int, int] | None:
     return (st.st_dev, st.st_ino) if stat.S_ISREG(st.st_mode) else None
 
 
+def _printed_to(path: PathLike) -> str | None:
+    """"stdout" / "stderr" when `path` is the regular file that stream is redirected to (`-o /dev/stdout > f`, or
+    `-o f > f`: the output's atomic rename would swap the file under the printed report), else None."""
+    target = _file_id(path)
+    for fd, name in ((1, "stdout"), (2, "stderr")):
+        try:
+            st = os.fstat(fd)
+        except OSError:
+            continue
+        if target is not None and stat.S_ISREG(st.st_mode) and (st.st_dev, st.st_ino) == target:
+            return name
+    return None
+
+
 def _input_files(inputs: Inputs) -> Iterator[tuple[str, Path]]:
     """(field, file) for every input file; a folder (a model folder) stands for every regular file under it."""
     for field, value in inputs.items():
@@ -76,6 +90,11 @@ def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Inputs) -> dic
             name = hit[0].replace("_", "-")
             raise ConfigError(field, f"{given[field]} is {same}the {name} input of this command: writing it would "
                                      f"destroy that input; give {_flag(field)} another file")
+    for field, path in resolved.items():
+        stream = _printed_to(path)
+        if stream:
+            raise ConfigError(field, f"{given[field]} is the file this command's {stream} goes to: the report printed "
+                                     f"there would be lost; give {_flag(field)} another file")
     seen: dict[object, str] = {}
     for field, path in resolved.items():
         key = _file_id(path) or os.path.realpath(path)

@@ -14,13 +14,13 @@ from __future__ import annotations
 import dataclasses
 import math
 import re
-from collections.abc import Callable
+from collections.abc import Callable, Iterable
 from dataclasses import asdict, dataclass, field, fields
 from enum import StrEnum
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
-from ssd_sim.io.limits import MAX_BATCH, MAX_K
+from ssd_sim.io.limits import MAX_BATCH, MAX_K, MAX_REQUESTS
 
 SCHEMA = "ssd-trace/2"
 READABLE_SCHEMAS = ("ssd-trace/1", SCHEMA)
@@ -28,6 +28,8 @@ MODES = ("ar", "sd", "ssd")
 BACKUPS = ("jit", "fast")
 MAX_PHASE_MS = 3.6e6  # one phase of one round longer than an hour is no decode step (and would overflow the fits)
 MIN_PHASE_MS = 1e-6  # a phase that ran took at least a nanosecond (0 = it did not run)
+MAX_TOKEN_ID = 2**31 - 1  # token ids are int32 in every tokenizer and engine
+MAX_SUMMARY_VALUE = 1e12  # a summary's counts, ms, s and tok/s: beyond this no run of ours (1e12 ms = 32 years)
 
 
 class Phase(StrEnum):
@@ -107,9 +109,10 @@ class SeqRecord:
         line, entry = where.rsplit(" ", 1)
         acc = rec.accepted
         checks = (
-            ("seq", _is_int(rec.seq) and rec.seq >= 0, "must be an integer >= 0"),
+            ("seq", _is_int(rec.seq) and 0 <= rec.seq < MAX_REQUESTS,
+             f"must be an integer in 0..{MAX_REQUESTS - 1} (the request's index in the run)"),
             ("accepted", _is_int(acc) and 0 <= acc <= K, f"must be an integer in 0..K = 0..{K} (draft tokens accepted)"),
-            ("bonus", _is_int(rec.bonus) and rec.bonus >= 0, "must be a token id >= 0"),
+            ("bonus", _is_int(rec.bonus) and 0 <= rec.bonus <= MAX_TOKEN_ID, f"must be a token id in 0..{MAX_TOKEN_ID}"),
             ("committed", _is_int(rec.committed) and 0 <= rec.committed <= (acc if _is_int(acc) else K) + 1,
              "must be an integer in 0..accepted + 1 (tokens appended)"),
             ("first", isinstance(rec.first, bool), "must be true or false"),
@@ -214,6 +217,10 @@ class RoundRecord:
         if not isinstance(warmup, bool):
             raise _bad(where, "warmup", warmup, "must be true or false (a CUDA graph warm-up ran in the round)")
         entries = [SeqRecord.from_json(s, K, f"{where} seqs[{j}]") for j, s in enumerate(seqs)]
+        ids = [e.seq for e in entries]
+        if len(set(ids)) < len(ids):
+            twice = next(q for q in ids if ids.count(q) > 1)
+            raise _bad(where, "seqs", ids, f"names sequence {twice} twice (a round decodes each sequence once)")
         return cls(d["round"], K, batch, entries, {**no_timings(), **ms}, d.get("fallback"), warmup)
 
 
@@ -438,6 +445,7 @@ class Summary(TraceMetrics):
         if lacking:
             computed = metrics()
             values.update({name: getattr(computed, name) for name in lacking})
+        _check_summary_numbers(values, where)
         try:
             values["per_position_acceptance"] = tuple(values["per_position_acceptance"])
             values["faults"] = tuple(values.get("faults", ()))
@@ -446,3 +454,24 @@ class Summary(TraceMetrics):
             raise ConfigError("summary", f"{where}: {e}; the trace is corrupt or not from ssd-run") from e
         extra = {k: v for k, v in d.items() if k not in known and k not in ("type", "wall_s")}
         return cls(**values, extra=extra)
+
+
+def _summary_numbers(values: dict) -> Iterable[tuple[str, Any]]:
+    """(name, value) of every number a summary holds: its fields, phase_ms, per-position rates, request times."""
+    for key, v in values.items():
+        if isinstance(v, dict) and key == "phase_ms":
+            yield from ((f"phase_ms.{k}", x) for k, x in v.items())
+        elif isinstance(v, list) and key == "per_position_acceptance":
+            yield from ((f"{key}[{i}]", x) for i, x in enumerate(v))
+        elif isinstance(v, list) and key == "requests":
+            yield from ((f"requests[{i}].{k}", x) for i, r in enumerate(v) if isinstance(r, dict) for k, x in r.items())
+        else:
+            yield key, v
+
+
+def _check_summary_numbers(values: dict, where: str) -> None:
+    """Every number in a summary is in 0..MAX_SUMMARY_VALUE, or NaN where there was nothing to count (a position no
+    round reached); 1e30 tok/s, an infinite or a negative ms read silently before."""
+    for name, v in _summary_numbers(values):
+        if _is_number(v) and not math.isnan(v) and not 0 <= v <= MAX_SUMMARY_VALUE:
+            raise _bad(where, name, v, f"must be a number in 0..{MAX_SUMMARY_VALUE:g} (or NaN: none counted)")

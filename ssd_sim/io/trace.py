@@ -94,6 +94,7 @@ def read_trace(path: str | Path) -> Trace:
 def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
     """Parse and check trace lines (any readable schema version, see ssd_sim.io.records)."""
     header, rounds, summary = None, [], None
+    seen: dict[str, int] = {}  # header / summary -> its line: one of each per trace, the summary last
     for no, line in enumerate(lines, start=1):
         if not line.strip():
             continue
@@ -102,6 +103,7 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
         except ConfigError as e:
             raise ConfigError("trace", str(e).split(": ", 1)[1]) from e
         kind = rec.get("type") if isinstance(rec, dict) else None
+        _check_order(kind, no, seen, source)
         if kind == "header":
             header = Header.from_json(rec, f"{source} header")
         elif kind == "round":
@@ -118,6 +120,19 @@ def parse_trace(lines: Iterable[str], source: str = "<trace>") -> Trace:
     if summary is not None:
         trace.summary = Summary.from_json(*summary, metrics=lambda: summarize(trace))
     return trace
+
+
+def _check_order(kind: Any, no: int, seen: dict[str, int], source: str) -> None:
+    """One header and at most one summary, nothing after the summary: two traces joined into one file (`cat a b`)
+    would otherwise read as one run with the second header's plan."""
+    if kind in ("header", "summary") and kind in seen:
+        raise ConfigError("trace", f"{source} line {no}: a second {kind} line (the first is line {seen[kind]}); one "
+                                   "trace per file: were two traces joined? split them")
+    if "summary" in seen and kind in ("header", "round"):
+        raise ConfigError("trace", f"{source} line {no}: a {kind} line after the summary (line {seen['summary']}), "
+                                   "which ends a trace; were two traces joined? split them")
+    if kind in ("header", "summary"):
+        seen[kind] = no
 
 
 class TraceWriter:

@@ -72,6 +72,11 @@ GPUS: dict[str, GpuSpec] = {g.name: g for g in (
 )}
 
 
+def gpu_key(name: str) -> str:
+    """The GPUS key a name stands for (case-insensitive; 'h100' = 'h100-sxm', 'a100' = 'a100-80g'); not checked."""
+    return {"h100": "h100-sxm", "a100": "a100-80g"}.get(name.lower(), name.lower())
+
+
 def get_gpu(name: str | dict) -> GpuSpec:
     """The spec of a GPU by name (case-insensitive; 'h100' = 'h100-sxm', 'a100' = 'a100-80g'), from a JSON file of
     its datasheet numbers (a name ending in .json, or an existing file: gpu_from_file), or from those numbers as a
@@ -80,7 +85,7 @@ def get_gpu(name: str | dict) -> GpuSpec:
         return gpu_from_dict(name, "the GPU's numbers", "gpu")
     if not isinstance(name, str):
         raise ConfigError("gpu", f"a GPU is a name ({', '.join(GPUS)}), a JSON file or its numbers, got {name!r:.60}")
-    key = {"h100": "h100-sxm", "a100": "a100-80g"}.get(name.lower(), name.lower())
+    key = gpu_key(name)
     if key in GPUS:
         return GPUS[key]
     if name.lower().endswith(".json") or Path(name).is_file():
@@ -90,6 +95,11 @@ def get_gpu(name: str | dict) -> GpuSpec:
 
 
 NUMBERS = ("hbm_tb_s", "bf16_tflops", "fp8_tflops", "link_gb_s", "memory_gb")  # a GPU file's fields (module docstring)
+# What a GPU file's number may be: generous bounds around real devices (a 2-core CPU: ~0.05 TB/s, ~1 TFLOPS; a B200:
+# 8 TB/s, 4,500 FP8 TFLOPS). A number outside is a unit slip (GB/s given as TB/s) or a typo, which would otherwise
+# surface only as an inf or 0 ms in a derived field.
+RANGES = {"hbm_tb_s": (1e-3, 1e3, "TB/s"), "bf16_tflops": (1e-2, 1e6, "TFLOPS"), "fp8_tflops": (1e-2, 1e6, "TFLOPS"),
+          "link_gb_s": (1e-2, 1e6, "GB/s"), "memory_gb": (1e-2, 1e6, "GB")}
 GPU_FILE_HINT = ('write {"name": "a10g", "hbm_tb_s": 0.6, "bf16_tflops": 70, "fp8_tflops": null, "link_gb_s": 32, '
                  '"memory_gb": 24, "source": "its datasheet"} (units in ssd_sim/model/hardware.py)')
 
@@ -116,6 +126,10 @@ def gpu_from_dict(data: dict, where: str, default_name: str = "gpu") -> GpuSpec:
         if isinstance(v, bool) or not isinstance(v, int | float) or not math.isfinite(v) or v <= 0:
             raise ConfigError("gpu", f"{where}: {key} must be a positive number (units in ssd_sim/model/hardware.py)"
                                      + ("" if key in data else ", and is missing"))
+        lo, hi, unit = RANGES[key]
+        if not lo <= v <= hi:
+            raise ConfigError("gpu", f"{where}: {key} = {v:g} {unit} is outside {lo:g}..{hi:g} {unit}, beyond any real "
+                                     "device: check its units (ssd_sim/model/hardware.py)")
         values[key] = float(v)
     name, source = data.get("name", default_name), data.get("source", f"the user's GPU numbers ({where})")
     for key, v in (("name", name), ("source", source)):

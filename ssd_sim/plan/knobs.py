@@ -155,6 +155,29 @@ def resolve(plan_file: Plan | None, flags: Mapping[str, Any]) -> Resolution:
     return Resolution(fixed, tuple(dropped), plan_file is not None)
 
 
+# The knobs only SSD reads: AR drafts nothing, SD drafts K tokens on the target's devices and caches nothing.
+SSD_ONLY = ("fan_out", "fan_out_miss", "saguaro_c", "downweight", "backup", "backup_threshold", "jit_redraft",
+            "draft_devices")
+UNUSED_BY_MODE = {"ar": ("num_speculative_tokens", *SSD_ONLY), "sd": SSD_ONLY, "ssd-fast": ("backup_threshold",)}
+BACKUP_OF_MODE = {"ssd-fast": "fast", "ssd-adaptive": "adaptive"}  # ssd-sim's modes that fix the backup
+WHY_UNUSED = {"ar": "the target decodes alone", "sd": "SD drafts on the target's devices and caches nothing",
+              "ssd-fast": "the fast backup runs on every miss, at any batch size"}
+
+
+def check_mode_flags(flags: Mapping[str, Any], mode: str) -> None:
+    """ConfigError when a knob flag given (not None) does nothing in `mode` (ar, sd, ssd, or ssd-sim's ssd-fast /
+    ssd-adaptive) or contradicts it (--backup jit with ssd-fast): such a run would silently not be what was asked for,
+    and its trace header would record a knob that never acted. A plan file's fields are not flags and pass."""
+    for name in UNUSED_BY_MODE.get(mode, ()):
+        if flags.get(name) is not None:
+            raise ConfigError(name, f"{knob_fields()[name].flag} does nothing with --mode {mode} ({WHY_UNUSED[mode]}); "
+                                    f"drop it{', or use --mode ssd' if mode in ('ar', 'sd') else ''}")
+    backup, fixed = flags.get("backup"), BACKUP_OF_MODE.get(mode)
+    if backup is not None and fixed is not None and backup != fixed:
+        raise ConfigError("backup", f"--backup {backup} contradicts --mode {mode} (the {fixed} backup); drop one, or "
+                                    f"use --mode ssd --backup {backup}")
+
+
 def ignored_at_greedy(flags: Mapping[str, Any], temperature: float) -> str | None:
     """One line when --saguaro-c below 1 is given for greedy decoding, where it cannot act (None otherwise): at T = 0
     the target's token is its argmax and the draft's proposals are its top tokens whatever C down-weights."""

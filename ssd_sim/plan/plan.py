@@ -247,6 +247,9 @@ class Plan:
             if key in d:
                 _check(isinstance(d[key], (list, tuple)), key, "must be a list, one value per position")
                 d[key] = tuple(d[key])
+        for key in ("fan_out", "fan_out_miss"):  # () is the dataclass's "one guess per position" default, not data
+            _check(d.get(key) != (), key, "is an empty list: give K+1 integers, one per stopping position 0..K, "
+                                          "or leave the field out (one guess per position)")
         return cls(**d)
 
     def replace(self, **changes) -> Plan:

@@ -138,3 +138,32 @@ def test_a_tp_degree_whose_memory_cannot_hold_one_sequence_is_left_out_with_a_wa
         main(spec + ["--tp-options", "2"])
     err = capsys.readouterr().err
     assert e.value.code == 2 and err.count("\n") == 1 and "context: one sequence's" in err
+
+
+@pytest.mark.parametrize("group", [False, True], ids=["parent", "process-group"])
+def test_sigterm_during_a_pooled_search_ends_at_once_in_one_line(tmp_path, group):
+    """SIGTERM to ssd-plan capacity --jobs 2 (to it alone, as `kill PID`; or to its group, as a container stop): the
+    workers are stopped, not waited for (the search had minutes left), and no worker prints a traceback."""
+    import os
+    import signal
+    import subprocess
+    import sys
+    import time
+
+    argv = [a for a in ARGS if a not in ("--jobs", "1", "--num-requests", "240")]
+    argv += ["--num-requests", "6000", "--batch-caps", "1,2,4,8,16,32", "--max-replicas", "64", "--jobs", "2"]
+    code = f"import sys; from ssd_sim.cli.plan import main; sys.exit(main({argv!r}))"
+    proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
+                            text=True, start_new_session=True)
+    time.sleep(6)  # imports, the first plans, and the pool's workers at work
+    assert proc.poll() is None, "the search ended before the signal: make it longer"
+    start = time.monotonic()
+    (os.killpg if group else os.kill)(proc.pid, signal.SIGTERM)
+    out, err = proc.communicate(timeout=30)
+    assert time.monotonic() - start < 10
+    assert "Traceback" not in err and err.count("\n") == 1, err
+    assert (proc.returncode, err) in ((143, "ssd-plan capacity: terminated\n"),
+                                      (2, "ssd-plan capacity: error: jobs: a simulation worker process died (killed, or "
+                                          "out of memory); nothing was written: run again, or with --jobs 1\n"))
+    if not group:
+        assert proc.returncode == 143

@@ -492,6 +492,26 @@ def test_a_plan_file_reads_its_profile_beside_it_from_any_folder(tmp_path, monke
     assert main(["--plan", str(shipped), "--json"]) == 0
 
 
+def test_a_spec_pairs_gpu_and_config_files_are_recorded_beside_the_plan_file(tmp_path, monkeypatch, capsys):
+    """A spec pair's --gpu FILE and --target CONFIG are recorded relative to the plan file, as a profile's path is,
+    so the plan reloads from another folder; built-in names stay names; and no -o may overwrite those files."""
+    (tmp_path / "hw").mkdir()
+    gpu = {"hbm_tb_s": 3.35, "bf16_tflops": 989.0, "fp8_tflops": 1979.0, "link_gb_s": 450.0, "memory_gb": 80.0}
+    (tmp_path / "hw" / "my-gpu.json").write_text(json.dumps(gpu))
+    monkeypatch.chdir(tmp_path)
+    assert main(["--target", "Llama-3.1-8B", "--draft", "Llama-3.2-1B", "--gpu", "hw/my-gpu.json", "--draft-gpu", "l4",
+                 "-o", "plans/plan.json", "--json"]) == 0
+    first = json.loads(capsys.readouterr().out)["predicted"]
+    spec = json.loads((tmp_path / "plans" / "plan.json").read_text())["profile"]["spec"]
+    assert (spec["gpu"], spec["draft_gpu"], spec["target"]) == ("../hw/my-gpu.json", "l4", "Llama-3.1-8B")
+    (tmp_path / "other").mkdir()
+    monkeypatch.chdir(tmp_path / "other")
+    assert main(["--plan", "../plans/plan.json", "--json"]) == 0
+    assert json.loads(capsys.readouterr().out)["predicted"] == first
+    assert _exit(main, ["--plan", "../plans/plan.json", "-o", "../hw/my-gpu.json"]) == 2
+    assert "the plan's profile.spec.gpu input of this command" in capsys.readouterr().err
+
+
 def test_a_recorded_path_that_names_two_files_or_none_is_one_line(tmp_path, monkeypatch, capsys):
     import shutil
 

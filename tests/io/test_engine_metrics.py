@@ -92,6 +92,8 @@ def test_reference_metrics_count_positions_and_keep_the_measured_p_hit(tmp_path)
     c = read_engine_metrics(path, "reference")
     assert c.tried == (6.0, 5.0, 3.0) and c.passed == (5.0, 3.0, 2.0)
     assert c.p_hit == 0.75
+    assert any(a.startswith("K = 3, the longest accepted run") for a in c.assumed)  # inferred, and said so
+    assert not any(a.startswith("K = ") for a in read_engine_metrics(path, "reference", 3).assumed)
 
 
 @pytest.mark.parametrize("engine,text,k,needle", [
@@ -110,6 +112,9 @@ def test_reference_metrics_count_positions_and_keep_the_measured_p_hit(tmp_path)
     ("reference", "{not json", None, "not JSON"),
     ("reference", json.dumps({"accepted_suffix_lens_with_recovery": [0, 2]}), None, "integers >= 1"),
     ("reference", json.dumps({"accepted_suffix_lens_with_recovery": [1, 5]}), 2, "K = 2"),
+    ("reference", json.dumps({"accepted_suffix_lens_with_recovery": [1, 99]}), None,
+     "K is read as the longest accepted run, 98 tokens, which is not a K in 1..64; give the run's K"),
+    ("reference", json.dumps({"accepted_suffix_lens_with_recovery": [1, 1]}), None, "longest accepted run, 0 tokens"),
 ])
 def test_malformed_metrics_are_one_line_errors(tmp_path, engine, text, k, needle):
     with pytest.raises(ConfigError) as e:

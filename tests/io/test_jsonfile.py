@@ -31,6 +31,7 @@ from ssd_sim.io.jsonfile import (
     (b'{"k": ' + b"9" * 5000 + b"}", "holds a value Python will not parse (Exceeds the limit (4300 digits)"),
     (b"", "is not valid JSON (line 1: Expecting value)"),
     (b"[1, 2]", "must hold a JSON object"),
+    (b'{"fan_out": [1, 1], "k": {"a": 1, "a": 2}}', "gives the key 'a' twice in one object; keep one"),
 ])
 def test_malformed_json_files_are_one_line_errors_naming_the_file(tmp_path, content, needle):
     p = tmp_path / "x.json"
@@ -101,3 +102,15 @@ def test_a_full_disk_mid_write_leaves_no_file_behind(tmp_path):
                        env={**os.environ, "PYTHONPATH": os.getcwd()})
     assert p.returncode == 2 and "nothing was written" in p.stdout
     assert list(tmp_path.iterdir()) == []
+
+
+def test_a_key_given_twice_is_kept_last_only_where_unique_keys_is_not_asked():
+    assert parse_json('{"a": 1, "a": 2}', "x") == {"a": 2}  # trace lines: json's own rule, at full speed
+    with pytest.raises(ConfigError, match="gives the key 'a' twice"):
+        parse_json('{"a": 1, "a": 2}', "x", unique_keys=True)
+    assert parse_json('[{"a": 1}, {"a": 2}]', "x", unique_keys=True) == [{"a": 1}, {"a": 2}]  # one key per object
+
+
+def test_an_empty_output_name_is_refused_in_one_line():
+    with pytest.raises(ConfigError, match="output: is an empty file name; give a file name"):
+        check_writable("")

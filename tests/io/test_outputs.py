@@ -166,3 +166,16 @@ def test_a_claim_creates_the_output_folder_and_says_when_it_cannot(tmp_path):
     with pytest.raises(ConfigError, match="^trace: cannot create the folder"), \
             claim_outputs({"trace": tmp_path / "file" / "t.jsonl"}):
         pass
+
+
+@pytest.mark.parametrize("output", ["/dev/stdout", "out.txt"])
+def test_an_output_that_is_the_file_stdout_goes_to_is_refused_and_the_report_kept(tmp_path, output):
+    """`ssd-plan -o /dev/stdout > out.txt` (or `-o out.txt > out.txt`): the plan's atomic rename would swap out.txt
+    under the printed report; refused before any work, with out.txt left as the shell made it."""
+    code = f"from ssd_sim.cli.plan import main; main(['--preset', 'qwen-coder-1.5b-0.5b-cpu', '-o', {output!r}])"
+    with open(tmp_path / "out.txt", "w") as out:
+        run = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, stdout=out, stderr=subprocess.PIPE, text=True)
+    assert run.returncode == 2
+    assert run.stderr.strip().endswith("is the file this command's stdout goes to: the report printed there would be "
+                                       "lost; give -o another file")
+    assert (tmp_path / "out.txt").read_text() == "" and list(tmp_path.iterdir()) == [tmp_path / "out.txt"]

@@ -57,6 +57,10 @@ def test_a_gpu_file_without_fp8_refuses_fp8_and_ssd_plan_takes_it_for_the_draft(
                                                              "ssd_sim/model/hardware.py), and is missing"),
     ({**NUMBERS, "hbm_gb_s": 3350}, "unknown field 'hbm_gb_s'"),
     ({**NUMBERS, "name": ""}, "name must be a non-empty string"),
+    ({**NUMBERS, "bf16_tflops": 1e-308}, "bf16_tflops = 1e-308 TFLOPS is outside 0.01..1e+06 TFLOPS, beyond any real "
+                                         "device: check its units"),
+    ({**NUMBERS, "hbm_tb_s": 3350}, "hbm_tb_s = 3350 TB/s is outside 0.001..1000 TB/s"),  # GB/s given as TB/s
+    ({**NUMBERS, "memory_gb": 1e9}, "memory_gb = 1e+09 GB is outside"),
     ([1, 2], "must hold a JSON object"),
 ])
 def test_a_bad_gpu_file_is_one_line_naming_the_field(tmp_path, capsys, content, needle):

@@ -163,3 +163,35 @@ def test_ssd_plan_and_ssd_sim_print_that_c_is_ignored_at_t_0(capsys):
 def test_ssd_run_s_help_says_it_takes_one_draft_device():
     help_text = " ".join(run_parser().format_help().split())
     assert "--draft-devices N 1 only: ssd-run runs the draft on one device" in help_text
+
+
+@pytest.mark.parametrize("mode, flags, needle", [
+    ("ar", "-k 3", "num_speculative_tokens: --num-speculative-tokens does nothing with --mode ar (the target decodes "
+                   "alone); drop it, or use --mode ssd"),
+    ("sd", "--fan-out 2", "fan_out: --fan-out does nothing with --mode sd (SD drafts on the target's devices and "
+                          "caches nothing)"),
+    ("sd", "--saguaro-c 0.5", "--saguaro-c does nothing with --mode sd"),
+    ("ssd-fast", "--backup jit", "backup: --backup jit contradicts --mode ssd-fast (the fast backup); drop one, or use "
+                                 "--mode ssd --backup jit"),
+    ("ssd-adaptive", "--backup fast", "--backup fast contradicts --mode ssd-adaptive"),
+    ("ssd-fast", "--backup-threshold 8", "--backup-threshold does nothing with --mode ssd-fast"),
+])
+def test_a_knob_flag_the_mode_never_reads_is_refused_in_ssd_sim(capsys, mode, flags, needle):
+    with pytest.raises(SystemExit) as e:
+        sim_main(["--preset", "llama70b-1b-h100", "--mode", mode, *flags.split(), "--tokens", "8"])
+    assert e.value.code == 2 and needle in capsys.readouterr().err
+
+
+@pytest.mark.parametrize("mode, flags", [("ar", "-t 1 -b 2"), ("sd", "-k 3 -t 1"), ("ssd-fast", "--backup fast -k 2"),
+                                         ("ssd-adaptive", "--backup-threshold 4"), ("ssd", "--fan-out 2 --backup fast")])
+def test_the_knobs_a_mode_reads_pass(mode, flags):
+    assert sim_main(["--preset", "llama70b-1b-h100", "--mode", mode, *flags.split(), "--tokens", "8", "--json"]) == 0
+
+
+def test_ssd_run_refuses_a_knob_its_mode_never_reads_before_loading_anything(capsys):
+    from ssd_runtime.cli import main as run_main
+
+    with pytest.raises(SystemExit) as e:
+        run_main(["--mode", "ar", "-k", "3", "--target", "/nonexistent"])
+    assert e.value.code == 2
+    assert "--num-speculative-tokens does nothing with --mode ar" in capsys.readouterr().err

@@ -99,3 +99,10 @@ def test_a_plan_file_temperature_of_infinity_is_refused_alike_however_spelled(tm
             load_plan(_plan_file(tmp_path, f'"temperature": {value}'))
         errors.add(str(e.value))
     assert errors == {"temperature: must be in [0, 10], got inf"}
+
+
+@pytest.mark.parametrize("key", ["fan_out", "fan_out_miss"])
+def test_an_empty_fan_out_list_in_a_plan_file_is_refused_not_read_as_one_guess_each(key):
+    with pytest.raises(ConfigError, match=rf"^{key}: is an empty list: give K\+1 integers"):
+        Plan.from_dict({"num_speculative_tokens": 2, key: []})
+    assert Plan.from_dict({"num_speculative_tokens": 2}).fan_out == (1, 1, 1)  # left out: one guess per position

@@ -267,6 +267,16 @@ def test_calibrate_here_refuses_a_probe_grid_before_any_run(files, tmp_path, cap
     assert not out.exists() or not any(out.iterdir())
 
 
+@pytest.mark.parametrize("arg,says", [("--temperatures=", "'' holds no temperature; give one or more, e.g. 0 or 0,1"),
+                                      ("--temperatures=0,0", "'0,0': give each temperature once, each in 0..10"),
+                                      ("--temperatures=0,11", "each in 0..10")])
+def test_calibrate_here_names_what_is_wrong_with_its_temperatures(files, tmp_path, capsys, arg, says):
+    with pytest.raises(SystemExit) as e:
+        main(["calibrate-here", "--target", str(files / "target"), "--draft", str(files / "draft"), arg])
+    err = capsys.readouterr().err
+    assert e.value.code == 2 and err.count("\n") == 1 and says in err, err
+
+
 # warnings a busy host's timings can raise on any calibration (model.probed, model.calibrate, io.sanity)
 TIMING_WARNINGS = ("x the probe table", "further above the probe table", "off what the AR / SD traces' target fit",
                    "rounds stalled")

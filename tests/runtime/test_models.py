@@ -9,6 +9,7 @@ import torch
 
 from ssd_runtime.models import (
     ModelSpec,
+    check_context,
     check_family,
     check_same_vocab,
     describe,
@@ -235,3 +236,14 @@ def test_a_hugging_face_id_not_in_the_cache_says_how_to_get_it(tmp_path, monkeyp
     monkeypatch.setenv("HF_HUB_CACHE", str(tmp_path))
     with pytest.raises(ConfigError, match="acme/absent is not in the local Hugging Face cache.*never downloads"):
         resolve_path("acme/absent", "draft")
+
+
+@pytest.mark.parametrize("prompt_len, new, mode, k, fix", [
+    (40, 20, "ar", 0, "lower --max-new-tokens to 8 or shorten the prompt"),  # 40 + 8 = 48
+    (48, 1, "ar", 0, "shorten the prompt by at least 1 tokens"),  # no room for a token: not "--max-new-tokens 0"
+    (45, 1, "sd", 4, "shorten the prompt by at least 2 tokens or lower K"),  # 45 + 1 + 4 = 50 > 48
+])
+def test_a_run_past_the_context_names_a_fix_that_exists(prompt_len, new, mode, k, fix):
+    with pytest.raises(ConfigError) as e:
+        check_context([[1] * prompt_len], new, mode, k, {"target": 48, "draft": 48})
+    assert str(e.value).endswith(fix)
