@@ -57,12 +57,15 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("folders", nargs="*", help="trace folders (default: traces/* but superseded)")
     folders = ap.parse_args().folders
-    paths = ([p for f in folders for p in sorted(Path(f).glob("*.jsonl"))] if folders
-             else shipped_trace_paths(Path(__file__).resolve().parent.parent / "traces"))
-    folders = folders or sorted({p.parent for p in paths})
-    traces = [read_trace(p) for p in paths]
-    print_drift(traces, folders)
-    print_residuals(paths, traces)
+    root = Path(__file__).resolve().parent.parent / "traces"
+    own = ([p for f in folders for p in sorted(Path(f).glob("*.jsonl"))] if folders
+           else shipped_trace_paths(root, subfolders=False))  # each folder's own traces: its calibration
+    nested = ([p for f in folders for p in sorted(Path(f).glob("*/*.jsonl"))] if folders
+              else sorted(set(shipped_trace_paths(root)) - set(own)))  # a hold-out check's runs (check/)
+    folders = folders or sorted({p.parent for p in own + nested})
+    traces = {p: read_trace(p) for p in own + nested}
+    print_drift(list(traces.values()), folders)
+    print_residuals(own, [traces[p] for p in own])
 
 
 def print_drift(traces, folders) -> None:

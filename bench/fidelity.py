@@ -110,7 +110,8 @@ MANIFESTS = tuple(ROOT / "traces" / d / "manifest.json" for d in (
     "cpu-fp32-epyc-pool96t", "cpu-fp32-epyc-fresh96", "cpu-fp32-xeon-fresh96", "cpu-fp32-xeon-fresh96-later",
     "cpu-fp32-xeon-fresh96-third", "cpu-fp32-xeon-fresh96-fourth", "cpu-fp32-xeon-pool32i-day2",
     "cpu-fp32-zen4-fresh96", "cpu-fp32-zen4-pool40r", "cpu-fp32-zen4-pool40s", "cpu-fp32-zen4-fresh96-later",
-    "cpu-fp32-zen4-fresh96-third", "cpu-fp32-zen4-mixed192", "cpu-fp32-zen4-mixed192-t0"))
+    "cpu-fp32-zen4-fresh96-third", "cpu-fp32-zen4-mixed192", "cpu-fp32-zen4-mixed192-t0", "cpu-fp32-zen5-check",
+    "cpu-fp32-zen5-mixed192"))
 DRAWS = 10  # random halves per "halves" split unless the manifest or --draws says otherwise
 GOAL_MEDIAN, GOAL_WORST = 5.0, 10.0
 
@@ -284,8 +285,15 @@ def _shipped_fit(traces: list[Trace]):
 
 
 @functools.cache
+def shipped_calibration_traces() -> tuple[tuple[Path, Trace], ...]:
+    """The shipped traces of the folders' calibrations (model.residual's): each folder's own, not a hold-out check's
+    runs in its subfolders (shipped_trace_paths(subfolders=False))."""
+    own = {p.resolve() for p in shipped_trace_paths(ROOT / "traces", subfolders=False)}
+    return tuple((p, t) for p, t in shipped_traces() if p in own)
+
+
 def _held_out_residual(predicted: frozenset[Path]) -> ProjectResidual:
-    kept = [(p, t) for p, t in shipped_traces() if p not in predicted]
+    kept = [(p, t) for p, t in shipped_calibration_traces() if p not in predicted]
     groups = calibration_groups([p for p, _ in kept], [t for _, t in kept])
     r = project_residual(groups, _shipped_fit, "measured over the AR / SD runs of this project's calibrations without "
                                                "the split's predicted runs")

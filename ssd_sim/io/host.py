@@ -32,6 +32,7 @@ from pathlib import Path
 from typing import Any
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.values import parse_utc, utc_text
 
 KERNEL_ISA = ("avx2", "fma", "avx512f", "avx512_vnni", "avx512_bf16", "avx_vnni", "amx_tile", "amx_bf16",
               "amx_int8", "asimd", "sve")
@@ -250,20 +251,29 @@ def _release(version: str) -> str:
     return version.split("+", 1)[0]
 
 
-def guest_note(measured: Host, here: Host) -> str | None:
-    """'another guest of this host kind (...)' when both records name their guest and the two differ; else None (the
-    same guest, or not known: records made before guests were recorded, or pooled over several)."""
-    if not (measured.boot_id and here.boot_id) or measured.boot_id == here.boot_id:
+def guest_note(measured: Host, here: Host, timed_at: str = "") -> str | None:
+    """'another guest of this host kind (...)' when both records name their guest and the two differ, or 'an earlier
+    boot ...' when the profile's record names none but its forwards were timed (`timed_at`, ISO UTC: the last) before
+    this guest booted, so on another boot whatever guest it was; else None (the same guest, or not known: a record
+    pooled over several guests, or no time to compare)."""
+    if measured.boot_id and here.boot_id:
+        return None if measured.boot_id == here.boot_id else \
+            f"another guest of this host kind ({measured.guest()} there, {here.guest()} here)"
+    timed, booted = parse_utc(timed_at), parse_utc(here.booted_at)
+    if measured.boot_id or not (timed and booted) or timed >= booted:
         return None
-    return f"another guest of this host kind ({measured.guest()} there, {here.guest()} here)"
+    return (f"an earlier boot of this host kind (timed {utc_text(timed)}, before this guest booted "
+            f"{here.booted_at.replace('T', ' ').removesuffix('Z')} UTC)")
 
 
-def host_warning(profile_name: str, measured: Host | None, here: Host, guest_fix: str = "") -> str | None:
+def host_warning(profile_name: str, measured: Host | None, here: Host, guest_fix: str = "",
+                 timed_at: str = "") -> str | None:
     """The one-line warning for a profile used on `here`, or None when nothing suggests a mismatch.
 
     No record at all (GPU presets built from datasheets and published numbers) gives no warning; a CPU
     record without the CPU's identity gives one, because it cannot be checked. The same host kind on another
-    guest (guest_note) gives one ending in `guest_fix` (what to do, from the caller, who knows the drift).
+    guest (guest_note; `timed_at`: when the profile's forwards were last timed) gives one ending in `guest_fix` (what
+    to do, from the caller, who knows the drift).
     """
     if measured is None:
         return None
@@ -272,6 +282,6 @@ def host_warning(profile_name: str, measured: Host | None, here: Host, guest_fix
                 f"this one; CPU latencies differ by up to 1.7x between hosts of one kind: {FIX}")
     diffs = host_differences(measured, here)
     if not diffs:
-        other = guest_note(measured, here)
+        other = guest_note(measured, here, timed_at)
         return f"profile {profile_name} was measured on {other}{guest_fix}" if other else None
     return f"profile {profile_name} was measured on another host ({'; '.join(diffs)}): its latencies may not hold here; {FIX}"

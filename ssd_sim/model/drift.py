@@ -10,7 +10,7 @@ Drift depends on the time between the calibration's timed forwards and the run, 
            repeat groups whose runs all lie within SESSION_MINUTES of each other;
   later    anything else, or a time not known (the default: a plan is usually used hours or days later): the
            groups spread wider, and the groups repeated in the same sessions share those sessions' shift, so each
-           cluster of sessions counts once (clustered_drift). Measured up to ~60 h apart (beyond 12.4 h by two
+           cluster of sessions counts once (clustered_drift). Measured up to ~128 h apart (beyond 12.4 h by three
            clusters only, across guests of a host kind); beyond that it is the same number, assumed.
 A run timed chunk by chunk among the calibration's own runs (an interleaved grid, bench/trace_grid.py: horizon
 INTERLEAVED) has no run-to-run drift between them at all (NO_DRIFT); only the runs' spread around the fit is left.
@@ -65,42 +65,48 @@ class Drift:
         return self.sd * float(stdtrit(self.dof, q) / ndtri(q))
 
 
-# bench/drift.py over traces/ on 2026-12-06 (08:20 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
-# added): 40 setups run 2-4 times (101 traces, four 2-core CPU hosts). Within the hour (10 setups, runs 7-51 min apart):
-# 4.8%, 90% interval 3.7-7.1%, every setup counted. Later (30 setups, 64 min to 60 h apart) the setups are not
-# independent repeats: they come from 7 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
+# bench/drift.py over traces/ on 2026-12-06 (23:10 UTC, split by horizon 23:00 UTC on 2026-12-03, the later pairs
+# added): 45 setups run 2-4 times (117 traces, five 2-core CPU hosts). Within the hour (12 setups, runs 7-51 min apart):
+# 4.5%, 90% interval 3.5-6.4%, every setup counted. Later (33 setups, 64 min to 128 h apart) the setups are not
+# independent repeats: they come from 8 clusters of sessions (session_clusters), 12 of them from the Xeon pair alone
 # (traces/cpu-fp32-xeon-idle repeating cpu-fp32-xeon 2.5 h later, 0.70-0.87x the verify ms), and the setups of one
-# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 9.8% on 14 degrees of
-# freedom (the clusters' sessions - 1), 90% interval 7.6-14.4%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i repeating
+# cluster share its sessions' shift. Counted once per cluster (clustered_drift, project_drift): 10.1% on 15 degrees of
+# freedom (the clusters' sessions - 1), 90% interval 7.8-14.6%: the Xeon pair 19.1%, traces/cpu-fp32-pool40i repeating
 # cpu-fp32-pool40 2.5 h later and two of its setups repeated 60 h later on another guest of the Zen 4 kind
 # (traces/cpu-fp32-zen4-pool40r, 0.73x the verify ms of pool40i) and 1.8 h after that on the same guest
-# (traces/cpu-fp32-zen4-pool40s, 1.00-1.01x pool40r's) 15.2%, the fresh96 grid's T = 0 runs repeated three times on the
-# same Xeon guest (traces/cpu-fp32-xeon-fresh96-later 2.7 h later, 1.15-1.26x the verify ms;
-# traces/cpu-fp32-xeon-fresh96-third 3.7 h later, 0.98-0.99x; traces/cpu-fp32-xeon-fresh96-fourth 4.9 h later,
-# 1.00-1.02x) 8.9%, the EPYC pool's three sessions (2.8 h and 12.4 h apart) 3.6%, cpu-fp32-bench -> cpu-fp32-grid 3.4%,
-# the Xeon pool grid repeated 3.9 h later and (two of its setups) 35 h later on another guest,
-# traces/cpu-fp32-xeon-pool32i-day2, 0.8%, the Zen 4 fresh96 grid's T = 0 runs and SSD T = 1 run repeated 8.9 h later on
-# the same guest (traces/cpu-fp32-zen4-fresh96-later, 1.05-1.08x the verify ms) and its T = 0 runs a third time 1.3 h
-# after that (traces/cpu-fp32-zen4-fresh96-third, 1.01-1.03x the first session's) 3.4%. Until 2026-12-05 the later drift
-# counted every setup (13.7% on 26 degrees of freedom, 11.2-17.8%: narrower than the evidence; clustered, 9.4% on 6
-# before the day-2 runs, 8.7% on 7 before the fresh96 repeats, 9.2% on 8, 9.1% on 9 and 8.8% on 10 between them and the
-# Zen 4 repeat across guests, 10.1% on 11 before its repeat on the same guest, 10.5% on 12 before the Zen 4 fresh96
-# repeat, 10.2% on 13 before its third session). A run's drift is predicted from these estimates by Student's t on their
-# degrees of freedom (Drift.predictive_sd).
+# (traces/cpu-fp32-zen4-pool40s, 1.00-1.01x pool40r's) 15.2%, traces/cpu-fp32-epyc-avx512/check's three runs repeated
+# 128 h later on another guest of the Zen 5 kind (traces/cpu-fp32-zen5-check/check, 1.16-1.28x the verify ms) 13.5%, the
+# fresh96 grid's T = 0 runs repeated three times on the same Xeon guest (traces/cpu-fp32-xeon-fresh96-later 2.7 h later,
+# 1.15-1.26x the verify ms; traces/cpu-fp32-xeon-fresh96-third 3.7 h later, 0.98-0.99x;
+# traces/cpu-fp32-xeon-fresh96-fourth 4.9 h later, 1.00-1.02x) 8.9%, the EPYC pool's three sessions (2.8 h and 12.4 h
+# apart) 3.6%, cpu-fp32-bench -> cpu-fp32-grid 3.4%, the Xeon pool grid repeated 3.9 h later and (two of its setups) 35 h
+# later on another guest, traces/cpu-fp32-xeon-pool32i-day2, 0.8%, the Zen 4 fresh96 grid's T = 0 runs and SSD T = 1
+# run repeated 8.9 h later on the same guest (traces/cpu-fp32-zen4-fresh96-later, 1.05-1.08x the verify ms) and its
+# T = 0 runs a third time 1.3 h after that (traces/cpu-fp32-zen4-fresh96-third, 1.01-1.03x the first session's) 3.4%.
+# Two changes came with the Zen 5 repeat: a hold-out check's runs in a folder's check/ now count (shipped_trace_paths),
+# named by their folder (session_of: both check/ folders were one session "check"), and a plan field at its empty
+# default (saguaro_c_list: [], written since 2026-12-02) no longer splits a setup (setup_key), which joined two
+# repeat pairs of traces/cpu-fp32-splits within the hour (before: 4.8% over 10 setups, 23 runs, 3.7-7.1%). Until
+# 2026-12-05 the later drift counted every setup (13.7% on 26 degrees of freedom, 11.2-17.8%: narrower than the
+# evidence; clustered, 9.4% on 6 before the day-2 runs, 8.7% on 7 before the fresh96 repeats, 9.2% on 8, 9.1% on 9 and
+# 8.8% on 10 between them and the Zen 4 repeat across guests, 10.1% on 11 before its repeat on the same guest, 10.5% on
+# 12 before the Zen 4 fresh96 repeat, 10.2% on 13 before its third session, 9.8% on 14 before the Zen 5 repeat). A run's
+# drift is predicted from these estimates by Student's t on their degrees of freedom (Drift.predictive_sd).
 SHIPPED_DRIFTS = {
-    "session": Drift(0.048, 10, 23, "measured over the repeat runs in this project's traces/ less than an hour apart "
-                                    "(bench/drift.py: 10 setups, 23 runs 7-51 min apart; 90% interval 3.7-7.1%)"),
-    "later": Drift(0.0985, 7, 21, "measured over the repeat runs in this project's traces/ more than an hour apart, "
-                                  "each cluster of sessions counted once (bench/drift.py: 30 setups, 64 min to 60 h "
-                                  "apart, in 7 clusters of 21 sessions; 90% interval 7.6-14.4%; beyond 60 h assumed "
+    "session": Drift(0.045, 12, 27, "measured over the repeat runs in this project's traces/ less than an hour apart "
+                                    "(bench/drift.py: 12 setups, 27 runs 7-51 min apart; 90% interval 3.5-6.4%)"),
+    "later": Drift(0.1013, 8, 23, "measured over the repeat runs in this project's traces/ more than an hour apart, "
+                                  "each cluster of sessions counted once (bench/drift.py: 33 setups, 64 min to 128 h "
+                                  "apart, in 8 clusters of 23 sessions; 90% interval 7.8-14.6%; beyond 128 h assumed "
                                   "the same)"),
 }
 
 
 # The largest shift between runs of one setup on two guests of one host kind in traces/: every verify of
 # traces/cpu-fp32-zen4-pool40r at 0.73x cpu-fp32-pool40i's, 60 h apart (the same guest 1.8 h later within 1%,
-# traces/cpu-fp32-zen4-pool40s; two Xeon guests 35 h apart within 2%, traces/cpu-fp32-xeon-pool32i-day2). Two
-# observations: what a warning cites, not a spread the intervals can use.
+# traces/cpu-fp32-zen4-pool40s; two Xeon guests 35 h apart within 2%, traces/cpu-fp32-xeon-pool32i-day2; two Zen 5
+# guests 128 h apart 1.16-1.28x, i.e. 0.78-0.86x, traces/cpu-fp32-zen5-check). Three observations: what a warning
+# cites, not a spread the intervals can use.
 GUEST_SHIFT = 0.27
 
 
@@ -108,17 +114,21 @@ NO_DRIFT = Drift(0.0, 0, 0, "none: the run was timed chunk by chunk among the ca
                             "no run-to-run drift lies between them")
 
 
-def shipped_trace_paths(traces_root: Path) -> list[Path]:
-    """The trace files SHIPPED_DRIFTS is measured over: *.jsonl in every folder of traces_root but superseded/."""
+def shipped_trace_paths(traces_root: Path, subfolders: bool = True) -> list[Path]:
+    """The trace files SHIPPED_DRIFTS is measured over: *.jsonl in every folder of traces_root but superseded/, and
+    (subfolders) in their subfolders: a hold-out check's runs, which repeat setups (traces/cpu-fp32-epyc-avx512/check,
+    repeated on another guest in traces/cpu-fp32-zen5-check/check) but belong to no calibration (model.residual's
+    calibrations are the folders' own traces: subfolders=False)."""
     return [p for f in sorted(traces_root.iterdir()) if f.is_dir() and f.name != "superseded"
-            for p in sorted(f.glob("*.jsonl"))]
+            for p in [*sorted(f.glob("*.jsonl")), *(sorted(f.glob("*/*.jsonl")) if subfolders else [])]]
 
 
 def setup_key(trace: Trace) -> str:
     """What makes two traces repeats of one run: everything but the time it was made."""
     h = trace.header
     host = (h.host or {}).get("cpu_id")
-    return json.dumps([h.mode, h.plan, h.prompt_source, h.num_prompts, h.max_new_tokens, h.seed, h.models, h.dtype,
+    plan = {k: v for k, v in h.plan.items() if v not in (None, [])}  # a field at its empty default, written or not
+    return json.dumps([h.mode, plan, h.prompt_source, h.num_prompts, h.max_new_tokens, h.seed, h.models, h.dtype,
                        h.quantize, h.devices, h.batch_size, h.forced_acceptance, host], sort_keys=True, default=str)
 
 
@@ -233,8 +243,14 @@ def measured_drift(traces: Sequence[Trace], horizon: str | None = None) -> Drift
 
 
 def session_of(trace: Trace) -> str:
-    """The recording session a trace belongs to: the folder it was read from ("?" when it has no path)."""
-    return Path(trace.path).parent.name if trace.path else "?"
+    """The recording session a trace belongs to: the folder it was read from, named from below a `traces` folder where
+    its path has one ("cpu-fp32-pool"; a subfolder "cpu-fp32-zen5-check/check", so two folders' check/ runs are two
+    sessions), else by its own name; "?" when it has no path."""
+    if not trace.path:
+        return "?"
+    parts = Path(trace.path).parent.parts
+    below = len(parts) - parts[::-1].index("traces") if "traces" in parts[:-1] else len(parts) - 1
+    return "/".join(parts[below:])
 
 
 def session_clusters(groups: Sequence[Sequence[Trace]]) -> dict[tuple[str, ...], list[Sequence[Trace]]]:

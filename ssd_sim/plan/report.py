@@ -132,7 +132,13 @@ def host_report(profile: Profile, here: Host | None = None) -> dict:
     differ (or None)."""
     here, measured = here or current_host(), profile.measured_host()  # measured: also a trace line without a record
     return {"measured_on": measured.to_dict() if measured is not None else None, "here": here.to_dict(),
-            "warning": host_warning(profile.name, measured, here, GUEST_FIX)}
+            "warning": host_warning(profile.name, measured, here, GUEST_FIX, _timed_end(profile))}
+
+
+def _timed_end(profile: Profile) -> str:
+    """When the profile's forwards were last timed (ISO UTC), '' when it does not say."""
+    u = profile.uncertainty
+    return u.timed_at[-1] if u is not None and u.timed_at else ""
 
 
 # Not a host difference: one host kind's guests ran the same runs 27% apart (model.drift.GUEST_SHIFT), more than the

@@ -290,6 +290,13 @@ _ISSUE_26_ZEN4_FRESH96_THIRD = ("issue 26: the later drift measured again with t
                                 "1.01-1.03x the first session's verify ms): 9.8% on 14 degrees of freedom over 7 clusters "
                                 "of 21 sessions, was 10.2% on 13; the next run's 10.5%, was 11.0%")
 _document(_CALIBRATE_GRID, _ISSUE_26_ZEN4_FRESH96_THIRD)
+_ISSUE_26_ZEN5_CHECK = ("issue 26: the drifts measured again with traces/cpu-fp32-epyc-avx512/check's runs repeated on "
+                        "another Zen 5 guest 128 h later (traces/cpu-fp32-zen5-check, 1.16-1.28x the verify ms; a "
+                        "folder's check/ runs now count) and two repeat pairs of traces/cpu-fp32-splits that a plan "
+                        "field at its empty default had kept apart: later 10.1% on 15 degrees of freedom over 8 clusters "
+                        "of 23 sessions, was 9.8% on 14, the next run's 10.8%, was 10.5%; within the hour 4.5% over 12 "
+                        "setups, was 4.8% over 10, the next run's 4.8%, was 5.2%")
+_document(_CALIBRATE_GRID, _ISSUE_26_ZEN5_CHECK)
 _EXTRAPOLATED_PER_MODE = ("issue 26: each mode's latency is extrapolated only past the forwards it runs "
                           "(model.uncertainty.for_forwards): AR's interval no longer takes the spread of the SSD plan's "
                           "larger verifies (2.37-3.18 -> 2.54-2.94 tok/s), and SSD's its own K's rather than the larger "

@@ -138,3 +138,17 @@ def test_another_guest_of_one_host_kind_is_no_host_difference_but_its_own_warnin
         assert guest_note(same, a) is None and host_warning("cpu", same, a, "; re-time it") is None
     other_kind = replace(host(family=25, model=1, extra=""), boot_id=BOOT_B)
     assert "another host (CPU" in host_warning("cpu", a, other_kind, "; re-time it")  # the host kind comes first
+
+
+def test_a_profile_without_its_guest_timed_before_this_guest_booted_is_from_another_boot():
+    """A record made before guests were recorded cannot name its guest; if its forwards were timed before this guest
+    booted, they ran on another boot all the same (two Zen 5 guests 128 h apart ran the same runs 1.16-1.28x apart:
+    traces/cpu-fp32-zen5-check)."""
+    old, here = host().without_guest(), replace(host(), boot_id=BOOT_B, booted_at="2026-12-06T21:59Z")
+    assert guest_note(old, here, "2026-12-01T15:09:29Z") == ("an earlier boot of this host kind (timed "
+                                                              "2026-12-01T15:09:29Z, before this guest booted "
+                                                              "2026-12-06 21:59 UTC)")
+    assert host_warning("cpu", old, here, "; re-time it", "2026-12-01T15:09:29Z").endswith("UTC); re-time it")
+    for timed in ("2026-12-06T22:10:00Z", "", "not a time"):  # timed on this boot, or no time to compare
+        assert guest_note(old, here, timed) is None
+    assert guest_note(old, replace(here, booted_at=""), "2026-12-01T15:09:29Z") is None  # this boot's time unknown

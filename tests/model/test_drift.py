@@ -196,7 +196,7 @@ def test_a_calibrations_own_repeats_are_pooled_with_the_projects_by_degrees_of_f
     own, pooled = measured_drift(traces, "session"), calibration_drift(traces, "session")
     base = SHIPPED_DRIFTS["session"]
     want = math.sqrt((2 * own.sd ** 2 + base.dof * base.sd ** 2) / (2 + base.dof))
-    assert pooled.sd == pytest.approx(want) and "pooled with the project's 4.8%" in pooled.source
+    assert pooled.sd == pytest.approx(want) and "pooled with the project's 4.5%" in pooled.source
     assert calibration_drift(traces, "later") == SHIPPED_DRIFTS["later"]  # no repeats an hour apart
     with pytest.raises(ValueError, match="horizon"):
         calibration_drift(traces, "tomorrow")
