@@ -149,13 +149,19 @@ def test_sigterm_during_a_pooled_search_ends_at_once_in_one_line(tmp_path, group
     import subprocess
     import sys
     import time
+    from pathlib import Path
 
     argv = [a for a in ARGS if a not in ("--jobs", "1", "--num-requests", "240")]
-    argv += ["--num-requests", "6000", "--batch-caps", "1,2,4,8,16,32", "--max-replicas", "64", "--jobs", "2"]
+    # 100,000 requests: minutes of search (6,000 took 12 s on 2 cores), so the signal always lands mid-search
+    argv += ["--num-requests", "100000", "--batch-caps", "1,2,4,8,16,32", "--max-replicas", "64", "--jobs", "2"]
     code = f"import sys; from ssd_sim.cli.plan import main; sys.exit(main({argv!r}))"
     proc = subprocess.Popen([sys.executable, "-c", code], cwd=tmp_path, stdout=subprocess.PIPE, stderr=subprocess.PIPE,
                             text=True, start_new_session=True)
-    time.sleep(6)  # imports, the first plans, and the pool's workers at work
+    children = Path(f"/proc/{proc.pid}/task/{proc.pid}/children")
+    deadline = time.monotonic() + 60
+    while proc.poll() is None and time.monotonic() < deadline and not children.read_text().split():
+        time.sleep(0.2)  # until the pool's workers exist
+    time.sleep(1.0)  # and are at work
     assert proc.poll() is None, "the search ended before the signal: make it longer"
     start = time.monotonic()
     (os.killpg if group else os.kill)(proc.pid, signal.SIGTERM)
