@@ -248,9 +248,9 @@ def session_of(trace: Trace) -> str:
     sessions), else by its own name; "?" when it has no path."""
     if not trace.path:
         return "?"
-    parts = Path(trace.path).parent.parts
-    below = len(parts) - parts[::-1].index("traces") if "traces" in parts[:-1] else len(parts) - 1
-    return "/".join(parts[below:])
+    parent = Path(trace.path).parent
+    tops = [i for i, name in enumerate(parent.parts[:-1]) if name == "traces"]
+    return "/".join(parent.parts[tops[-1] + 1:]) if tops else parent.name
 
 
 def session_clusters(groups: Sequence[Sequence[Trace]]) -> dict[tuple[str, ...], list[Sequence[Trace]]]:

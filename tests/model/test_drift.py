@@ -233,3 +233,26 @@ def test_the_drafts_drift_is_read_from_its_main_step(tmp_path):
     assert median_draft_ms(runs["sd"]) == pytest.approx(median(runs["sd"], "draft_sd"))
     assert median_draft_ms(runs["ssd"]) == pytest.approx(median(runs["ssd"], "draft_branch"))
     assert median_draft_ms(runs["ssd"]) != median_verify_ms(runs["ssd"])
+
+
+def test_a_session_is_its_folder_named_from_below_traces_so_two_check_folders_are_two():
+    from types import SimpleNamespace as T
+
+    from ssd_sim.model.drift import session_of
+
+    assert session_of(T(path="traces/cpu-fp32-pool/ar.jsonl")) == "cpu-fp32-pool"
+    assert session_of(T(path="/r/traces/cpu-fp32-zen5-check/check/ar-r0.jsonl")) == "cpu-fp32-zen5-check/check"
+    assert session_of(T(path="/r/traces/cpu-fp32-epyc-avx512/check/ar-r0.jsonl[A0]")) == "cpu-fp32-epyc-avx512/check"
+    assert session_of(T(path="/tmp/run/ar.jsonl")) == "run" and session_of(T(path="/x/traces/a.jsonl")) == "traces"
+    assert session_of(T(path="")) == "?"
+
+
+def test_a_plan_field_at_its_empty_default_does_not_split_a_setup(tmp_path):
+    """Headers written since 2026-12-02 carry saguaro_c_list: [] where older ones leave it out: the same run."""
+    a, b = _repeats(tmp_path, minutes=(0, 20))
+    old_plan = {k: v for k, v in a.header.plan.items() if k != "saguaro_c_list"}
+    a = dataclasses.replace(a, header=dataclasses.replace(a.header, plan=old_plan))
+    b = dataclasses.replace(b, header=dataclasses.replace(b.header, plan={**old_plan, "saguaro_c_list": []}))
+    assert len(repeat_groups([a, b])) == 1
+    c = dataclasses.replace(b, header=dataclasses.replace(b.header, plan={**b.header.plan, "saguaro_c_list": [0.5] * 3}))
+    assert repeat_groups([a, c]) == []  # a real difference still splits
