@@ -43,6 +43,7 @@ from ssd_sim.model.drift import (
     session_clusters,
     shipped_trace_paths,
     span_minutes,
+    trace_paths,
 )
 from ssd_sim.model.residual import (
     calibration_groups,
@@ -58,14 +59,12 @@ def main() -> None:
     ap.add_argument("folders", nargs="*", help="trace folders (default: traces/* but superseded)")
     folders = ap.parse_args().folders
     root = Path(__file__).resolve().parent.parent / "traces"
-    own = ([p for f in folders for p in sorted(Path(f).glob("*.jsonl"))] if folders
-           else shipped_trace_paths(root, subfolders=False))  # each folder's own traces: its calibration
-    nested = ([p for f in folders for p in sorted(Path(f).glob("*/*.jsonl"))] if folders
-              else sorted(set(shipped_trace_paths(root)) - set(own)))  # a hold-out check's runs (check/)
-    folders = folders or sorted({p.parent for p in own + nested})
-    traces = {p: read_trace(p) for p in own + nested}
-    print_drift(list(traces.values()), folders)
-    print_residuals(own, [traces[p] for p in own])
+    every = trace_paths([Path(f) for f in folders]) if folders else shipped_trace_paths(root)
+    own = set(trace_paths([Path(f) for f in folders], subfolders=False) if folders
+              else shipped_trace_paths(root, subfolders=False))  # each folder's calibration: not its check/ runs
+    traces = {p: read_trace(p) for p in every}
+    print_drift(list(traces.values()), folders or sorted({p.parent for p in every}))
+    print_residuals([p for p in every if p in own], [t for p, t in traces.items() if p in own])
 
 
 def print_drift(traces, folders) -> None:

@@ -35,7 +35,7 @@ from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.jsonfile import save_json_atomic
 from ssd_sim.io.limits import MAX_REQUESTS, MAX_TOKENS
 from ssd_sim.io.outputs import check_outputs
-from ssd_sim.io.values import int_list
+from ssd_sim.io.values import first_repeat, int_list
 from ssd_sim.sim.capacity import (
     MODES,
     Capacity,
@@ -109,9 +109,9 @@ def _names(text: str, allowed: tuple[str, ...], field: str) -> tuple[str, ...]:
     bad = [n for n in names if n not in allowed]
     if bad or not names:
         raise ConfigError(field, f"{(bad or [text])[0]!r} is not one of {', '.join(allowed)}; give a comma list")
-    twice = [n for i, n in enumerate(names) if n in names[:i]]
-    if twice:
-        raise ConfigError(field, f"names {twice[0]!r} twice; give each once")
+    twice = first_repeat(names)
+    if twice is not None:
+        raise ConfigError(field, f"names {twice!r} twice; give each once")
     return names
 
 

@@ -68,8 +68,8 @@ def source_files(args, plan_file: PlanFile | None = None) -> dict[str, str | Non
         files |= {f"plan's profile.{k}": v for k, v in recorded.items() if k in ("path", "acceptance_from")}
         spec = recorded.get("spec")
         if isinstance(spec, dict):
-            files |= {f"plan's profile.spec.{k}": v for k, v in spec.items()
-                      if k in SPEC_FILE_KEYS and isinstance(v, str) and Path(v).exists()}
+            files |= {f"plan's profile.spec.{k}": v for k, v in spec.items()  # a built-in name names no file
+                      if k in SPEC_FILE_KEYS and isinstance(v, str)}
     return files
 
 

@@ -18,6 +18,7 @@ from typing import Any
 import numpy as np
 
 from ssd_sim.io.errors import ConfigError
+from ssd_sim.io.values import first_repeat
 
 MAX_INPUT_MB = 512  # the largest file read (a b = 16 x 2,048-token trace with logged distributions is ~25 MB)
 MAX_JSON_DEPTH = 64  # our files nest a few levels; deeper is not one of them (and would exhaust the stack)
@@ -62,9 +63,7 @@ class DuplicateKey(ValueError):
 def _unique_pairs(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
     out = dict(pairs)
     if len(out) < len(pairs):
-        seen: set[str] = set()
-        twice = next(k for k, _ in pairs if k in seen or seen.add(k))
-        raise DuplicateKey(twice)
+        raise DuplicateKey(first_repeat(k for k, _ in pairs))
     return out
 
 

@@ -90,7 +90,6 @@ def check_outputs(outputs: Mapping[str, PathLike | None], inputs: Inputs) -> dic
             name = hit[0].replace("_", "-")
             raise ConfigError(field, f"{given[field]} is {same}the {name} input of this command: writing it would "
                                      f"destroy that input; give {_flag(field)} another file")
-    for field, path in resolved.items():
         stream = _printed_to(path)
         if stream:
             raise ConfigError(field, f"{given[field]} is the file this command's {stream} goes to: the report printed "

@@ -21,6 +21,7 @@ from typing import Any
 
 from ssd_sim.io.errors import ConfigError
 from ssd_sim.io.limits import MAX_BATCH, MAX_K, MAX_REQUESTS
+from ssd_sim.io.values import first_repeat
 
 SCHEMA = "ssd-trace/2"
 READABLE_SCHEMAS = ("ssd-trace/1", SCHEMA)
@@ -217,10 +218,10 @@ class RoundRecord:
         if not isinstance(warmup, bool):
             raise _bad(where, "warmup", warmup, "must be true or false (a CUDA graph warm-up ran in the round)")
         entries = [SeqRecord.from_json(s, K, f"{where} seqs[{j}]") for j, s in enumerate(seqs)]
-        ids = [e.seq for e in entries]
-        if len(set(ids)) < len(ids):
-            twice = next(q for q in ids if ids.count(q) > 1)
-            raise _bad(where, "seqs", ids, f"names sequence {twice} twice (a round decodes each sequence once)")
+        twice = first_repeat(e.seq for e in entries)
+        if twice is not None:
+            raise _bad(where, "seqs", [e.seq for e in entries],
+                       f"names sequence {twice} twice (a round decodes each sequence once)")
         return cls(d["round"], K, batch, entries, {**no_timings(), **ms}, d.get("fallback"), warmup)
 
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 import argparse
 import datetime
 import math
-from collections.abc import Collection
+from collections.abc import Collection, Hashable, Iterable
 from typing import Any
 
 from ssd_sim.io.limits import MAX_BUDGET
@@ -143,6 +143,16 @@ def threshold_arg(text: str) -> float:
     if v < 1:
         raise argparse.ArgumentTypeError(f"{v} must be a batch size >= 1 (or 'inf')")
     return v
+
+
+def first_repeat(items: Iterable[Hashable]) -> Hashable | None:
+    """The first item that appears a second time (None when each appears once): what a "given twice" error names."""
+    seen: set[Hashable] = set()
+    for item in items:
+        if item in seen:
+            return item
+        seen.add(item)
+    return None
 
 
 def parse_utc(text) -> datetime.datetime | None:

@@ -114,13 +114,16 @@ NO_DRIFT = Drift(0.0, 0, 0, "none: the run was timed chunk by chunk among the ca
                             "no run-to-run drift lies between them")
 
 
+def trace_paths(folders: Sequence[Path], subfolders: bool = True) -> list[Path]:
+    """*.jsonl in each folder and (subfolders) in its subfolders: a hold-out check's runs, which repeat setups
+    (traces/cpu-fp32-epyc-avx512/check, repeated on another guest in traces/cpu-fp32-zen5-check/check) but belong to
+    no calibration (model.residual's calibrations are the folders' own traces: subfolders=False)."""
+    return [p for f in folders for p in [*sorted(f.glob("*.jsonl")), *(sorted(f.glob("*/*.jsonl")) if subfolders else [])]]
+
+
 def shipped_trace_paths(traces_root: Path, subfolders: bool = True) -> list[Path]:
-    """The trace files SHIPPED_DRIFTS is measured over: *.jsonl in every folder of traces_root but superseded/, and
-    (subfolders) in their subfolders: a hold-out check's runs, which repeat setups (traces/cpu-fp32-epyc-avx512/check,
-    repeated on another guest in traces/cpu-fp32-zen5-check/check) but belong to no calibration (model.residual's
-    calibrations are the folders' own traces: subfolders=False)."""
-    return [p for f in sorted(traces_root.iterdir()) if f.is_dir() and f.name != "superseded"
-            for p in [*sorted(f.glob("*.jsonl")), *(sorted(f.glob("*/*.jsonl")) if subfolders else [])]]
+    """The trace files SHIPPED_DRIFTS is measured over: trace_paths of every folder of traces_root but superseded/."""
+    return trace_paths([f for f in sorted(traces_root.iterdir()) if f.is_dir() and f.name != "superseded"], subfolders)
 
 
 def setup_key(trace: Trace) -> str:
