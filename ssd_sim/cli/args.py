@@ -49,12 +49,8 @@ def cli_entry(prog: str):
                 # the reader went away: say nothing more (stdout is gone) and do not let Python complain at exit
                 os.dup2(os.open(os.devnull, os.O_WRONLY), sys.stdout.fileno())
                 return 0
-            except KeyboardInterrupt:
-                print(f"{prog}: interrupted", file=sys.stderr)
-                raise SystemExit(130) from None
-            except Terminated:
-                print(f"{prog}: terminated", file=sys.stderr)
-                raise SystemExit(143) from None
+            except (KeyboardInterrupt, Terminated) as e:
+                raise SystemExit(stopped(prog, e)) from None
             except ConfigError as e:
                 fail(prog, e)
             except OSError as e:  # a path too long for the file system, wherever it was first touched
@@ -68,6 +64,13 @@ def cli_entry(prog: str):
         return run
 
     return wrap
+
+
+def stopped(prog: str, signalled: BaseException) -> int:
+    """Print the one line of a run stopped by Ctrl-C (KeyboardInterrupt) or SIGTERM (Terminated); its exit status."""
+    word, status = ("terminated", 143) if isinstance(signalled, Terminated) else ("interrupted", 130)
+    print(f"{prog}: {word}", file=sys.stderr)
+    return status
 
 
 class Terminated(BaseException):
@@ -91,8 +94,13 @@ def one_line(text: str) -> str:
 
 def fail(prog: str, err: Exception) -> None:
     """Print a one-line error for bad input and exit 2."""
-    print(f"{prog}: error: {one_line(str(err))}", file=sys.stderr)
+    print_error(prog, err)
     raise SystemExit(2)
+
+
+def print_error(prog: str, err: Exception) -> None:
+    """The one line of an error, on stderr (fail prints it before exiting)."""
+    print(f"{prog}: error: {one_line(str(err))}", file=sys.stderr)
 
 
 def batch_size_list(text: str) -> tuple[int, ...]:

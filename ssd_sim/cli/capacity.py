@@ -12,16 +12,28 @@ from __future__ import annotations
 
 import json
 import math
+import multiprocessing
 import os
 import signal
 import sys
 from concurrent.futures import ProcessPoolExecutor
 from concurrent.futures.process import BrokenProcessPool
+from typing import NoReturn
 
 from rich.console import Console
 from rich.table import Table
 
-from ssd_sim.cli.args import OneLineParser, add_knob_arg, bounded_int, cli_entry, fail, nonneg_float
+from ssd_sim.cli.args import (
+    OneLineParser,
+    Terminated,
+    add_knob_arg,
+    bounded_int,
+    cli_entry,
+    fail,
+    nonneg_float,
+    print_error,
+    stopped,
+)
 from ssd_sim.cli.growth import ProfileAt, growth, growth_line, mean_lengths
 from ssd_sim.cli.source import (
     add_source_args,
@@ -198,20 +210,35 @@ def _quiet_worker() -> None:
 
 
 def _close(pool, finished: bool) -> None:
-    """Close the pool: wait for its idle workers after a finished search; else (an error, Ctrl-C, SIGTERM) cancel
-    what is queued and stop the workers now (waiting would run every queued simulation first)."""
+    """Close the pool: after a finished search, wait for its idle workers; after bad input, drop the queued simulations
+    and wait only for the running ones (the workers are alive: a clean exit)."""
     if pool is None:
         return
     if not hasattr(pool, "shutdown"):  # Ray's multiprocessing Pool
         (pool.close if finished else pool.terminate)()
         return
-    if finished:
-        pool.shutdown()
-        return
-    workers = list((getattr(pool, "_processes", None) or {}).values())  # no public handle before Python 3.14
+    pool.shutdown(cancel_futures=not finished)
+
+
+def _stop(pool, err: BaseException) -> NoReturn:
+    """A dead worker, Ctrl-C or SIGTERM during the search: its one line and exit status. With a local process pool the
+    workers are stopped and the process leaves at once: Python 3.11's executor cannot be unwound once its workers are
+    gone (its threads, stuck feeding or failing their work, hang the exit or print tracebacks), and nothing has been
+    written yet (-o comes after the search)."""
+    if isinstance(err, BrokenProcessPool):
+        print_error(PROG, ConfigError("jobs", "a simulation worker process died (killed, or out of memory); nothing "
+                                              "was written: run again, or with --jobs 1"))
+        status = 2
+    else:
+        status = stopped(PROG, err)
+    if pool is None or not hasattr(pool, "shutdown"):
+        raise SystemExit(status)  # no pool, or Ray's: main's finally closes it as usual
     pool.shutdown(wait=False, cancel_futures=True)
-    for proc in workers:
+    for proc in multiprocessing.active_children():  # the pool's workers
         proc.terminate()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(status)
 
 
 @cli_entry(PROG)
@@ -236,9 +263,8 @@ def main(argv: list[str] | None = None) -> int:
         finished = True
     except ConfigError as e:
         fail(PROG, e)
-    except BrokenProcessPool:
-        fail(PROG, ConfigError("jobs", "a simulation worker process died (killed, or out of memory); nothing was "
-                                       "written: run again, or with --jobs 1"))
+    except (BrokenProcessPool, KeyboardInterrupt, Terminated) as e:
+        _stop(pool, e)
     finally:
         _close(pool, finished)
     data = _to_json(profile, load, targets, result, answer) | ({"context_note": args.context_note}

@@ -165,7 +165,12 @@ def test_sigterm_during_a_pooled_search_ends_at_once_in_one_line(tmp_path, group
     assert proc.poll() is None, "the search ended before the signal: make it longer"
     start = time.monotonic()
     (os.killpg if group else os.kill)(proc.pid, signal.SIGTERM)
-    out, err = proc.communicate(timeout=30)
+    try:
+        out, err = proc.communicate(timeout=30)
+    finally:  # a hang fails the test, and leaves nothing running
+        if proc.poll() is None:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.communicate()
     assert time.monotonic() - start < 10
     assert "Traceback" not in err and err.count("\n") == 1, err
     assert (proc.returncode, err) in ((143, "ssd-plan capacity: terminated\n"),
